@@ -1,0 +1,257 @@
+// kvevict example — llama2/engine.cpp: the forward pass (llama2.c's run.c, with Eigen and kvevict).
+// SPDX-License-Identifier: Apache-2.0
+#include "llama2/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace llama2 {
+namespace {
+
+using ConstMatrixMap = Eigen::Map<const RowMatrix>;
+using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
+using VectorMap = Eigen::Map<Eigen::VectorXf>;
+// `n` K or V rows of one KV head: row s = slot s, `slot_stride` floats apart.
+using SlotRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
+
+constexpr float kRmsEps = 1e-5f;
+
+// out = weight * x / sqrt(mean(x^2) + eps), in llama2.c's order of operations.
+void rmsnorm(float* out, const float* x, const float* weight, std::size_t size) {
+  float ss = 0.0f;
+  for (std::size_t j = 0; j < size; ++j) ss += x[j] * x[j];
+  ss /= static_cast<float>(size);
+  ss += kRmsEps;
+  ss = 1.0f / std::sqrt(ss);
+  for (std::size_t j = 0; j < size; ++j) out[j] = weight[j] * (ss * x[j]);
+}
+
+// h1 = silu(h1) * h3, elementwise (SwiGLU).
+void swiglu(float* h1, const float* h3, std::size_t size) {
+  for (std::size_t i = 0; i < size; ++i) {
+    float val = h1[i];
+    val *= 1.0f / (1.0f + std::exp(-val));
+    h1[i] = val * h3[i];
+  }
+}
+
+// In-place softmax of x[0..n).
+void softmax(float* x, std::size_t n) {
+  const float max_val = *std::max_element(x, x + n);
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_val);
+    sum += x[i];
+  }
+  for (std::size_t i = 0; i < n; ++i) x[i] /= sum;
+}
+
+}  // namespace
+
+Engine::Engine(const Model& model, CacheFactory make_cache) : model_(model), make_cache_(std::move(make_cache)) {
+  const Config& c = model_.config();
+  const std::size_t hd = c.head_dim(), half = hd / 2;
+  rope_cos_.resize(c.seq_len * half);
+  rope_sin_.resize(c.seq_len * half);
+  for (std::size_t pos = 0; pos < c.seq_len; ++pos)
+    for (std::size_t i = 0; i < half; ++i) {
+      const float freq = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(hd));
+      const float angle = static_cast<float>(pos) * freq;
+      rope_cos_[pos * half + i] = std::cos(angle);
+      rope_sin_[pos * half + i] = std::sin(angle);
+    }
+  x_.resize(c.dim);
+  xb_.resize(c.dim);
+  xb2_.resize(c.dim);
+  q_.resize(c.dim);
+  k_.resize(c.kv_dim());
+  v_.resize(c.kv_dim());
+  h1_.resize(c.hidden_dim);
+  h3_.resize(c.hidden_dim);
+  logits_.resize(c.vocab_size);
+  att_logits_.resize(c.n_heads * c.seq_len);
+  att_probs_.resize(c.seq_len);
+  reset();
+}
+
+void Engine::reset() {
+  const Config& c = model_.config();
+  buffers_.clear();
+  views_.clear();
+  caches_.clear();
+  buffers_.reserve(c.n_layers);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    buffers_.emplace_back(c.n_kv_heads, c.seq_len, c.head_dim());
+    views_.push_back(buffers_.back().view());
+    caches_.push_back(make_cache_ ? make_cache_(l, views_.back()) : nullptr);
+  }
+  position_ = 0;
+}
+
+std::size_t Engine::kv_bytes_held() const {
+  std::size_t bytes = 0;
+  for (const auto& b : buffers_) bytes += b.live_kv_bytes();
+  return bytes;
+}
+
+std::size_t Engine::kv_bytes_full() const {
+  const Config& c = model_.config();
+  return position_ * c.n_layers * 2 * c.kv_dim() * sizeof(float);
+}
+
+void Engine::check_token(int token, const char* where) const {
+  if (token < 0 || static_cast<std::size_t>(token) >= model_.config().vocab_size)
+    throw std::invalid_argument(std::string("llama2::Engine::") + where + ": token id " + std::to_string(token) +
+                                " is outside the vocabulary [0, " + std::to_string(model_.config().vocab_size) + ")");
+}
+
+// Rotates each head's interleaved pairs (2i, 2i+1) of v by pos * 10000^(-2i/head_dim).
+void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
+  const std::size_t hd = model_.config().head_dim(), half = hd / 2;
+  const float* cs = rope_cos_.data() + pos * half;
+  const float* sn = rope_sin_.data() + pos * half;
+  for (std::size_t h = 0; h < n_heads; ++h) {
+    float* head = v + h * hd;
+    for (std::size_t i = 0; i < half; ++i) {
+      const float v0 = head[2 * i], v1 = head[2 * i + 1];
+      head[2 * i] = v0 * cs[i] - v1 * sn[i];
+      head[2 * i + 1] = v0 * sn[i] + v1 * cs[i];
+    }
+  }
+}
+
+// One query head against slots [0, n) of `kv_head`: logits[s] = q·k_s / sqrt(head_dim),
+// out = sum_s softmax(logits)_s v_s.
+void Engine::attend(const kvevict::KVView<float>& view, std::size_t kv_head, std::size_t n, const float* q,
+                    float* logits, float* out) {
+  const std::size_t hd = view.head_dim;
+  const Eigen::OuterStride<> stride(static_cast<Eigen::Index>(view.slot_stride));
+  const SlotRows keys(view.k_row(kv_head, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd), stride);
+  const SlotRows values(view.v_row(kv_head, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd), stride);
+  VectorMap scores(logits, static_cast<Eigen::Index>(n));
+  scores.noalias() = keys * ConstVectorMap(q, static_cast<Eigen::Index>(hd));
+  scores /= std::sqrt(static_cast<float>(hd));
+  float* probs = att_probs_.data();
+  std::copy(logits, logits + n, probs);
+  softmax(probs, n);
+  VectorMap(out, static_cast<Eigen::Index>(hd)).noalias() =
+      values.transpose() * ConstVectorMap(probs, static_cast<Eigen::Index>(n));
+}
+
+const float* Engine::step(int token) {
+  const Config& c = model_.config();
+  check_token(token, "step");
+  if (position_ >= c.seq_len)
+    throw std::length_error("llama2::Engine::step: the context is full (position " + std::to_string(position_) +
+                            " = seq_len)");
+  const auto dim = static_cast<Eigen::Index>(c.dim), kv_dim = static_cast<Eigen::Index>(c.kv_dim()),
+             hidden = static_cast<Eigen::Index>(c.hidden_dim);
+  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads;
+
+  x_ = ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(token) * c.dim, dim);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model_.layer(l);
+    const kvevict::KVView<float>& view = views_[l];
+
+    // Attention: q, k, v; RoPE; k and v join the cache once, at this position.
+    rmsnorm(xb_.data(), x_.data(), w.rms_att, c.dim);
+    q_.noalias() = ConstMatrixMap(w.wq, dim, dim) * xb_;
+    k_.noalias() = ConstMatrixMap(w.wk, kv_dim, dim) * xb_;
+    v_.noalias() = ConstMatrixMap(w.wv, kv_dim, dim) * xb_;
+    rope(q_.data(), c.n_heads, position_);
+    rope(k_.data(), c.n_kv_heads, position_);
+    view.append(static_cast<std::int64_t>(position_), k_.data(), v_.data());
+
+    const std::size_t n = view.length(0);
+    for (std::size_t kvh = 1; kvh < c.n_kv_heads; ++kvh)
+      if (view.length(kvh) != n)
+        throw std::logic_error("llama2::Engine::step: KV heads of layer " + std::to_string(l) +
+                               " hold different numbers of entries");
+    for (std::size_t h = 0; h < c.n_heads; ++h)
+      attend(view, h / group, n, q_.data() + h * hd, att_logits_.data() + h * n, xb2_.data() + h * hd);
+    if (caches_[l]) caches_[l]->decode_step(att_logits_.data(), n);
+    x_.noalias() += ConstMatrixMap(w.wo, dim, dim) * xb2_;
+
+    // Feed-forward: x += w2 (silu(w1 xb) * w3 xb).
+    rmsnorm(xb_.data(), x_.data(), w.rms_ffn, c.dim);
+    h1_.noalias() = ConstMatrixMap(w.w1, hidden, dim) * xb_;
+    h3_.noalias() = ConstMatrixMap(w.w3, hidden, dim) * xb_;
+    swiglu(h1_.data(), h3_.data(), c.hidden_dim);
+    x_.noalias() += ConstMatrixMap(w.w2, dim, hidden) * h1_;
+  }
+  rmsnorm(xb_.data(), x_.data(), model_.rms_final(), c.dim);
+  logits_.noalias() = ConstMatrixMap(model_.classifier(), static_cast<Eigen::Index>(c.vocab_size), dim) * xb_;
+  ++position_;
+  return logits_.data();
+}
+
+const RowMatrix& Engine::prefill(const std::vector<int>& tokens) {
+  const Config& c = model_.config();
+  if (position_ != 0)
+    throw std::logic_error("llama2::Engine::prefill: the sequence has already started (position " +
+                           std::to_string(position_) + "); call reset() first");
+  if (tokens.empty() || tokens.size() > c.seq_len)
+    throw std::invalid_argument("llama2::Engine::prefill: prompt length must be in [1, seq_len = " +
+                                std::to_string(c.seq_len) + "] (got " + std::to_string(tokens.size()) + ")");
+  for (int t : tokens) check_token(t, "prefill");
+  try {
+    return run_prefill(tokens);
+  } catch (...) {
+    reset();  // a cache may have thrown half-way through the blocks
+    throw;
+  }
+}
+
+const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
+  const Config& c = model_.config();
+
+  const std::size_t P = tokens.size(), hd = c.head_dim(), group = c.n_heads / c.n_kv_heads;
+  const auto rows = static_cast<Eigen::Index>(P), dim = static_cast<Eigen::Index>(c.dim),
+             kv_dim = static_cast<Eigen::Index>(c.kv_dim()), hidden = static_cast<Eigen::Index>(c.hidden_dim);
+
+  // Block by block over the whole prompt: X is the residual stream, row t = position t.
+  RowMatrix X(rows, dim), XB(rows, dim), XB2(rows, dim), Q(rows, dim), K(rows, kv_dim), V(rows, kv_dim),
+      H1(rows, hidden), H3(rows, hidden);
+  for (std::size_t t = 0; t < P; ++t)
+    X.row(static_cast<Eigen::Index>(t)) =
+        ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(tokens[t]) * c.dim, dim).transpose();
+  prefill_scores_.assign(c.n_heads * P * P, 0.0f);
+
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model_.layer(l);
+    const kvevict::KVView<float>& view = views_[l];
+
+    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_att, c.dim);
+    Q.noalias() = XB * ConstMatrixMap(w.wq, dim, dim).transpose();
+    K.noalias() = XB * ConstMatrixMap(w.wk, kv_dim, dim).transpose();
+    V.noalias() = XB * ConstMatrixMap(w.wv, kv_dim, dim).transpose();
+    for (std::size_t t = 0; t < P; ++t) {
+      const auto r = static_cast<Eigen::Index>(t);
+      rope(Q.row(r).data(), c.n_heads, t);
+      rope(K.row(r).data(), c.n_kv_heads, t);
+      view.append(static_cast<std::int64_t>(t), K.row(r).data(), V.row(r).data());
+    }
+    // The view was empty, so slot s holds position s: query t attends to slots [0, t].
+    for (std::size_t t = 0; t < P; ++t)
+      for (std::size_t h = 0; h < c.n_heads; ++h)
+        attend(view, h / group, t + 1, Q.row(static_cast<Eigen::Index>(t)).data() + h * hd,
+               prefill_scores_.data() + (h * P + t) * P, XB2.row(static_cast<Eigen::Index>(t)).data() + h * hd);
+    X.noalias() += XB2 * ConstMatrixMap(w.wo, dim, dim).transpose();
+    if (caches_[l]) caches_[l]->prefill(prefill_scores_.data(), P);
+
+    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim);
+    H1.noalias() = XB * ConstMatrixMap(w.w1, hidden, dim).transpose();
+    H3.noalias() = XB * ConstMatrixMap(w.w3, hidden, dim).transpose();
+    for (Eigen::Index t = 0; t < rows; ++t) swiglu(H1.row(t).data(), H3.row(t).data(), c.hidden_dim);
+    X.noalias() += H1 * ConstMatrixMap(w.w2, dim, hidden).transpose();
+  }
+  for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), model_.rms_final(), c.dim);
+  prefill_logits_.noalias() =
+      XB * ConstMatrixMap(model_.classifier(), static_cast<Eigen::Index>(c.vocab_size), dim).transpose();
+  position_ = P;
+  return prefill_logits_;
+}
+
+}  // namespace llama2

@@ -1,0 +1,93 @@
+// kvevict example — a small Llama-2 inference engine whose KV cache is managed by kvevict.
+// SPDX-License-Identifier: Apache-2.0
+//
+// llama2/model.hpp — the hyper-parameters and float32 weights of a llama2.c checkpoint.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace llama2 {
+
+/// Hyper-parameters from the seven-int32 header of a llama2.c `.bin` file
+/// (`dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len`).
+/// A negative `vocab_size` in the file means the classifier is a separate
+/// matrix stored at the end; here `vocab_size` is its absolute value and
+/// `shared_classifier` records the sign.
+struct Config {
+  std::size_t dim = 0;         ///< residual stream width
+  std::size_t hidden_dim = 0;  ///< SwiGLU inner width
+  std::size_t n_layers = 0;    ///< transformer blocks
+  std::size_t n_heads = 0;     ///< query heads
+  std::size_t n_kv_heads = 0;  ///< key/value heads (GQA: divides n_heads; MHA: equal)
+  std::size_t vocab_size = 0;  ///< tokens
+  std::size_t seq_len = 0;     ///< trained context length (RoPE positions 0..seq_len-1)
+  bool shared_classifier = true;  ///< classifier = token embedding (tied)
+
+  /// Elements per head, `dim / n_heads`.
+  std::size_t head_dim() const { return dim / n_heads; }
+  /// Width of the K and V projections, `n_kv_heads * head_dim()`.
+  std::size_t kv_dim() const { return n_kv_heads * head_dim(); }
+};
+
+/// Pointers to one transformer block's weights inside `Model`'s storage. All
+/// matrices are row-major `[out][in]` float32 (so `y = W x`).
+struct LayerWeights {
+  const float* rms_att = nullptr;  ///< `[dim]` RMSNorm gain before attention
+  const float* wq = nullptr;       ///< `[dim][dim]`
+  const float* wk = nullptr;       ///< `[kv_dim][dim]`
+  const float* wv = nullptr;       ///< `[kv_dim][dim]`
+  const float* wo = nullptr;       ///< `[dim][dim]`
+  const float* rms_ffn = nullptr;  ///< `[dim]` RMSNorm gain before the FFN
+  const float* w1 = nullptr;       ///< `[hidden_dim][dim]` gate
+  const float* w2 = nullptr;       ///< `[dim][hidden_dim]` down
+  const float* w3 = nullptr;       ///< `[hidden_dim][dim]` up
+};
+
+/// A loaded llama2.c checkpoint: the config plus float32 weights read into
+/// memory once. Movable (the weight pointers follow the storage), not copyable.
+class Model {
+ public:
+  /// Reads and validates a llama2.c "legacy" `.bin` file (the format of
+  /// `karpathy/tinyllamas` and `../shared/models/*/`): header, then
+  /// token_embedding `[vocab][dim]`, rms_att `[L][dim]`, wq, wk, wv, wo,
+  /// rms_ffn `[L][dim]`, w1, w2, w3, rms_final `[dim]`, the unused legacy RoPE
+  /// tables `[seq_len][head_dim]`, and the classifier `[vocab][dim]` only when
+  /// the header's vocab_size is negative.
+  ///
+  /// Throws `std::runtime_error` whose message names the file and the problem
+  /// when the file cannot be read, the header is shorter than 28 bytes, a
+  /// dimension is non-positive or inconsistent (`dim % n_heads`,
+  /// `n_heads % n_kv_heads`, odd head_dim), the file is a newer llama2.c
+  /// export (magic "ak42"), or the file size differs from what the header
+  /// implies (truncated file or trailing bytes).
+  static Model load(const std::string& path);
+
+  Model(Model&&) = default;
+  Model& operator=(Model&&) = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const Config& config() const { return config_; }
+  /// `[vocab][dim]` token embedding rows.
+  const float* token_embedding() const { return token_embedding_; }
+  /// Weights of block `layer` (no bounds check; `layer < n_layers`).
+  const LayerWeights& layer(std::size_t layer) const { return layers_[layer]; }
+  /// `[dim]` final RMSNorm gain.
+  const float* rms_final() const { return rms_final_; }
+  /// `[vocab][dim]` classifier; the token embedding when `shared_classifier`.
+  const float* classifier() const { return classifier_; }
+
+ private:
+  Model() = default;
+
+  Config config_;
+  std::vector<float> storage_;  // the whole file, as floats (the 7-int header included)
+  const float* token_embedding_ = nullptr;
+  std::vector<LayerWeights> layers_;
+  const float* rms_final_ = nullptr;
+  const float* classifier_ = nullptr;
+};
+
+}  // namespace llama2

@@ -1,0 +1,49 @@
+// kvevict example — llama2/tokenizer.cpp: thin wrapper over the SentencePiece library.
+// SPDX-License-Identifier: Apache-2.0
+#include "llama2/tokenizer.hpp"
+
+#include <sentencepiece_processor.h>
+
+#include <stdexcept>
+
+namespace llama2 {
+
+Tokenizer::Tokenizer(const std::string& model_path) : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+  const auto status = sp_->Load(model_path);
+  if (!status.ok())
+    throw std::runtime_error("llama2::Tokenizer: cannot load SentencePiece model '" + model_path +
+                             "': " + status.ToString());
+}
+
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+std::vector<int> Tokenizer::encode(const std::string& text, bool bos) const {
+  std::vector<int> pieces;
+  const auto status = sp_->Encode(text, &pieces);
+  if (!status.ok()) throw std::runtime_error("llama2::Tokenizer::encode: " + status.ToString());
+  if (!bos) return pieces;
+  std::vector<int> ids;
+  ids.reserve(pieces.size() + 1);
+  ids.push_back(bos_id());
+  ids.insert(ids.end(), pieces.begin(), pieces.end());
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids) const {
+  for (int id : ids)
+    if (id < 0 || id >= vocab_size())
+      throw std::runtime_error("llama2::Tokenizer::decode: id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                               std::to_string(vocab_size()) + ")");
+  std::string text;
+  const auto status = sp_->Decode(ids, &text);
+  if (!status.ok()) throw std::runtime_error("llama2::Tokenizer::decode: " + status.ToString());
+  return text;
+}
+
+int Tokenizer::bos_id() const { return sp_->bos_id(); }
+int Tokenizer::eos_id() const { return sp_->eos_id(); }
+int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+
+}  // namespace llama2
