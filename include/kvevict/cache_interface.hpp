@@ -1,0 +1,56 @@
+// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
+// SPDX-License-Identifier: Apache-2.0
+//
+// cache_interface.hpp — the calls an engine makes, as a runtime interface.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvevict {
+
+/// Runtime interface of an evicting KV cache for one layer, implemented by
+/// every `Cache<Score, Temperature, Selection>`. Engines that pick the policy
+/// at run time (see `make_cache`) hold a `std::unique_ptr<CacheInterface>`;
+/// engines that know it at compile time use the concrete type (the calls are
+/// then direct: `Cache` is `final`).
+///
+/// Protocol per sequence: append the prompt's K/V to the view, `prefill`,
+/// then per generated token append its K/V and call `decode_step`.
+/// `reset` starts a new sequence. See `Cache` for the full contract.
+class CacheInterface {
+ public:
+  virtual ~CacheInterface() = default;
+
+  /// Scores the prompt from its causal logits `[q_head][P][P]` and evicts to
+  /// budget. `gumbel` (optional, same layout) injects pre-drawn noise ζ.
+  virtual void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) = 0;
+  /// Scores one decode step from logits `[q_head][n]` (by slot) and evicts at
+  /// most one token per KV head. `gumbel` (optional, `[q_head][n]`) injects ζ.
+  virtual void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) = 0;
+  /// Forgets the sequence (lengths 0, scores 0, step 0) and re-seeds the noise generator.
+  virtual void reset(std::uint64_t seed) = 0;
+
+  /// Resolved budget `k` (0 before the first prefill).
+  virtual std::size_t budget() const = 0;
+  /// Resolved recent window `w` (0 before the first prefill).
+  virtual std::size_t recent_window() const = 0;
+  /// Decode steps done since prefill.
+  virtual std::size_t step() const = 0;
+  /// τ used by the latest prefill or decode step.
+  virtual float temperature() const = 0;
+  /// Live slots of KV head `h`. Throws `std::invalid_argument` if `h` is out of range.
+  virtual std::size_t length(std::size_t h) const = 0;
+  /// Scores of KV head `h`, by slot, `[length(h)]`, aligned with the view's rows.
+  virtual const float* scores(std::size_t h) const = 0;
+  /// Position IDs of KV head `h`, by slot, `[length(h)]`, aligned with the view's rows.
+  virtual const std::int64_t* positions(std::size_t h) const = 0;
+  /// Retained position IDs of KV head `h`, ascending. O(n log n); allocates.
+  virtual std::vector<std::int64_t> retained_positions(std::size_t h) const = 0;
+  /// Reorders every head's slots into ascending position order (K, V, position
+  /// IDs and scores together). O(n log n + n · head_dim) per head.
+  virtual void restore_position_order() = 0;
+};
+
+}  // namespace kvevict

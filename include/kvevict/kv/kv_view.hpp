@@ -1,0 +1,140 @@
+// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
+// SPDX-License-Identifier: Apache-2.0
+//
+// kv/kv_view.hpp — a non-owning view of one layer's KV cache.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
+
+#include "kvevict/core/check.hpp"
+
+namespace kvevict {
+
+/// Non-owning view of one transformer layer's KV cache: keys, values,
+/// position IDs and a length per KV head.
+///
+/// Layout (all strides in elements of `T`, row-major within a row):
+///
+///     K row of (kv_head h, slot s) = k + h * head_stride + s * slot_stride,  head_dim contiguous elements
+///     V row of (kv_head h, slot s) = v + h * head_stride + s * slot_stride,  head_dim contiguous elements
+///     position ID of (h, s)        = positions[h * capacity + s]            (int64, [kv_head][slot])
+///     number of live slots of h    = lengths[h]                              (slots [0, lengths[h]) are live)
+///
+/// The default layout made by `contiguous()` is `[kv_head][slot][head_dim]`
+/// (`head_stride = capacity * head_dim`, `slot_stride = head_dim`). An engine
+/// that stores `[slot][kv_head][head_dim]` uses `head_stride = head_dim`,
+/// `slot_stride = n_kv_heads * head_dim` instead; nothing else changes.
+///
+/// Invariants kept by every kvevict operation (FlashInfer `page.cuh` style:
+/// the view is plain data, the invariants are the contract):
+///  - slots `[0, lengths[h])` of head `h` hold live tokens; K row, V row,
+///    position ID (and the cache's score) of one slot always belong to the same
+///    token; eviction keeps them aligned and contiguous;
+///  - position IDs are the tokens' original positions and are never renumbered;
+///  - slot order is *not* position order after a decode-step eviction (the hole
+///    is filled with the last slot, O(head_dim) work): use
+///    `Cache::retained_positions()` for the ascending list, or
+///    `Cache::restore_position_order()` to sort the slots.
+///
+/// `T` is the KV element type: `float`, `Eigen::half` or `Eigen::bfloat16`
+/// (any trivially copyable type works: rows are moved with `memcpy`).
+/// The view owns nothing; copying it is cheap and aliases the same storage.
+template <class T>
+struct KVView {
+  static_assert(std::is_trivially_copyable<T>::value, "KV element type must be trivially copyable");
+
+  T* k = nullptr;                    ///< keys, see layout above
+  T* v = nullptr;                    ///< values, same strides as `k`
+  std::int64_t* positions = nullptr; ///< position IDs, `[kv_head][capacity]`
+  std::size_t* lengths = nullptr;    ///< live slots per KV head, `[kv_head]`
+  std::size_t n_kv_heads = 0;        ///< number of KV heads
+  std::size_t capacity = 0;          ///< slots per KV head
+  std::size_t head_dim = 0;          ///< elements per K or V row
+  std::size_t head_stride = 0;       ///< elements between (h, s) and (h + 1, s)
+  std::size_t slot_stride = 0;       ///< elements between (h, s) and (h, s + 1)
+
+  /// Builds a view with the default `[kv_head][slot][head_dim]` layout over
+  /// caller storage of at least `n_kv_heads * capacity * head_dim` elements
+  /// for `k` and `v`, `n_kv_heads * capacity` for `positions` and `n_kv_heads`
+  /// for `lengths`. Throws `std::invalid_argument` via `validate()`.
+  static KVView contiguous(T* k, T* v, std::int64_t* positions, std::size_t* lengths,
+                           std::size_t n_kv_heads, std::size_t capacity, std::size_t head_dim) {
+    KVView view;
+    view.k = k;
+    view.v = v;
+    view.positions = positions;
+    view.lengths = lengths;
+    view.n_kv_heads = n_kv_heads;
+    view.capacity = capacity;
+    view.head_dim = head_dim;
+    view.head_stride = capacity * head_dim;
+    view.slot_stride = head_dim;
+    view.validate();
+    return view;
+  }
+
+  /// Checks pointers, sizes and that rows of distinct (head, slot) pairs do
+  /// not overlap for the two standard layouts. Also checks every
+  /// `lengths[h] <= capacity`. Throws `std::invalid_argument` naming the field.
+  void validate() const {
+    detail::require(k != nullptr && v != nullptr, "kvevict::KVView: k and v must be non-null");
+    detail::require(positions != nullptr, "kvevict::KVView: positions must be non-null");
+    detail::require(lengths != nullptr, "kvevict::KVView: lengths must be non-null");
+    detail::require(n_kv_heads >= 1, "kvevict::KVView: n_kv_heads must be >= 1 (got ", n_kv_heads, ")");
+    detail::require(capacity >= 1, "kvevict::KVView: capacity must be >= 1 (got ", capacity, ")");
+    detail::require(head_dim >= 1, "kvevict::KVView: head_dim must be >= 1 (got ", head_dim, ")");
+    detail::require(slot_stride >= head_dim, "kvevict::KVView: slot_stride (", slot_stride,
+                    ") must be >= head_dim (", head_dim, ")");
+    const bool head_major = head_stride >= capacity * slot_stride;
+    const bool slot_major = head_stride >= head_dim && slot_stride >= n_kv_heads * head_stride;
+    detail::require(n_kv_heads == 1 || head_major || slot_major, "kvevict::KVView: head_stride (",
+                    head_stride, ") and slot_stride (", slot_stride, ") make rows of different heads overlap");
+    for (std::size_t h = 0; h < n_kv_heads; ++h)
+      detail::require(lengths[h] <= capacity, "kvevict::KVView: lengths[", h, "] = ", lengths[h],
+                      " exceeds capacity ", capacity);
+  }
+
+  /// K row of (head, slot): `head_dim` contiguous elements. No bounds check.
+  T* k_row(std::size_t head, std::size_t slot) const { return k + head * head_stride + slot * slot_stride; }
+  /// V row of (head, slot): `head_dim` contiguous elements. No bounds check.
+  T* v_row(std::size_t head, std::size_t slot) const { return v + head * head_stride + slot * slot_stride; }
+  /// Position IDs of `head`, `[capacity]`; the first `length(head)` are live.
+  std::int64_t* head_positions(std::size_t head) const { return positions + head * capacity; }
+  /// Live slots of `head`.
+  std::size_t length(std::size_t head) const { return lengths[head]; }
+
+  /// Appends one token to every KV head: writes `k_new[h * head_dim ...]` and
+  /// `v_new[h * head_dim ...]` (both `[kv_head][head_dim]`, row-major) into slot
+  /// `lengths[h]` with position ID `position`, then increments `lengths[h]`.
+  /// All-or-nothing: throws `std::length_error` (nothing written) if any head
+  /// is full and `std::invalid_argument` if a pointer is null. O(n_kv_heads * head_dim).
+  void append(std::int64_t position, const T* k_new, const T* v_new) const {
+    detail::require(k_new != nullptr && v_new != nullptr, "kvevict::KVView::append: k_new and v_new must be non-null");
+    for (std::size_t h = 0; h < n_kv_heads; ++h)
+      if (lengths[h] >= capacity)
+        throw std::length_error(detail::concat("kvevict::KVView::append: KV head ", h, " is full (capacity ",
+                                               capacity, ")"));
+    for (std::size_t h = 0; h < n_kv_heads; ++h) {
+      const std::size_t s = lengths[h];
+      std::memcpy(k_row(h, s), k_new + h * head_dim, head_dim * sizeof(T));
+      std::memcpy(v_row(h, s), v_new + h * head_dim, head_dim * sizeof(T));
+      head_positions(h)[s] = position;
+      lengths[h] = s + 1;
+    }
+  }
+
+  /// Copies the K row, V row and position ID of slot `from` of `head` onto slot
+  /// `to` (no-op when equal). O(head_dim). No bounds check; lengths untouched.
+  void move_slot(std::size_t head, std::size_t from, std::size_t to) const {
+    if (from == to) return;
+    std::memcpy(k_row(head, to), k_row(head, from), head_dim * sizeof(T));
+    std::memcpy(v_row(head, to), v_row(head, from), head_dim * sizeof(T));
+    head_positions(head)[to] = head_positions(head)[from];
+  }
+};
+
+}  // namespace kvevict

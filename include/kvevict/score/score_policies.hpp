@@ -1,0 +1,65 @@
+// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
+// SPDX-License-Identifier: Apache-2.0
+//
+// score/score_policies.hpp — what a token's score is: the score policies.
+//
+// A score policy is a small traits struct; `Cache` runs the shared kernel
+// (`accumulate_softmax`) as the traits say. Members every policy has:
+//   kUsesLogits       — the policy reads attention logits at all;
+//   kAccumulates      — scores persist and grow over steps (false: each step
+//                       replaces them, TOVA);
+//   kUsesTemperature  — divide by the schedule's τ (false: τ = 1);
+//   kPrefillLastRow   — prefill scores with the last prompt row only (TOVA)
+//                       instead of summing every causal row;
+//   bool noisy() const — add Gumbel noise ζ each step.
+#pragma once
+
+namespace kvevict {
+
+/// Keyformer's score (Adnan et al., MLSys 2024, §3.3, Eq. 7): every step, each
+/// retained token's score grows by `softmax((x + ζ) / τ)` summed over the step's
+/// query rows (and over the query heads of its GQA group), ζ ~ Gumbel(0, 1)
+/// drawn afresh each step. `gumbel_noise = false` gives the deterministic
+/// variant (`ζ = 0`, temperature still applied).
+struct GumbelLogitScore {
+  static constexpr bool kUsesLogits = true;
+  static constexpr bool kAccumulates = true;
+  static constexpr bool kUsesTemperature = true;
+  static constexpr bool kPrefillLastRow = false;
+  bool gumbel_noise = true;  ///< draw ζ from the cache's seeded generator
+  bool noisy() const { return gumbel_noise; }
+};
+
+/// H2O's heavy-hitter score (Zhang et al., NeurIPS 2023, §4): accumulated plain
+/// attention `softmax(x)`, no noise, τ = 1 whatever the schedule says.
+struct AccumulatedAttentionScore {
+  static constexpr bool kUsesLogits = true;
+  static constexpr bool kAccumulates = true;
+  static constexpr bool kUsesTemperature = false;
+  static constexpr bool kPrefillLastRow = false;
+  bool noisy() const { return false; }
+};
+
+/// TOVA's score (Oren et al., 2024, §3): the current step's attention only,
+/// `softmax(x)` of the newest query, summed over the group's query heads; it
+/// replaces (does not add to) the previous score. At prefill the newest query is
+/// the last prompt row.
+struct CurrentAttentionScore {
+  static constexpr bool kUsesLogits = true;
+  static constexpr bool kAccumulates = false;
+  static constexpr bool kUsesTemperature = false;
+  static constexpr bool kPrefillLastRow = true;
+  bool noisy() const { return false; }
+};
+
+/// No score: position-only policies (StreamingLLM, sliding window). The cache
+/// ignores the logits argument (it may be `nullptr`) and all scores stay 0.
+struct NoScore {
+  static constexpr bool kUsesLogits = false;
+  static constexpr bool kAccumulates = false;
+  static constexpr bool kUsesTemperature = false;
+  static constexpr bool kPrefillLastRow = false;
+  bool noisy() const { return false; }
+};
+
+}  // namespace kvevict

@@ -1,0 +1,65 @@
+// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
+// SPDX-License-Identifier: Apache-2.0
+//
+// selection/sink_recent_selection.hpp — attention sinks plus a sliding window
+// (StreamingLLM; plain window attention with 0 sinks).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "kvevict/core/check.hpp"
+
+namespace kvevict {
+
+/// Selection policy of StreamingLLM (Xiao et al., ICLR 2024, §3.2): keep the
+/// `sinks` oldest retained tokens (attention sinks) plus the `k − sinks` most
+/// recent ones. Positions are kept as they were (kvevict never renumbers; the
+/// paper's re-indexing inside the cache is a different method). `sinks = 0` is
+/// plain sliding-window attention. Scores and the recent window `w` are
+/// ignored: the window is `k − sinks`.
+/// Entry points as for `RecentTopKSelection`.
+struct SinkRecentSelection {
+  std::size_t sinks = 0;  ///< attention sinks kept at the start
+
+  /// Throws `std::invalid_argument` if `sinks > k`.
+  void validate(std::size_t k, std::size_t /*w*/) const {
+    detail::require(sinks <= k, "kvevict::SinkRecentSelection: sinks = ", sinks, " exceeds budget k = ", k);
+  }
+  /// Candidates in position order: the first `min(sinks, m)` and the last
+  /// `m − min(sinks, m)`, `m = min(k, n)`. O(m).
+  std::size_t prefill_keep(const float* /*scores*/, std::size_t n, std::size_t k, std::size_t /*w*/,
+                           std::size_t* out) const {
+    const std::size_t m = std::min(k, n);
+    const std::size_t s = std::min(sinks, m);
+    std::size_t c = 0;
+    for (std::size_t i = 0; i < s; ++i) out[c++] = i;
+    for (std::size_t i = n - (m - s); i < n; ++i) out[c++] = i;
+    return c;
+  }
+  /// The oldest non-sink slot: the slot with the (sinks + 1)-th smallest
+  /// position (positions are distinct). O(n · (sinks + 1)), no allocation.
+  std::size_t victim(const float* /*scores*/, const std::int64_t* positions, std::size_t n,
+                     std::int64_t /*recent_from*/) const {
+    // Position of the sinks-th smallest = the largest sink; the victim is the
+    // smallest position above it. Found by raising a floor `sinks` times.
+    std::int64_t floor = std::numeric_limits<std::int64_t>::min();
+    std::size_t best = 0;
+    for (std::size_t round = 0; round <= sinks; ++round) {
+      std::int64_t min_pos = std::numeric_limits<std::int64_t>::max();
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::int64_t p = positions[i];
+        if (p > floor && p < min_pos) {
+          min_pos = p;
+          best = i;
+        }
+      }
+      floor = min_pos;
+    }
+    return best;
+  }
+};
+
+}  // namespace kvevict

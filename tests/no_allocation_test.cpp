@@ -1,0 +1,74 @@
+// decode_step performs no heap allocation after construction: counted by
+// replacing the global operator new for this test executable.
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <kvevict/kvevict.hpp>
+
+// GCC 12 flags free() of memory from this very operator new as "mismatched";
+// here the pair is intentional (malloc-backed replacement of operator new).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace {
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+long count_decode_allocations(kvevict::Policy policy, bool shared_heads) {
+  const std::size_t n_kv = 4, g = 2, d = 32, k = 64, prompt = 96, steps = 1000;
+  kvevict::KVBuffer<float> buf(n_kv, k + 1 > prompt ? k + 1 : prompt, d);
+  auto kv = buf.view();
+  kvevict::CacheConfig cfg;
+  cfg.n_q_heads = n_kv * g;
+  cfg.budget = kvevict::Budget::tokens(k);
+  cfg.recent = kvevict::RecentWindow::tokens(policy == kvevict::Policy::tova ? 0 : 16);
+  cfg.shared_heads = shared_heads;
+  kvevict::PolicyParams params;
+  params.horizon = steps;
+  auto cache = kvevict::make_cache(policy, cfg, kv, params);
+  std::vector<float> rows(n_kv * d, 0.5f);
+  for (std::size_t p = 0; p < prompt; ++p) kv.append(static_cast<std::int64_t>(p), rows.data(), rows.data());
+  std::vector<float> logits(cfg.n_q_heads * prompt * prompt, 0.0f), q(cfg.n_q_heads * d, 0.1f);
+  cache->prefill(logits.data(), prompt);
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i % 7) * 0.1f;
+  const long before = g_allocations.load();
+  for (std::size_t t = 0; t < steps; ++t) {
+    kv.append(static_cast<std::int64_t>(prompt + t), rows.data(), rows.data());
+    const std::size_t n = kv.length(0);
+    kvevict::attention_logits(kv, q.data(), cfg.n_q_heads, logits.data(), 0.125f);
+    cache->decode_step(logits.data(), n);
+  }
+  return g_allocations.load() - before;
+}
+
+TEST(NoAllocation, DecodeStepsAllocateNothing) {
+  for (auto policy : {kvevict::Policy::keyformer, kvevict::Policy::h2o, kvevict::Policy::streaming_llm,
+                      kvevict::Policy::window, kvevict::Policy::tova})
+    for (bool shared : {false, true})
+      EXPECT_EQ(count_decode_allocations(policy, shared), 0)
+          << kvevict::policy_name(policy) << (shared ? " shared" : " per-head");
+}
+
+TEST(NoAllocation, CounterSeesAllocations) {
+  const long before = g_allocations.load();
+  void* p = ::operator new(64);  // a direct call cannot be elided, unlike a new-expression
+  ::operator delete(p);
+  EXPECT_EQ(g_allocations.load() - before, 1);
+}
+
+}  // namespace

@@ -1,0 +1,60 @@
+// Helpers shared by the cache tests: a layer whose K/V rows encode their token.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <Eigen/Core>
+#include <gtest/gtest.h>
+
+#include <kvevict/kvevict.hpp>
+
+namespace kvtest {
+
+/// K[i] of (kv_head h, position p) = p * 100 + h * 10 + i; V = -K.
+inline float k_value(std::int64_t p, std::size_t h, std::size_t i) {
+  return static_cast<float>(p * 100 + static_cast<std::int64_t>(h) * 10 + static_cast<std::int64_t>(i));
+}
+
+template <class T>
+void append_token(const kvevict::KVView<T>& kv, std::int64_t p) {
+  std::vector<T> k(kv.n_kv_heads * kv.head_dim), v(k.size());
+  for (std::size_t h = 0; h < kv.n_kv_heads; ++h)
+    for (std::size_t i = 0; i < kv.head_dim; ++i) {
+      k[h * kv.head_dim + i] = T(k_value(p, h, i));
+      v[h * kv.head_dim + i] = T(-k_value(p, h, i));
+    }
+  kv.append(p, k.data(), v.data());
+}
+
+/// Every live slot's K and V rows still belong to the slot's position ID
+/// (compared after the same rounding to `T`, so 16-bit types work too).
+template <class T>
+::testing::AssertionResult rows_aligned(const kvevict::KVView<T>& kv) {
+  for (std::size_t h = 0; h < kv.n_kv_heads; ++h)
+    for (std::size_t s = 0; s < kv.length(h); ++s) {
+      const std::int64_t p = kv.head_positions(h)[s];
+      for (std::size_t i = 0; i < kv.head_dim; ++i) {
+        const float kx = static_cast<float>(kv.k_row(h, s)[i]), vx = static_cast<float>(kv.v_row(h, s)[i]);
+        const float want = static_cast<float>(T(k_value(p, h, i)));
+        if (kx != want || vx != -want)
+          return ::testing::AssertionFailure() << "head " << h << " slot " << s << " position " << p << " elem "
+                                               << i << ": K " << kx << " V " << vx;
+      }
+    }
+  return ::testing::AssertionSuccess();
+}
+
+/// Causal logits [q_head][P][P] filled from a function f(h, r, c) for c <= r
+/// (upper triangle set to NaN to prove it is never read).
+template <class F>
+std::vector<float> causal_logits(std::size_t n_q, std::size_t P, F f) {
+  std::vector<float> x(n_q * P * P, std::nanf(""));
+  for (std::size_t h = 0; h < n_q; ++h)
+    for (std::size_t r = 0; r < P; ++r)
+      for (std::size_t c = 0; c <= r; ++c) x[(h * P + r) * P + c] = f(h, r, c);
+  return x;
+}
+
+}  // namespace kvtest
