@@ -1,0 +1,165 @@
+// tests/llama2/llama2_engine_test.cpp — the engine on small synthetic checkpoints: the prefill and
+// decode paths agree, the tied and untied classifiers agree, a policy whose budget is never reached
+// changes nothing, and an evicting policy keeps every layer at its budget.
+// SPDX-License-Identifier: Apache-2.0
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "llama2/engine.hpp"
+#include "llama2/eviction.hpp"
+#include "llama2/model.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using llama2::Engine;
+using llama2::Model;
+using llama2_test::Header;
+
+Model make_model(const Header& h, std::uint32_t seed) {
+  llama2_test::TempFile f("kvevict_engine");
+  llama2_test::write_checkpoint(f.path, h, llama2_test::random_weights(h, seed));
+  return Model::load(f.path);
+}
+
+const std::vector<int> kTokens = {1, 5, 17, 3, 30, 8, 8, 21, 2, 11, 19, 4, 27, 6, 13, 9};
+
+// Logits of every position of kTokens through step() only.
+std::vector<std::vector<float>> step_logits(Engine& engine, const std::vector<int>& tokens) {
+  std::vector<std::vector<float>> out;
+  for (int t : tokens) {
+    const float* l = engine.step(t);
+    out.emplace_back(l, l + engine.config().vocab_size);
+  }
+  return out;
+}
+
+void expect_prefill_matches_steps(const Header& h) {
+  const Model m = make_model(h, 21);
+  Engine a(m), b(m);
+  const llama2::RowMatrix& pre = a.prefill(kTokens);
+  const auto steps = step_logits(b, kTokens);
+  ASSERT_EQ(pre.rows(), static_cast<Eigen::Index>(kTokens.size()));
+  for (std::size_t t = 0; t < kTokens.size(); ++t)
+    for (std::size_t v = 0; v < m.config().vocab_size; ++v)
+      ASSERT_NEAR(pre(static_cast<Eigen::Index>(t), static_cast<Eigen::Index>(v)), steps[t][v], 1e-4f)
+          << "position " << t << " token " << v;
+  EXPECT_EQ(a.position(), kTokens.size());
+  EXPECT_EQ(a.retained(0), kTokens.size());
+  EXPECT_EQ(a.kv_bytes_held(), a.kv_bytes_full());
+}
+
+TEST(Llama2Engine, PrefillMatchesTokenByTokenWithGQA) { expect_prefill_matches_steps(Header{}); }
+
+TEST(Llama2Engine, PrefillMatchesTokenByTokenWithMHA) {
+  Header h;
+  h.n_kv_heads = h.n_heads;
+  expect_prefill_matches_steps(h);
+}
+
+TEST(Llama2Engine, UntiedClassifierEqualToTheEmbeddingGivesTheTiedLogits) {
+  const Header tied;
+  Header untied = tied;
+  untied.vocab_size = -tied.vocab_size;
+  auto w = llama2_test::random_weights(tied, 5);
+  auto w_untied = w;
+  w_untied.insert(w_untied.end(), w.begin(), w.begin() + tied.vocab_size * tied.dim);  // classifier = embedding
+  llama2_test::TempFile f1("kvevict_tied"), f2("kvevict_untied");
+  llama2_test::write_checkpoint(f1.path, tied, w);
+  llama2_test::write_checkpoint(f2.path, untied, w_untied);
+  const Model m1 = Model::load(f1.path), m2 = Model::load(f2.path);
+  Engine e1(m1), e2(m2);
+  const auto a = step_logits(e1, kTokens), b = step_logits(e2, kTokens);
+  EXPECT_EQ(a, b);
+}
+
+llama2::EvictionSettings settings(const char* policy, kvevict::Budget budget) {
+  llama2::EvictionSettings s;
+  s.policy = policy;
+  s.budget = budget;
+  s.recent = kvevict::RecentWindow::ratio(policy == std::string("tova") ? 0.0 : 0.3);
+  s.params.horizon = 16;
+  s.seed = 3;
+  return s;
+}
+
+TEST(Llama2Engine, PolicyWhoseBudgetIsNeverReachedChangesNothing) {
+  const Model m = make_model(Header{}, 22);
+  const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 6), rest(kTokens.begin() + 6, kTokens.end());
+  Engine full(m);
+  const llama2::RowMatrix expected_prefill = full.prefill(prompt);
+  const auto expected = step_logits(full, rest);
+  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) {
+    Engine e(m, llama2::make_cache_factory(settings(policy, kvevict::Budget::tokens(40)), m.config().n_heads));
+    EXPECT_EQ(e.prefill(prompt), expected_prefill) << policy;
+    EXPECT_EQ(step_logits(e, rest), expected) << policy;
+    EXPECT_EQ(e.retained(1), kTokens.size()) << policy;
+  }
+}
+
+TEST(Llama2Engine, EvictingPolicyKeepsEveryLayerAtItsBudget) {
+  const Model m = make_model(Header{}, 23);
+  const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 10), rest(kTokens.begin() + 10, kTokens.end());
+  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) {
+    Engine e(m, llama2::make_cache_factory(settings(policy, kvevict::Budget::ratio(0.5)), m.config().n_heads));
+    Engine full(m);
+    full.prefill(prompt);
+    e.prefill(prompt);
+    for (std::size_t l = 0; l < m.config().n_layers; ++l)
+      for (std::size_t h = 0; h < m.config().n_kv_heads; ++h) ASSERT_EQ(e.retained(l, h), 5u) << policy;
+    for (int t : rest) {
+      const float* logits = e.step(t);
+      full.step(t);
+      for (std::size_t v = 0; v < m.config().vocab_size; ++v) ASSERT_TRUE(std::isfinite(logits[v])) << policy;
+      for (std::size_t l = 0; l < m.config().n_layers; ++l) {
+        ASSERT_EQ(e.retained(l), 5u) << policy;
+        // Every policy but TOVA (no recent window) keeps the token just appended.
+        if (std::string(policy) == "tova") continue;
+        const auto& view = e.view(l);
+        bool has_newest = false;
+        for (std::size_t s = 0; s < view.length(0); ++s)
+          has_newest |= view.head_positions(0)[s] == static_cast<std::int64_t>(e.position() - 1);
+        EXPECT_TRUE(has_newest) << policy << " layer " << l;
+      }
+    }
+    EXPECT_EQ(e.kv_bytes_held(), m.config().n_layers * 5 * 2 * m.config().kv_dim() * sizeof(float)) << policy;
+    EXPECT_EQ(e.kv_bytes_full(), full.kv_bytes_held()) << policy;
+  }
+}
+
+TEST(Llama2Engine, RejectsMisuse) {
+  const Model m = make_model(Header{}, 24);
+  Engine e(m);
+  EXPECT_THROW(e.prefill({}), std::invalid_argument);
+  EXPECT_THROW(e.prefill({1, 32}), std::invalid_argument);  // vocab is 32
+  EXPECT_THROW(e.step(-1), std::invalid_argument);
+  e.prefill({1, 2});
+  EXPECT_THROW(e.prefill({1, 2}), std::logic_error);
+  e.reset();
+  EXPECT_EQ(e.position(), 0u);
+  EXPECT_EQ(e.retained(0), 0u);
+  for (int i = 0; i < 48; ++i) e.step(i % 32);
+  EXPECT_THROW(e.step(1), std::length_error);  // seq_len is 48
+}
+
+TEST(Llama2Engine, BudgetResolvingToZeroThrowsAndLeavesTheEngineReset) {
+  const Model m = make_model(Header{}, 25);
+  Engine e(m, llama2::make_cache_factory(settings("keyformer", kvevict::Budget::ratio(0.5)), m.config().n_heads));
+  EXPECT_THROW(e.prefill({1}), std::invalid_argument);  // floor(0.5 * 1) = 0
+  EXPECT_EQ(e.position(), 0u);
+  EXPECT_EQ(e.retained(0), 0u);
+  e.prefill({1, 2, 3, 4});
+  EXPECT_EQ(e.retained(0), 2u);
+}
+
+TEST(Llama2Engine, UnknownPolicyIsRejected) {
+  llama2::EvictionSettings s;
+  s.policy = "lru";
+  EXPECT_THROW(llama2::make_cache_factory(s, 4), std::invalid_argument);
+}
+
+}  // namespace
