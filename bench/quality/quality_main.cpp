@@ -1,0 +1,429 @@
+// kvevict — bench/quality: what eviction costs in model quality, on a real model and real text.
+// SPDX-License-Identifier: Apache-2.0
+//
+// Protocol (issue "Main job on real input"): the validation text is tokenized
+// like the llama2.c reference (paragraphs split on blank lines, each encoded
+// with BOS prefixed, ids concatenated) and cut into consecutive windows of
+// `--window` (512) tokens. In each window the first `--prompt` (256) tokens are
+// prefilled with full causal attention; then every layer's cache is cut to
+// `k = floor(r * prompt)` with `w = floor(0.3 * k)`, and the remaining tokens
+// are teacher-forced with eviction at every step. For each decode step (token
+// t = prompt .. window-2 fed, token t+1 predicted; 255 predictions) we compare
+// the policy's next-token distribution q with the full cache's p:
+//   NLL  = -log q(target)            (nats)
+//   KL   = sum_v p(v) (log p(v) - log q(v))   KL(full || policy), nats
+//   top1 = [argmax q == argmax p]
+// Per-window means are the units; each reported mean comes with the standard
+// error over windows. Keyformer with noise is run for `--seeds` seeds; its
+// table entry is the mean over seeds (± std over seeds of the per-seed means).
+//
+// Output: long-format CSV (one row per policy/budget/seed/window), a summary
+// CSV, gnuplot data + script (NLL and KL against budget; bench/quality/run.sh
+// renders the PNG), Markdown tables on stdout; progress on stderr.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "llama2/engine.hpp"
+#include "llama2/eviction.hpp"
+#include "llama2/model.hpp"
+#include "llama2/tokenizer.hpp"
+
+namespace {
+
+// One policy configuration of the sweep.
+struct Run {
+  std::string label;   // "keyformer", "keyformer-nonoise", "h2o", ...
+  std::string policy;  // kvevict policy name
+  double ratio = 0.0;  // budget fraction of the prompt
+  bool noise = true;
+  std::uint64_t seed = 0;
+};
+
+// Per-window result of one run.
+struct WindowResult {
+  double nll = 0.0, kl = 0.0, top1 = 0.0;
+};
+
+// Full-cache reference for one window: log-probabilities of each prediction.
+struct Reference {
+  std::vector<std::vector<float>> logp;  // [prediction][vocab]
+  std::vector<int> argmax;
+  double nll = 0.0;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Paragraphs separated by blank lines, each encoded with BOS, concatenated
+// (the tokenization of ../shared/reference/README.md).
+std::vector<int> tokenize_corpus(const llama2::Tokenizer& tok, const std::string& text) {
+  std::vector<int> ids;
+  std::istringstream in(text);
+  std::string line, para;
+  auto flush = [&] {
+    if (para.empty()) return;
+    const auto p = tok.encode(para, true);
+    ids.insert(ids.end(), p.begin(), p.end());
+    para.clear();
+  };
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) {
+      flush();
+    } else {
+      if (!para.empty()) para += '\n';
+      para += line;
+    }
+  }
+  flush();
+  return ids;
+}
+
+void log_softmax(const float* logits, std::size_t n, std::vector<float>& out) {
+  out.resize(n);
+  const float m = *std::max_element(logits, logits + n);
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - m));
+  const float lse = m + static_cast<float>(std::log(sum));
+  for (std::size_t i = 0; i < n; ++i) out[i] = logits[i] - lse;
+}
+
+int argmax(const std::vector<float>& v) {
+  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+std::vector<int> window_tokens(const std::vector<int>& ids, std::size_t w, std::size_t len) {
+  return std::vector<int>(ids.begin() + static_cast<std::ptrdiff_t>(w * len),
+                          ids.begin() + static_cast<std::ptrdiff_t>((w + 1) * len));
+}
+
+Reference full_reference(llama2::Engine& engine, const std::vector<int>& tokens, std::size_t prompt) {
+  Reference ref;
+  engine.reset();
+  engine.prefill(std::vector<int>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(prompt)));
+  const std::size_t vocab = engine.config().vocab_size;
+  std::vector<float> lp;
+  for (std::size_t t = prompt; t + 1 < tokens.size(); ++t) {
+    log_softmax(engine.step(tokens[t]), vocab, lp);
+    ref.nll -= lp[static_cast<std::size_t>(tokens[t + 1])];
+    ref.argmax.push_back(argmax(lp));
+    ref.logp.push_back(lp);
+  }
+  ref.nll /= static_cast<double>(ref.logp.size());
+  return ref;
+}
+
+WindowResult evaluate(llama2::Engine& engine, const std::vector<int>& tokens, std::size_t prompt,
+                      const Reference& ref) {
+  WindowResult r;
+  engine.reset();
+  engine.prefill(std::vector<int>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(prompt)));
+  const std::size_t vocab = engine.config().vocab_size;
+  std::vector<float> lq;
+  std::size_t i = 0;
+  for (std::size_t t = prompt; t + 1 < tokens.size(); ++t, ++i) {
+    log_softmax(engine.step(tokens[t]), vocab, lq);
+    r.nll -= lq[static_cast<std::size_t>(tokens[t + 1])];
+    double kl = 0.0;
+    const auto& lp = ref.logp[i];
+    for (std::size_t v = 0; v < vocab; ++v) kl += std::exp(static_cast<double>(lp[v])) * (lp[v] - lq[v]);
+    r.kl += kl;
+    r.top1 += argmax(lq) == ref.argmax[i] ? 1.0 : 0.0;
+  }
+  r.nll /= static_cast<double>(i);
+  r.kl /= static_cast<double>(i);
+  r.top1 /= static_cast<double>(i);
+  return r;
+}
+
+struct Stat {
+  double mean = 0.0, se = 0.0;
+};
+Stat mean_se(const std::vector<double>& x) {
+  Stat s;
+  if (x.empty()) return s;
+  for (double v : x) s.mean += v;
+  s.mean /= static_cast<double>(x.size());
+  if (x.size() > 1) {
+    double var = 0.0;
+    for (double v : x) var += (v - s.mean) * (v - s.mean);
+    var /= static_cast<double>(x.size() - 1);
+    s.se = std::sqrt(var / static_cast<double>(x.size()));
+  }
+  return s;
+}
+
+std::string fmt(double v, int prec) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvevict quality report: NLL, KL(full || policy) and top-1 agreement of every eviction policy "
+               "against the full KV cache, on consecutive windows of a text."};
+  const char* shared_env = std::getenv("KVEVICT_SHARED_DIR");
+  const std::string shared = shared_env != nullptr && *shared_env != '\0' ? shared_env : "../shared";
+  std::string model_path = shared + "/models/stories260K/stories260K.bin";
+  std::string tokenizer_path = shared + "/models/stories260K/tok512.model";
+  std::string data_path = shared + "/data/tinystories-val/tinystories_val.txt";
+  std::string windows_opt = "24";
+  std::size_t window = 512, prompt = 256, seeds = 5, sinks = 4;
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<double> ratios{0.1, 0.2, 0.3, 0.5, 0.7, 0.9};
+  double recent_ratio = 0.3;
+  std::string out_prefix = "quality";
+  app.add_option("--model", model_path, "llama2.c checkpoint")->capture_default_str();
+  app.add_option("--tokenizer", tokenizer_path, "SentencePiece model")->capture_default_str();
+  app.add_option("--data", data_path, "validation text (paragraphs separated by blank lines)")->capture_default_str();
+  app.add_option("--windows", windows_opt, "number of windows from the start of the text, or 'all'")
+      ->capture_default_str();
+  app.add_option("--window", window, "tokens per window")->capture_default_str()->check(CLI::Range(4, 100000));
+  app.add_option("--prompt", prompt, "prompt tokens prefilled at full attention")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ratios", ratios, "budget fractions r of the prompt: k = floor(r * prompt)")
+      ->capture_default_str()->delimiter(',')->check(CLI::Range(1e-9, 1.0));
+  app.add_option("--recent-ratio", recent_ratio, "recent window w = floor(q * k)")->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--seeds", seeds, "Keyformer seeds (noise on)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--sinks", sinks, "StreamingLLM attention sinks")->capture_default_str();
+  app.add_option("--threads", threads, "worker threads (windows run in parallel)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--out", out_prefix, "output prefix: PREFIX.csv, PREFIX_summary.csv, PREFIX.gp")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (prompt + 2 > window) throw std::invalid_argument("--prompt must be at most --window - 2");
+    const llama2::Model model = llama2::Model::load(model_path);
+    const llama2::Tokenizer tok(tokenizer_path);
+    const std::vector<int> ids = tokenize_corpus(tok, read_file(data_path));
+    const std::size_t available = ids.size() / window;
+    std::size_t n_windows = available;
+    if (windows_opt != "all") {
+      std::size_t used = 0;
+      n_windows = std::stoul(windows_opt, &used);
+      if (used != windows_opt.size() || n_windows == 0)
+        throw std::invalid_argument("--windows must be a positive number or 'all' (got '" + windows_opt + "')");
+      if (n_windows > available)
+        throw std::invalid_argument("--windows " + windows_opt + " exceeds the " + std::to_string(available) +
+                                    " windows of " + std::to_string(window) + " tokens in the text");
+    }
+    if (window > model.config().seq_len)
+      throw std::invalid_argument("--window exceeds the model's context (" + std::to_string(model.config().seq_len) +
+                                  ")");
+
+    // The sweep.
+    std::vector<Run> runs;
+    for (double r : ratios) {
+      for (std::size_t s = 1; s <= seeds; ++s) runs.push_back({"keyformer", "keyformer", r, true, s});
+      runs.push_back({"keyformer-nonoise", "keyformer", r, false, 0});
+      runs.push_back({"h2o", "h2o", r, false, 0});
+      runs.push_back({"streaming", "streaming", r, false, 0});
+      runs.push_back({"window", "window", r, false, 0});
+      runs.push_back({"tova", "tova", r, false, 0});
+    }
+    std::cerr << "kvevict-quality: " << ids.size() << " tokens, " << n_windows << " of " << available
+              << " windows of " << window << " (prompt " << prompt << "), " << runs.size() << " runs per window, "
+              << threads << " threads\n";
+
+    // results[run][window]; full_nll[window].
+    std::vector<std::vector<WindowResult>> results(runs.size(), std::vector<WindowResult>(n_windows));
+    std::vector<double> full_nll(n_windows);
+    std::atomic<std::size_t> next{0}, done{0};
+    std::mutex err_mutex;
+    std::string first_error;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto worker = [&] {
+      try {
+        llama2::Engine full(model);
+        std::vector<std::unique_ptr<llama2::Engine>> engines;
+        for (const Run& run : runs) {
+          llama2::EvictionSettings s;
+          s.policy = run.policy;
+          s.budget = kvevict::Budget::ratio(run.ratio);
+          s.recent = run.policy == "tova" ? kvevict::RecentWindow::tokens(0) : kvevict::RecentWindow::ratio(recent_ratio);
+          s.params.horizon = window - prompt - 1;
+          s.params.gumbel_noise = run.noise;
+          s.params.sinks = sinks;
+          s.seed = run.seed;
+          engines.push_back(std::make_unique<llama2::Engine>(
+              model, llama2::make_cache_factory(s, model.config().n_heads)));
+        }
+        for (std::size_t w; (w = next.fetch_add(1)) < n_windows;) {
+          const auto tokens = window_tokens(ids, w, window);
+          const Reference ref = full_reference(full, tokens, prompt);
+          full_nll[w] = ref.nll;
+          for (std::size_t r = 0; r < runs.size(); ++r) results[r][w] = evaluate(*engines[r], tokens, prompt, ref);
+          const std::size_t d = ++done;
+          const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          std::lock_guard<std::mutex> lock(err_mutex);
+          std::cerr << "  window " << d << "/" << n_windows << "  " << fmt(secs, 1) << " s\n";
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(err_mutex);
+        if (first_error.empty()) first_error = e.what();
+        next = n_windows;
+      }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned i = 0; i < threads; ++i) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+    if (!first_error.empty()) throw std::runtime_error(first_error);
+
+    // Long-format CSV.
+    {
+      std::ofstream csv(out_prefix + ".csv");
+      csv << "policy,ratio,k,w,seed,window,nll,kl,top1\n";
+      for (std::size_t w = 0; w < n_windows; ++w)
+        csv << "full,1,256,0,0," << w << "," << fmt(full_nll[w], 6) << ",0,1\n";
+      for (std::size_t r = 0; r < runs.size(); ++r) {
+        const std::size_t k = static_cast<std::size_t>(std::floor(runs[r].ratio * static_cast<double>(prompt)));
+        const std::size_t wr = runs[r].policy == "tova" ? 0 : static_cast<std::size_t>(std::floor(recent_ratio * k));
+        for (std::size_t w = 0; w < n_windows; ++w)
+          csv << runs[r].label << "," << runs[r].ratio << "," << k << "," << wr << "," << runs[r].seed << "," << w
+              << "," << fmt(results[r][w].nll, 6) << "," << fmt(results[r][w].kl, 6) << ","
+              << fmt(results[r][w].top1, 6) << "\n";
+      }
+    }
+
+    // Summary: per (label, ratio) over windows; Keyformer-with-noise: per-window mean over seeds,
+    // and the std over seeds of the per-seed means.
+    const std::vector<std::string> labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova"};
+    struct Cell {
+      Stat nll, kl, top1;
+      double seed_std_nll = 0.0;
+    };
+    std::map<std::pair<std::string, double>, Cell> table;
+    for (const auto& label : labels)
+      for (double ratio : ratios) {
+        std::vector<std::size_t> idx;
+        for (std::size_t r = 0; r < runs.size(); ++r)
+          if (runs[r].label == label && runs[r].ratio == ratio) idx.push_back(r);
+        std::vector<double> nll(n_windows, 0.0), kl(n_windows, 0.0), top1(n_windows, 0.0), seed_means;
+        for (std::size_t r : idx) {
+          double m = 0.0;
+          for (std::size_t w = 0; w < n_windows; ++w) {
+            nll[w] += results[r][w].nll / static_cast<double>(idx.size());
+            kl[w] += results[r][w].kl / static_cast<double>(idx.size());
+            top1[w] += results[r][w].top1 / static_cast<double>(idx.size());
+            m += results[r][w].nll / static_cast<double>(n_windows);
+          }
+          seed_means.push_back(m);
+        }
+        Cell c{mean_se(nll), mean_se(kl), mean_se(top1), 0.0};
+        // Sample standard deviation over seeds of the per-seed mean NLL (se * sqrt(n)).
+        if (seed_means.size() > 1)
+          c.seed_std_nll = mean_se(seed_means).se * std::sqrt(static_cast<double>(seed_means.size()));
+        table[{label, ratio}] = c;
+      }
+    const Stat full = mean_se(full_nll);
+    {
+      std::ofstream csv(out_prefix + "_summary.csv");
+      csv << "policy,ratio,k,nll,nll_se,kl,kl_se,top1,top1_se,nll_seed_std\n";
+      for (const auto& label : labels)
+        for (double ratio : ratios) {
+          const Cell& c = table[{label, ratio}];
+          csv << label << "," << ratio << "," << static_cast<std::size_t>(std::floor(ratio * double(prompt))) << ","
+              << fmt(c.nll.mean, 6) << "," << fmt(c.nll.se, 6) << "," << fmt(c.kl.mean, 6) << ","
+              << fmt(c.kl.se, 6) << "," << fmt(c.top1.mean, 6) << "," << fmt(c.top1.se, 6) << ","
+              << fmt(c.seed_std_nll, 6) << "\n";
+        }
+    }
+
+    // Markdown tables.
+    auto header = [&](const std::string& what) {
+      std::cout << "\n" << what << "\n\n| policy |";
+      for (double r : ratios) std::cout << " r = " << r << " (k = " << std::size_t(std::floor(r * double(prompt))) << ") |";
+      std::cout << "\n|---|";
+      for (std::size_t i = 0; i < ratios.size(); ++i) std::cout << "---|";
+      std::cout << "\n";
+    };
+    std::cout << "Windows: " << n_windows << " x " << window << " tokens (prompt " << prompt << ", "
+              << window - prompt - 1 << " scored predictions each); w = floor(" << recent_ratio
+              << " k); StreamingLLM sinks = " << sinks << "; Keyformer: " << seeds
+              << " seeds, tau 1 -> 2. Means over windows ± standard error.\n";
+    std::cout << "Full cache NLL: " << fmt(full.mean, 4) << " ± " << fmt(full.se, 4) << " nats/token\n";
+    header("Mean NLL (nats/token)");
+    for (const auto& label : labels) {
+      std::cout << "| " << label << " |";
+      for (double r : ratios) {
+        const Cell& c = table[{label, r}];
+        std::cout << " " << fmt(c.nll.mean, 4) << " ± " << fmt(c.nll.se, 4);
+        if (c.seed_std_nll > 0.0) std::cout << " (seed std " << fmt(c.seed_std_nll, 4) << ")";
+        std::cout << " |";
+      }
+      std::cout << "\n";
+    }
+    header("Mean KL(full || policy) (nats)");
+    for (const auto& label : labels) {
+      std::cout << "| " << label << " |";
+      for (double r : ratios) std::cout << " " << fmt(table[{label, r}].kl.mean, 4) << " ± " << fmt(table[{label, r}].kl.se, 4) << " |";
+      std::cout << "\n";
+    }
+    header("Top-1 agreement with the full cache");
+    for (const auto& label : labels) {
+      std::cout << "| " << label << " |";
+      for (double r : ratios)
+        std::cout << " " << fmt(table[{label, r}].top1.mean, 3) << " ± " << fmt(table[{label, r}].top1.se, 3) << " |";
+      std::cout << "\n";
+    }
+
+    // gnuplot data (one block per policy) and script (run by bench/quality/run.sh).
+    {
+      std::ofstream dat(out_prefix + "_plot.dat");
+      for (const auto& label : labels) {
+        dat << "# " << label << "\n# ratio nll nll_se kl kl_se top1 top1_se\n";
+        for (double r : ratios) {
+          const Cell& c = table[{label, r}];
+          dat << r << " " << fmt(c.nll.mean, 6) << " " << fmt(c.nll.se, 6) << " " << fmt(c.kl.mean, 6) << " "
+              << fmt(c.kl.se, 6) << " " << fmt(c.top1.mean, 6) << " " << fmt(c.top1.se, 6) << "\n";
+        }
+        dat << "\n\n";
+      }
+      std::ofstream gp(out_prefix + ".gp");
+      gp << "set terminal pngcairo size 1200,480 font ',10'\nset output '" << out_prefix << ".png'\n"
+         << "set multiplot layout 1,2 title 'stories260K on TinyStories-val: " << n_windows << " windows x "
+         << window << " tokens, prompt " << prompt << "; error bars = standard error over windows'\n"
+         << "set grid\nset xlabel 'budget k / prompt length'\nset xrange [0:1]\nset key top right\n"
+         << "set ylabel 'NLL (nats/token)'\n"
+         << "plot " << fmt(full.mean, 6) << " title 'full cache' lw 2 dt 2 lc 'black'";
+      for (std::size_t i = 0; i < labels.size(); ++i)
+        gp << ", '" << out_prefix << "_plot.dat' index " << i << " using 1:2:3 with yerrorlines lt " << i + 1 << " title '" << labels[i]
+           << "' noenhanced";
+      gp << "\nset ylabel 'KL(full || policy) (nats)'\nset logscale y\nplot";
+      for (std::size_t i = 0; i < labels.size(); ++i)
+        gp << (i ? "," : "") << " '" << out_prefix << "_plot.dat' index " << i
+           << " using 1:4:5 with yerrorlines lt " << i + 1 << " title '" << labels[i] << "' noenhanced";
+      gp << "\nunset multiplot\n";
+    }
+    std::cerr << "wrote " << out_prefix << ".csv, " << out_prefix << "_summary.csv, " << out_prefix
+              << "_plot.dat, " << out_prefix << ".gp\n";
+  } catch (const std::exception& e) {
+    std::cerr << "kvevict-quality: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
