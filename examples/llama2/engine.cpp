@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kvevict/kv/attention_logits.hpp"
+
 namespace llama2 {
 namespace {
 
@@ -122,22 +124,22 @@ void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
   }
 }
 
-// One query head against slots [0, n) of `kv_head`: logits[s] = q·k_s / sqrt(head_dim),
-// out = sum_s softmax(logits)_s v_s.
-void Engine::attend(const kvevict::KVView<float>& view, std::size_t kv_head, std::size_t n, const float* q,
-                    float* logits, float* out) {
-  const std::size_t hd = view.head_dim;
+// All query heads against the live slots [0, n) of the view (n = every KV head's length):
+// logits[h][s] = q_h·k_s / sqrt(head_dim) (kvevict::attention_logits), out_h = sum_s softmax(logits[h])_s v_s.
+void Engine::attend(const kvevict::KVView<float>& view, const float* q, float* logits, float* out) {
+  const Config& c = model_.config();
+  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
+  kvevict::attention_logits(view, q, c.n_heads, logits, 1.0f / std::sqrt(static_cast<float>(hd)));
   const Eigen::OuterStride<> stride(static_cast<Eigen::Index>(view.slot_stride));
-  const SlotRows keys(view.k_row(kv_head, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd), stride);
-  const SlotRows values(view.v_row(kv_head, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd), stride);
-  VectorMap scores(logits, static_cast<Eigen::Index>(n));
-  scores.noalias() = keys * ConstVectorMap(q, static_cast<Eigen::Index>(hd));
-  scores /= std::sqrt(static_cast<float>(hd));
   float* probs = att_probs_.data();
-  std::copy(logits, logits + n, probs);
-  softmax(probs, n);
-  VectorMap(out, static_cast<Eigen::Index>(hd)).noalias() =
-      values.transpose() * ConstVectorMap(probs, static_cast<Eigen::Index>(n));
+  for (std::size_t h = 0; h < c.n_heads; ++h) {
+    const SlotRows values(view.v_row(h / group, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd),
+                          stride);
+    std::copy(logits + h * n, logits + (h + 1) * n, probs);
+    softmax(probs, n);
+    VectorMap(out + h * hd, static_cast<Eigen::Index>(hd)).noalias() =
+        values.transpose() * ConstVectorMap(probs, static_cast<Eigen::Index>(n));
+  }
 }
 
 const float* Engine::step(int token) {
@@ -148,7 +150,6 @@ const float* Engine::step(int token) {
                             " = seq_len)");
   const auto dim = static_cast<Eigen::Index>(c.dim), kv_dim = static_cast<Eigen::Index>(c.kv_dim()),
              hidden = static_cast<Eigen::Index>(c.hidden_dim);
-  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads;
 
   x_ = ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(token) * c.dim, dim);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
@@ -164,14 +165,8 @@ const float* Engine::step(int token) {
     rope(k_.data(), c.n_kv_heads, position_);
     view.append(static_cast<std::int64_t>(position_), k_.data(), v_.data());
 
-    const std::size_t n = view.length(0);
-    for (std::size_t kvh = 1; kvh < c.n_kv_heads; ++kvh)
-      if (view.length(kvh) != n)
-        throw std::logic_error("llama2::Engine::step: KV heads of layer " + std::to_string(l) +
-                               " hold different numbers of entries");
-    for (std::size_t h = 0; h < c.n_heads; ++h)
-      attend(view, h / group, n, q_.data() + h * hd, att_logits_.data() + h * n, xb2_.data() + h * hd);
-    if (caches_[l]) caches_[l]->decode_step(att_logits_.data(), n);
+    attend(view, q_.data(), att_logits_.data(), xb2_.data());
+    if (caches_[l]) caches_[l]->decode_step(att_logits_.data(), view.length(0));
     x_.noalias() += ConstMatrixMap(w.wo, dim, dim) * xb2_;
 
     // Feed-forward: x += w2 (silu(w1 xb) * w3 xb).
@@ -206,8 +201,7 @@ const RowMatrix& Engine::prefill(const std::vector<int>& tokens) {
 
 const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
   const Config& c = model_.config();
-
-  const std::size_t P = tokens.size(), hd = c.head_dim(), group = c.n_heads / c.n_kv_heads;
+  const std::size_t P = tokens.size();
   const auto rows = static_cast<Eigen::Index>(P), dim = static_cast<Eigen::Index>(c.dim),
              kv_dim = static_cast<Eigen::Index>(c.kv_dim()), hidden = static_cast<Eigen::Index>(c.hidden_dim);
 
@@ -227,17 +221,17 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
     Q.noalias() = XB * ConstMatrixMap(w.wq, dim, dim).transpose();
     K.noalias() = XB * ConstMatrixMap(w.wk, kv_dim, dim).transpose();
     V.noalias() = XB * ConstMatrixMap(w.wv, kv_dim, dim).transpose();
+    // Causal attention: query t runs right after token t joins the (initially empty) view, so it
+    // sees slots [0, t] = positions 0..t. Its logits become row t of the [q_head][P][P] matrix.
     for (std::size_t t = 0; t < P; ++t) {
       const auto r = static_cast<Eigen::Index>(t);
       rope(Q.row(r).data(), c.n_heads, t);
       rope(K.row(r).data(), c.n_kv_heads, t);
       view.append(static_cast<std::int64_t>(t), K.row(r).data(), V.row(r).data());
-    }
-    // The view was empty, so slot s holds position s: query t attends to slots [0, t].
-    for (std::size_t t = 0; t < P; ++t)
+      attend(view, Q.row(r).data(), att_logits_.data(), XB2.row(r).data());
       for (std::size_t h = 0; h < c.n_heads; ++h)
-        attend(view, h / group, t + 1, Q.row(static_cast<Eigen::Index>(t)).data() + h * hd,
-               prefill_scores_.data() + (h * P + t) * P, XB2.row(static_cast<Eigen::Index>(t)).data() + h * hd);
+        std::copy_n(att_logits_.data() + h * (t + 1), t + 1, prefill_scores_.data() + (h * P + t) * P);
+    }
     X.noalias() += XB2 * ConstMatrixMap(w.wo, dim, dim).transpose();
     if (caches_[l]) caches_[l]->prefill(prefill_scores_.data(), P);
 

@@ -90,8 +90,7 @@ class Engine {
   const RowMatrix& run_prefill(const std::vector<int>& tokens);
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
-  void attend(const kvevict::KVView<float>& view, std::size_t kv_head, std::size_t n, const float* q, float* logits,
-              float* out);
+  void attend(const kvevict::KVView<float>& view, const float* q, float* logits, float* out);
 
   const Model& model_;
   CacheFactory make_cache_;
