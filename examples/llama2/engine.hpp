@@ -36,9 +36,10 @@ using CacheFactory =
 /// slot order (which is not position order after an eviction; RoPE makes that
 /// irrelevant). The pre-softmax attention logits `q·k / sqrt(head_dim)` of each
 /// block go to that block's eviction cache, if the factory made one:
-///  - `prefill` appends the whole prompt, runs causal attention, then hands the
-///    cache the `[q_head][P][P]` logits (row t = query t, columns 0..t valid,
-///    the rest 0) and the cache evicts to its budget;
+///  - `prefill` appends the prompt token by token, query t attending to slots
+///    `[0, t]` (causal), and only after the whole prompt hands the cache the
+///    `[q_head][P][P]` logits (row t = query t, columns 0..t valid, the rest 0);
+///    the cache then evicts to its budget;
 ///  - `step` appends the new token, attends, then hands the cache the
 ///    `[q_head][n]` logits by slot (n = live slots including the new token) and
 ///    the cache evicts at most one slot per KV head.
