@@ -242,7 +242,7 @@ std::vector<Positions> keyformer_run(std::uint64_t seed, const float* gumbel_pre
   const auto x = causal_logits(2, 16, [](auto, auto, auto) { return 0.0f; });
   cache.prefill(x.data(), 16, gumbel_prefill);
   std::vector<Positions> kept{cache.retained_positions(0), cache.retained_positions(1)};
-  std::vector<float> row(8, 0.0f);
+  std::vector<float> row(2 * 5, 0.0f);  // [q_head][n], n = k + 1 = 5
   for (int t = 16; t < 24; ++t) {
     append_token(kv, t);
     cache.decode_step(row.data(), kv.length(0));
