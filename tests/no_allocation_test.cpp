@@ -1,31 +1,14 @@
 // decode_step performs no heap allocation after construction: counted by
-// replacing the global operator new for this test executable.
-#include <atomic>
+// replacing the global operator new for this test executable (tests/support).
 #include <cstdlib>
-#include <new>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "support/allocation_counter.hpp"
+
 #include <kvevict/kvevict.hpp>
 
-// GCC 12 flags free() of memory from this very operator new as "mismatched";
-// here the pair is intentional (malloc-backed replacement of operator new).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -46,14 +29,14 @@ long count_decode_allocations(kvevict::Policy policy, bool shared_heads) {
   std::vector<float> logits(cfg.n_q_heads * prompt * prompt, 0.0f), q(cfg.n_q_heads * d, 0.1f);
   cache->prefill(logits.data(), prompt);
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i % 7) * 0.1f;
-  const long before = g_allocations.load();
+  const long before = kvtest::allocation_count();
   for (std::size_t t = 0; t < steps; ++t) {
     kv.append(static_cast<std::int64_t>(prompt + t), rows.data(), rows.data());
     const std::size_t n = kv.length(0);
     kvevict::attention_logits(kv, q.data(), cfg.n_q_heads, logits.data(), 0.125f);
     cache->decode_step(logits.data(), n);
   }
-  return g_allocations.load() - before;
+  return kvtest::allocation_count() - before;
 }
 
 TEST(NoAllocation, DecodeStepsAllocateNothing) {
@@ -65,10 +48,10 @@ TEST(NoAllocation, DecodeStepsAllocateNothing) {
 }
 
 TEST(NoAllocation, CounterSeesAllocations) {
-  const long before = g_allocations.load();
+  const long before = kvtest::allocation_count();
   void* p = ::operator new(64);  // a direct call cannot be elided, unlike a new-expression
   ::operator delete(p);
-  EXPECT_EQ(g_allocations.load() - before, 1);
+  EXPECT_EQ(kvtest::allocation_count() - before, 1);
 }
 
 }  // namespace

@@ -4,9 +4,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include "../support/allocation_counter.hpp"
+
 #include <cstdlib>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -15,23 +15,6 @@
 #include "llama2/model.hpp"
 #include "test_support.hpp"
 
-// GCC 12 flags free() of memory from this very operator new as "mismatched";
-// here the pair is intentional (malloc-backed replacement of operator new).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -48,12 +31,12 @@ TEST(Llama2NoAllocation, DecodeStepsAllocateNothing) {
     s.recent = kvevict::RecentWindow::tokens(std::string(policy) == "tova" ? 0 : 2);
     s.params.horizon = 40;
     llama2::Engine engine(model, llama2::make_cache_factory(s, model.config().n_heads));
-    const long at_start = g_allocations.load();
+    const long at_start = kvtest::allocation_count();
     engine.prefill({1, 4, 9, 16, 25, 6, 17, 30, 11, 2, 13, 24});
-    const long before = g_allocations.load();
+    const long before = kvtest::allocation_count();
     ASSERT_GT(before, at_start) << "the counter sees the prefill's allocations";
     for (int t = 0; t < 40; ++t) engine.step(t % 32);
-    EXPECT_EQ(g_allocations.load() - before, 0) << policy;
+    EXPECT_EQ(kvtest::allocation_count() - before, 0) << policy;
     EXPECT_EQ(engine.retained(0), std::string(policy) == "full" ? 52u : 8u) << policy;
   }
 }
