@@ -4,9 +4,11 @@
 //
 //   kvevict-generate --prompt "Once upon a time" --policy keyformer --budget 50% --steps 200
 //   kvevict-generate --prompt-ids 1 --temperature 0 --print-ids      # no tokenizer needed
+//   kvevict-generate --prompt "Once upon a time" --dump-logits layer0.json --dump-layer 0   # a kvevict-replay trace
 //
 // stdout: the text (prompt + generation), or the generated ids one per line with --print-ids.
-// stderr: one summary line (tokens/s, retained KV entries per layer, KV bytes held vs full cache).
+// stderr: one summary line (tokens/s, retained KV entries per layer, KV bytes held vs full cache), after
+//         one line naming the trace and its replay command with --dump-logits.
 // Exit codes: 0 ok, 1 bad input or runtime error, 2 model or tokenizer not found.
 #include <CLI/CLI.hpp>
 
@@ -25,6 +27,7 @@
 
 #include "llama2/engine.hpp"
 #include "llama2/eviction.hpp"
+#include "llama2/logit_dump.hpp"
 #include "llama2/model.hpp"
 #include "llama2/sampler.hpp"
 #include "llama2/tokenizer.hpp"
@@ -142,6 +145,14 @@ int main(int argc, char** argv) {
   app.add_option("--tau-end", tau_end, "Keyformer temperature after the last step")->capture_default_str();
   app.add_flag("--no-noise", no_noise, "Keyformer without Gumbel noise (deterministic)");
   app.add_flag("--print-ids", print_ids, "print the generated token ids, one per line, instead of text");
+  std::string dump_path;
+  std::size_t dump_layer = 0;
+  auto* dump_opt = app.add_option("--dump-logits", dump_path,
+                                  "write block --dump-layer's attention logits for the whole run (full cache) as a "
+                                  "kvevict-replay trace: FILE.npy (float32 [H_q, N, N]) or JSON");
+  app.add_option("--dump-layer", dump_layer, "block whose logits --dump-logits writes")
+      ->needs(dump_opt)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -198,7 +209,16 @@ int main(int argc, char** argv) {
     ev.params.gumbel_noise = !no_noise;
     ev.params.sinks = sinks;
     ev.seed = seed;
-    llama2::Engine engine(model, llama2::make_cache_factory(ev, cfg.n_heads));
+    std::optional<llama2::LogitDump> dump;
+    if (!dump_path.empty()) {
+      if (policy != "full")
+        throw std::runtime_error("--dump-logits records the full cache's attention; use it with --policy full");
+      if (dump_layer >= cfg.n_layers)
+        throw std::runtime_error("--dump-layer " + std::to_string(dump_layer) + " is out of range: the model has " +
+                                 std::to_string(cfg.n_layers) + " layers");
+      dump.emplace(dump_layer, cfg.n_heads, cfg.n_kv_heads);
+    }
+    llama2::Engine engine(model, dump ? dump->factory() : llama2::make_cache_factory(ev, cfg.n_heads));
     llama2::Sampler sampler(temperature, seed);
 
     // ---- generate ----
@@ -215,6 +235,19 @@ int main(int argc, char** argv) {
       if (generated.size() < steps) logits = engine.step(next);
     }
     const auto t2 = Clock::now();
+    if (dump) {  // the tokens the engine ran: the prompt and every generated token but the last
+      std::vector<int> ran(prompt_ids.begin(), prompt_ids.end());
+      ran.insert(ran.end(), generated.begin(), generated.end());
+      ran.resize(engine.position());
+      dump->write(dump_path, model_file.string(), ran);
+      const bool npy = dump_path.size() >= 4 && dump_path.compare(dump_path.size() - 4, 4, ".npy") == 0;
+      std::cerr << "kvevict-generate: wrote layer " << dump_layer << "'s logits for " << engine.position()
+                << " tokens; replay them with: kvevict-replay "
+                << (npy ? "--logits " + dump_path + " --prompt-len " + std::to_string(prompt_ids.size()) +
+                              " --q-heads-per-kv " + std::to_string(cfg.n_heads / cfg.n_kv_heads)
+                        : dump_path)
+                << " --policy ...\n";
+    }
 
     // ---- output ----
     if (print_ids) {
