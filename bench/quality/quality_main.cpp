@@ -179,6 +179,12 @@ std::string fmt(double v, int prec) {
   return buf;
 }
 
+std::string fmt_signed(double v, int prec) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%+.*f", prec, v);
+  return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,7 +195,7 @@ int main(int argc, char** argv) {
   std::string model_path = shared + "/models/stories260K/stories260K.bin";
   std::string tokenizer_path = shared + "/models/stories260K/tok512.model";
   std::string data_path = shared + "/data/tinystories-val/tinystories_val.txt";
-  std::string windows_opt = "24";
+  std::string windows_opt = "32";
   std::size_t window = 512, prompt = 256, seeds = 5, sinks = 4;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::vector<double> ratios{0.1, 0.2, 0.3, 0.5, 0.7, 0.9};
@@ -315,6 +321,7 @@ int main(int argc, char** argv) {
     struct Cell {
       Stat nll, kl, top1;
       double seed_std_nll = 0.0;
+      Stat dnll;  // paired: per-window NLL minus the full cache's NLL of the same window
     };
     std::map<std::pair<std::string, double>, Cell> table;
     for (const auto& label : labels)
@@ -333,7 +340,9 @@ int main(int argc, char** argv) {
           }
           seed_means.push_back(m);
         }
-        Cell c{mean_se(nll), mean_se(kl), mean_se(top1), 0.0};
+        std::vector<double> dnll(n_windows);
+        for (std::size_t w = 0; w < n_windows; ++w) dnll[w] = nll[w] - full_nll[w];
+        Cell c{mean_se(nll), mean_se(kl), mean_se(top1), 0.0, mean_se(dnll)};
         // Sample standard deviation over seeds of the per-seed mean NLL (se * sqrt(n)).
         if (seed_means.size() > 1)
           c.seed_std_nll = mean_se(seed_means).se * std::sqrt(static_cast<double>(seed_means.size()));
@@ -342,12 +351,13 @@ int main(int argc, char** argv) {
     const Stat full = mean_se(full_nll);
     {
       std::ofstream csv(out_prefix + "_summary.csv");
-      csv << "policy,ratio,k,nll,nll_se,kl,kl_se,top1,top1_se,nll_seed_std\n";
+      csv << "policy,ratio,k,nll,nll_se,delta_nll,delta_nll_se,kl,kl_se,top1,top1_se,nll_seed_std\n";
       for (const auto& label : labels)
         for (double ratio : ratios) {
           const Cell& c = table[{label, ratio}];
           csv << label << "," << ratio << "," << static_cast<std::size_t>(std::floor(ratio * double(prompt))) << ","
-              << fmt(c.nll.mean, 6) << "," << fmt(c.nll.se, 6) << "," << fmt(c.kl.mean, 6) << ","
+              << fmt(c.nll.mean, 6) << "," << fmt(c.nll.se, 6) << "," << fmt(c.dnll.mean, 6) << ","
+              << fmt(c.dnll.se, 6) << "," << fmt(c.kl.mean, 6) << ","
               << fmt(c.kl.se, 6) << "," << fmt(c.top1.mean, 6) << "," << fmt(c.top1.se, 6) << ","
               << fmt(c.seed_std_nll, 6) << "\n";
         }
@@ -375,6 +385,13 @@ int main(int argc, char** argv) {
         if (c.seed_std_nll > 0.0) std::cout << " (seed std " << fmt(c.seed_std_nll, 4) << ")";
         std::cout << " |";
       }
+      std::cout << "\n";
+    }
+    header("NLL increase over the full cache, paired per window (nats/token)");
+    for (const auto& label : labels) {
+      std::cout << "| " << label << " |";
+      for (double r : ratios)
+        std::cout << " " << fmt_signed(table[{label, r}].dnll.mean, 4) << " ± " << fmt(table[{label, r}].dnll.se, 4) << " |";
       std::cout << "\n";
     }
     header("Mean KL(full || policy) (nats)");
