@@ -139,8 +139,8 @@ class Cache final : public CacheInterface {
     const std::size_t cap = kv_.capacity;
     scores_.assign(nkv * cap, 0.0f);
     increments_.assign(nkv * cap, 0.0f);
+    chunk_f_.assign(2 * detail::chunk_count(cap), 0.0f);
     row_.assign(cap, 0.0f);
-    noise_.assign(cap, 0.0f);
     index_.assign(cap, 0);
     recent_ring_.assign(cap, 0);
     tmp_row_.assign(2 * kv_.row_bytes, 0);
@@ -209,12 +209,12 @@ class Cache final : public CacheInterface {
         float* acc = increments_.data() + (h / group_) * kv_.capacity;
         for (std::size_t r = Score::kPrefillLastRow ? P - 1 : 0; r < P; ++r) {
           const std::size_t offset = (h * P + r) * P;
-          if (!accumulate_softmax(logits + offset, noise_for(gumbel, offset, r + 1), r + 1, inv_tau, acc,
-                                  row_.data())) {
+          if (!score_row(logits + offset, gumbel, offset, r + 1, inv_tau)) {
             rng_ = saved;
             throw std::invalid_argument(detail::concat("kvevict::Cache::prefill: logits row ", r, " of q_head ", h,
                                                        " contains NaN or +inf"));
           }
+          detail::add_chunks(row_.data(), chunk_f_.data(), r + 1, acc, false);
         }
       }
       for (std::size_t j = 0; j < nkv; ++j)
@@ -266,7 +266,11 @@ class Cache final : public CacheInterface {
   /// filled with slot `n − 1`. "Recent" is decided by position: the `w` most
   /// recently appended tokens.
   /// O(n_q_heads · n) scoring + O(n_kv_heads · n) selection + O(n_kv_heads ·
-  /// head_dim) data moved. No heap allocation.
+  /// head_dim) data moved. No heap allocation. Cost in memory passes: the
+  /// logits are read twice (a read-only validation pass over every row first,
+  /// then each row's softmax in one streaming pass with the noise drawn and
+  /// used in L1-sized chunks), each KV head's scores are updated in place once
+  /// per query row, and the victim search reads its scores and positions once.
   ///
   /// Throws `std::invalid_argument` before prefill, if `n` or any length is not
   /// `previous length + 1`, the new position is not the same on every head or
@@ -290,26 +294,26 @@ class Cache final : public CacheInterface {
 
     if (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::Cache::decode_step: logits must be non-null");
-      const Xoshiro256pp saved = rng_;
-      const float inv_tau = 1.0f / tau;
-      for (std::size_t j = 0; j < nkv; ++j) std::fill_n(increments_.data() + j * kv_.capacity, n, 0.0f);
-      for (std::size_t h = 0; h < config_.n_q_heads; ++h) {
-        float* acc = increments_.data() + (h / group_) * kv_.capacity;
-        if (!accumulate_softmax(logits + h * n, noise_for(gumbel, h * n, n), n, inv_tau, acc, row_.data())) {
-          rng_ = saved;
+      // Validate every row first (reads only), so that scores can be updated in
+      // place and the generator is untouched on error. With drawn noise
+      // ζ in [-2.8, 16.7], x + ζ is NaN / +inf exactly where x is.
+      const bool injected = score_.noisy() && gumbel != nullptr;
+      for (std::size_t h = 0; h < config_.n_q_heads; ++h)
+        if (!detail::row_is_valid(logits + h * n, injected ? gumbel + h * n : nullptr, n))
           throw std::invalid_argument(
               detail::concat("kvevict::Cache::decode_step: logits of q_head ", h, " contain NaN or +inf"));
-        }
-      }
       // ---- nothing below can throw ----
+      // Each query head's row (in q_head order, so the noise is drawn in the
+      // documented order): one streaming pass for its softmax, one to add it.
+      const float inv_tau = 1.0f / tau;
       for (std::size_t j = 0; j < nkv; ++j) {
         float* s = scores_.data() + j * kv_.capacity;
-        const float* inc = increments_.data() + j * kv_.capacity;
         s[n - 1] = 0.0f;
-        if (Score::kAccumulates)
-          for (std::size_t i = 0; i < n; ++i) s[i] += inc[i];
-        else
-          std::copy_n(inc, n, s);
+        for (std::size_t t = 0; t < group_; ++t) {
+          const std::size_t h = j * group_ + t;
+          score_row(logits + h * n, gumbel, h * n, n, inv_tau);  // valid: cannot fail
+          detail::add_chunks(row_.data(), chunk_f_.data(), n, s, !Score::kAccumulates && t == 0);
+        }
       }
     } else {
       for (std::size_t j = 0; j < nkv; ++j) scores_[j * kv_.capacity + n - 1] = 0.0f;
@@ -393,11 +397,16 @@ class Cache final : public CacheInterface {
                     " must be finite and > 0 (got ", tau, ")");
     return tau;
   }
-  const float* noise_for(const float* gumbel, std::size_t offset, std::size_t count) {
-    if (!score_.noisy()) return nullptr;
-    if (gumbel != nullptr) return gumbel + offset;
-    fill_gumbel(rng_, noise_.data(), count);
-    return noise_.data();
+  /// Softmax of one logits row (`x + ζ` when the score is noisy: ζ injected
+  /// at `gumbel + offset`, or drawn from the generator) into `row_` and
+  /// `chunk_f_`, see `detail::softmax_chunks`. Returns false on NaN / +inf.
+  bool score_row(const float* x, const float* gumbel, std::size_t offset, std::size_t count, float inv_tau) {
+    float* e = row_.data();
+    float* f = chunk_f_.data();
+    if (!score_.noisy()) return detail::softmax_chunks(x, detail::NoNoise{}, count, inv_tau, e, f);
+    if (gumbel != nullptr)
+      return detail::softmax_chunks(x, detail::GivenNoise{gumbel + offset}, count, inv_tau, e, f);
+    return detail::softmax_chunks(x, detail::DrawnNoise{&rng_}, count, inv_tau, e, f);
   }
   void check_head(std::size_t h, const char* who) const {
     detail::require(h < kv_.n_kv_heads, "kvevict::Cache::", who, ": KV head ", h, " out of range (n_kv_heads = ",
@@ -487,9 +496,9 @@ class Cache final : public CacheInterface {
   Xoshiro256pp rng_;
   std::size_t group_ = 1;
   std::vector<float> scores_;      // [kv_head][capacity]
-  std::vector<float> increments_;  // [kv_head][capacity], one step's increments before commit
+  std::vector<float> increments_;  // [kv_head][capacity], prefill's increments before commit
+  std::vector<float> chunk_f_;     // [2 * chunks of capacity], per-chunk softmax factors of one row
   std::vector<float> row_;         // [capacity] scratch
-  std::vector<float> noise_;       // [capacity] Gumbel draws of one row
   std::vector<std::size_t> index_; // [capacity] selection scratch
   std::vector<std::int64_t> recent_ring_;  // last w appended positions
   std::vector<unsigned char> tmp_row_;     // [2][row_bytes]: one K and one V row

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "kvevict/core/check.hpp"
+#include "kvevict/score/fast_math.hpp"
 #include "kvevict/selection/select_keep.hpp"
 
 namespace kvevict {
@@ -35,20 +36,28 @@ struct RecentTopKSelection {
   }
   /// The lowest-scoring slot outside the recent window; among equal scores the
   /// newest (largest position) goes, so ties keep the older token, as in
-  /// `select_keep`.
+  /// `select_keep`. One pass; the window test is a select, not a branch (recent
+  /// slots are scattered among the others), and the only branch, "a new minimum
+  /// or a tie", is rarely taken. Returns `n` if every slot is recent.
   std::size_t victim(const float* scores, const std::int64_t* positions, std::size_t n,
                      std::int64_t recent_from) const {
+    constexpr float kInf = std::numeric_limits<float>::infinity();
     std::size_t best = n;
-    float best_score = std::numeric_limits<float>::infinity();
+    float best_score = kInf;
     std::int64_t best_pos = std::numeric_limits<std::int64_t>::min();
+    const std::uint32_t inf_bits = detail::float_bits(kInf);
     for (std::size_t i = 0; i < n; ++i) {
       const std::int64_t p = positions[i];
-      if (p >= recent_from) continue;
-      const float s = scores[i];
-      if (s < best_score || (s == best_score && p > best_pos) || best == n) {
-        best = i;
-        best_score = s;
-        best_pos = p;
+      // s = p < recent_from ? scores[i] : +inf, by masking (a compiler turns the
+      // ternary into a mispredicted branch).
+      const std::uint32_t keep = 0u - static_cast<std::uint32_t>(p < recent_from);
+      const float s = detail::bits_float((detail::float_bits(scores[i]) & keep) | (inf_bits & ~keep));
+      if (s <= best_score && p < recent_from) {  // rare: a new minimum, a tie, or (only while best == n) +inf
+        if (s < best_score || p > best_pos || best == n) {
+          best = i;
+          best_score = s;
+          best_pos = p;
+        }
       }
     }
     return best;

@@ -40,14 +40,40 @@ struct SinkRecentSelection {
     return c;
   }
   /// The oldest non-sink slot: the slot with the (sinks + 1)-th smallest
-  /// position (positions are distinct). O(n · (sinks + 1)), no allocation.
+  /// position (positions are distinct). One pass keeping the `sinks + 1`
+  /// smallest positions seen so far in a small sorted array (on the stack up to
+  /// 64 sinks); the common case is one compare per slot. O(n · (1 + sinks ·
+  /// insertions / n)), no allocation.
   std::size_t victim(const float* /*scores*/, const std::int64_t* positions, std::size_t n,
                      std::int64_t /*recent_from*/) const {
-    // Position of the sinks-th smallest = the largest sink; the victim is the
-    // smallest position above it. Found by raising a floor `sinks` times.
+    constexpr std::size_t kMaxTracked = 65;
+    if (sinks + 1 > kMaxTracked || n == 0) return victim_by_rounds(positions, n);
+    const std::size_t want = std::min(sinks + 1, n);  // n > sinks in a decode step; be safe anyway
+    std::int64_t pos[kMaxTracked];
+    std::size_t slot[kMaxTracked];
+    std::size_t have = 0;
+    std::int64_t bar = std::numeric_limits<std::int64_t>::max();  // pos[want - 1] once full
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t p = positions[i];
+      if (p >= bar && have == want) continue;  // the common case
+      std::size_t j = have < want ? have++ : want - 1;  // insertion sort into pos[0, have)
+      for (; j > 0 && pos[j - 1] > p; --j) {
+        pos[j] = pos[j - 1];
+        slot[j] = slot[j - 1];
+      }
+      pos[j] = p;
+      slot[j] = i;
+      if (have == want) bar = pos[want - 1];
+    }
+    return slot[want - 1];
+  }
+
+ private:
+  /// Same result for very many sinks: raise a floor `sinks + 1` times. O(n · (sinks + 1)).
+  std::size_t victim_by_rounds(const std::int64_t* positions, std::size_t n) const {
     std::int64_t floor = std::numeric_limits<std::int64_t>::min();
     std::size_t best = 0;
-    for (std::size_t round = 0; round <= sinks; ++round) {
+    for (std::size_t round = 0; round <= sinks && round < n; ++round) {
       std::int64_t min_pos = std::numeric_limits<std::int64_t>::max();
       for (std::size_t i = 0; i < n; ++i) {
         const std::int64_t p = positions[i];
