@@ -3,7 +3,7 @@
 # benchmarks need, if any is missing. Uses sudo when not root.
 set -euo pipefail
 packages=(build-essential cmake clang libeigen3-dev googletest libgtest-dev libbenchmark-dev
-          libsentencepiece-dev libcli11-dev nlohmann-json3-dev gnuplot-nox)
+          libsentencepiece-dev libcli11-dev nlohmann-json3-dev gnuplot-nox python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

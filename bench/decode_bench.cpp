@@ -1,0 +1,298 @@
+// Decode-step benchmarks: each policy's steady-state step, timed side by side
+// with the engine's attention step on the same layer; the attention step alone;
+// and the naive step side by side with kvevict's Keyformer step.
+#include "decode_bench.hpp"
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <benchmark/benchmark.h>
+
+#include "bench_common.hpp"
+
+namespace kvbench {
+namespace {
+
+constexpr float kTauInit = 1.0f, kTauEnd = 2.0f;
+constexpr std::size_t kHorizon = 1024;  // steady state runs past it: τ = 2
+constexpr std::uint64_t kSeed = 1234;
+
+kvevict::CacheConfig make_config(kvevict::Policy policy, const Shape& s) {
+  kvevict::CacheConfig cfg;
+  cfg.n_q_heads = s.n_q();
+  cfg.budget = kvevict::Budget::tokens(s.n);
+  // Keyformer / H2O: recent window 30% of k; TOVA has none; StreamingLLM and
+  // window ignore it (their window is k - sinks).
+  cfg.recent = kvevict::RecentWindow::ratio(policy == kvevict::Policy::tova ? 0.0 : 0.3);
+  cfg.seed = kSeed;
+  return cfg;
+}
+
+/// One layer at steady state: a view of 8 KV heads holding n = k tokens, an
+/// evicting cache over it, the engine's attention and the step's buffers.
+/// Filled once per shape (kept across Google Benchmark's repeated calls).
+template <class T>
+struct DecodeLayer {
+  Shape shape;
+  kvevict::Policy policy;
+  kvevict::KVBuffer<T> buffer;
+  kvevict::KVView<T> kv;
+  std::unique_ptr<kvevict::CacheInterface> cache;
+  DecodeAttention<T> attention;
+  std::vector<float> q, logits, out;
+  std::vector<T> k_new, v_new;
+  std::int64_t next_pos = 0;
+
+  DecodeLayer(kvevict::Policy p, const Shape& s)
+      : shape(s),
+        policy(p),
+        buffer(kKVHeads, s.n + 1, s.d),
+        kv(buffer.view()),
+        attention(s, s.n + 1),
+        q(s.n_q() * s.d),
+        logits(s.n_q() * (s.n + 1)),
+        out(s.n_q() * s.d),
+        k_new(kKVHeads * s.d),
+        v_new(kKVHeads * s.d) {
+    kvevict::PolicyParams params;
+    params.tau_init = kTauInit;
+    params.tau_end = kTauEnd;
+    params.horizon = kHorizon;
+    cache = kvevict::make_cache(p, make_config(p, s), kv, params);
+    fill_normal(q.data(), q.size(), 1);
+    fill_normal(k_new.data(), k_new.size(), 2);
+    fill_normal(v_new.data(), v_new.size(), 3);
+    // K/V content: random rows, written straight into the engine-owned storage.
+    std::vector<T> rows(kKVHeads * (s.n + 1) * s.d);
+    fill_normal(rows.data(), rows.size(), 4);
+    for (std::size_t j = 0; j < kKVHeads; ++j)
+      for (std::size_t slot = 0; slot <= s.n; ++slot) {
+        std::copy_n(rows.data() + (j * (s.n + 1) + slot) * s.d, s.d, kv.k_row(j, slot));
+        std::copy_n(rows.data() + ((kKVHeads - 1 - j) * (s.n + 1) + slot) * s.d, s.d, kv.v_row(j, slot));
+      }
+    fill_to_budget();
+  }
+
+  /// Brings the cache to n = k tokens: a short prefill, then decode steps that
+  /// do not evict (n <= k). The filling steps pass fully masked logits (-inf)
+  /// and injected zero noise, which the kernel documents as adding nothing, so
+  /// that filling 131072 tokens costs O(n^2) cheap passes rather than O(n^2)
+  /// Gumbel draws. Then 64 real steps (attention logits) settle the scores.
+  void fill_to_budget() {
+    const std::size_t P = std::min<std::size_t>(shape.n, 64);
+    std::vector<float> prompt_logits(shape.n_q() * P * P, 0.0f);
+    fill_normal(prompt_logits.data(), prompt_logits.size(), 5);
+    for (std::size_t p = 0; p < P; ++p) kv.append(next_pos++, k_new.data(), v_new.data());
+    // Fake append: the rows of the slots are already random; only length and position change.
+    cache->prefill(prompt_logits.data(), P);
+    std::vector<float> masked(shape.n_q() * (shape.n + 1), -std::numeric_limits<float>::infinity());
+    std::vector<float> zeros(masked.size(), 0.0f);
+    while (kv.length(0) < shape.n) {
+      const std::size_t n = kv.length(0) + 1;
+      for (std::size_t j = 0; j < kKVHeads; ++j) {
+        kv.head_positions(j)[n - 1] = next_pos;
+        kv.lengths[j] = n;
+      }
+      ++next_pos;
+      cache->decode_step(masked.data(), n, zeros.data());
+    }
+    for (int t = 0; t < 64; ++t) {
+      kv.append(next_pos++, k_new.data(), v_new.data());
+      attention.run(kv, q.data(), logits.data(), out.data());
+      cache->decode_step(logits.data(), kv.length(0));
+    }
+    if (kv.length(0) != shape.n) throw std::logic_error("kvbench: layer not at budget");
+  }
+
+  /// The engine's part of a step: write the new token's K/V, attend.
+  void append_and_attend() {
+    kv.append(next_pos++, k_new.data(), v_new.data());
+    attention.run(kv, q.data(), logits.data(), out.data());
+  }
+  void evict() { cache->decode_step(logits.data(), kv.length(0)); }
+};
+
+/// Keeps the most recent fixture alive across Google Benchmark's repeated
+/// calls of one benchmark (iteration-count probing) and frees it when the shape changes.
+template <class Fixture, class Key, class Make>
+Fixture& memo(const Key& key, Make make) {
+  static std::unique_ptr<Fixture> held;
+  static Key held_key{};
+  if (!held || !(held_key == key)) {
+    held.reset();
+    held = make();
+    held_key = key;
+  }
+  return *held;
+}
+
+struct LayerKey {
+  kvevict::Policy policy{};
+  std::size_t n = 0, d = 0, g = 0;
+  bool operator==(const LayerKey& o) const { return policy == o.policy && n == o.n && d == o.d && g == o.g; }
+};
+
+void set_shape_counters(benchmark::State& state, const Shape& s) {
+  state.counters["n"] = static_cast<double>(s.n);
+  state.counters["d"] = static_cast<double>(s.d);
+  state.counters["g"] = static_cast<double>(s.g);
+}
+
+/// Eviction step of `policy`, timed side by side with the attention step it
+/// rides on: each iteration appends the new token and runs the attention
+/// (timed as attention), then `decode_step` (timed as eviction; the reported
+/// time). Counters: attention_us and evict_over_attention from the same iterations.
+template <class T>
+void bm_evict_step(benchmark::State& state, kvevict::Policy policy, Shape s) {
+  auto& layer = memo<DecodeLayer<T>>(LayerKey{policy, s.n, s.d, s.g},
+                                     [&] { return std::make_unique<DecodeLayer<T>>(policy, s); });
+  double evict_s = 0.0, attn_s = 0.0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    layer.append_and_attend();
+    const auto t1 = Clock::now();
+    layer.evict();
+    const auto t2 = Clock::now();
+    const double a = std::chrono::duration<double>(t1 - t0).count();
+    const double e = std::chrono::duration<double>(t2 - t1).count();
+    attn_s += a;
+    evict_s += e;
+    state.SetIterationTime(e);
+  }
+  const double iters = static_cast<double>(state.iterations());
+  set_shape_counters(state, s);
+  state.counters["attention_us"] = 1e6 * attn_s / iters;
+  state.counters["evict_us"] = 1e6 * evict_s / iters;
+  state.counters["evict_over_attention"] = evict_s / attn_s;
+}
+
+/// The attention step alone (no eviction; n stays at k: the new token's K/V
+/// overwrite the last slot).
+template <class T>
+void bm_attention_step(benchmark::State& state, Shape s) {
+  kvevict::KVBuffer<T> buffer(kKVHeads, s.n, s.d);
+  auto kv = buffer.view();
+  std::vector<T> rows(kKVHeads * s.d);
+  for (std::size_t p = 0; p < s.n; ++p) {
+    fill_normal(rows.data(), rows.size(), p);
+    kv.append(static_cast<std::int64_t>(p), rows.data(), rows.data());
+  }
+  DecodeAttention<T> attention(s, s.n);
+  std::vector<float> q(s.n_q() * s.d), logits(s.n_q() * s.n), out(s.n_q() * s.d);
+  fill_normal(q.data(), q.size(), 1);
+  for (auto _ : state) {
+    for (std::size_t j = 0; j < kKVHeads; ++j) {
+      std::copy_n(rows.data() + j * s.d, s.d, kv.k_row(j, s.n - 1));
+      std::copy_n(rows.data() + j * s.d, s.d, kv.v_row(j, s.n - 1));
+    }
+    attention.run(kv, q.data(), logits.data(), out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_shape_counters(state, s);
+  state.counters["kv_bytes"] = kv_bytes<T>(s);
+  state.counters["kv_GBps"] =
+      benchmark::Counter(kv_bytes<T>(s), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+/// kvevict's Keyformer step and the naive step on the same shape and the same
+/// logits, side by side (each iteration: one naive step, one kvevict step). The
+/// reported time is the naive step; counters ours_us and naive_over_ours.
+template <class T>
+struct NaivePair {
+  Shape shape;
+  DecodeLayer<T> ours;  // reuses the filled layer (logits from its attention)
+  NaiveKeyformer<T> naive;
+  NaivePair(const Shape& s)
+      : shape(s), ours(kvevict::Policy::keyformer, s), naive(s, s.n, static_cast<std::size_t>(0.3 * s.n), kTauEnd, kSeed) {
+    for (std::size_t i = 0; i < s.n; ++i) {  // same token count, same K/V rows as the layer
+      std::vector<T> k(kKVHeads * s.d), v(kKVHeads * s.d);
+      for (std::size_t j = 0; j < kKVHeads; ++j) {
+        std::copy_n(ours.kv.k_row(j, i), s.d, k.data() + j * s.d);
+        std::copy_n(ours.kv.v_row(j, i), s.d, v.data() + j * s.d);
+      }
+      naive.append(ours.kv.head_positions(0)[i], k.data(), v.data());
+    }
+  }
+};
+
+template <class T>
+void bm_naive_step(benchmark::State& state, Shape s) {
+  auto& pair = memo<NaivePair<T>>(LayerKey{kvevict::Policy::keyformer, s.n, s.d, s.g},
+                                  [&] { return std::make_unique<NaivePair<T>>(s); });
+  // One set of real attention logits, reused: both steps cost the same whatever the values.
+  pair.ours.append_and_attend();
+  pair.ours.evict();
+  double naive_s = 0.0, ours_s = 0.0;
+  for (auto _ : state) {
+    const std::int64_t pos = pair.ours.next_pos;
+    pair.naive.append(pos, pair.ours.k_new.data(), pair.ours.v_new.data());
+    pair.ours.kv.append(pair.ours.next_pos++, pair.ours.k_new.data(), pair.ours.v_new.data());
+    const auto t0 = Clock::now();
+    pair.naive.step(pair.ours.logits.data());
+    const auto t1 = Clock::now();
+    pair.ours.evict();
+    const auto t2 = Clock::now();
+    const double a = std::chrono::duration<double>(t1 - t0).count();
+    naive_s += a;
+    ours_s += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(a);
+  }
+  const double iters = static_cast<double>(state.iterations());
+  set_shape_counters(state, s);
+  state.counters["ours_us"] = 1e6 * ours_s / iters;
+  state.counters["naive_over_ours"] = naive_s / ours_s;
+}
+
+const char* bench_name(kvevict::Policy p) {
+  switch (p) {
+    case kvevict::Policy::keyformer: return "KeyformerDecodeStep";
+    case kvevict::Policy::h2o: return "H2ODecodeStep";
+    case kvevict::Policy::streaming_llm: return "StreamingLLMDecodeStep";
+    case kvevict::Policy::window: return "WindowDecodeStep";
+    case kvevict::Policy::tova: return "TOVADecodeStep";
+  }
+  return "?";
+}
+
+std::string shape_suffix(const char* type, const Shape& s) {
+  return std::string("/") + type + "/n:" + std::to_string(s.n) + "/d:" + std::to_string(s.d) +
+         "/g:" + std::to_string(s.g);
+}
+
+template <class T>
+void register_type(const Grid& grid) {
+  for (std::size_t d : grid.head_dims)
+    for (std::size_t g : grid.groups)
+      for (std::size_t n : grid.sizes) {
+        const Shape s{n, d, g};
+        const std::string sfx = shape_suffix(type_name<T>(), s);
+        benchmark::RegisterBenchmark(("AttentionDecodeStep" + sfx).c_str(), bm_attention_step<T>, s)
+            ->UseRealTime()
+            ->MinTime(grid.min_time)
+            ->Unit(benchmark::kMicrosecond);
+        for (auto p : {kvevict::Policy::keyformer, kvevict::Policy::h2o, kvevict::Policy::streaming_llm,
+                       kvevict::Policy::window, kvevict::Policy::tova})
+          benchmark::RegisterBenchmark((std::string(bench_name(p)) + sfx).c_str(), bm_evict_step<T>, p, s)
+              ->UseManualTime()
+              ->MinTime(grid.evict_min_time)
+              ->Unit(benchmark::kMicrosecond);
+        if (grid.naive_sizes.count(n) != 0)
+          benchmark::RegisterBenchmark(("NaiveDecodeStep" + sfx).c_str(), bm_naive_step<T>, s)
+              ->UseManualTime()
+              ->MinTime(grid.min_time)
+              ->Unit(benchmark::kMicrosecond);
+      }
+}
+
+}  // namespace
+
+void register_decode_benchmarks(const Grid& grid) {
+  if (grid.types.count("float")) register_type<float>(grid);
+  if (grid.types.count("half")) register_type<Eigen::half>(grid);
+}
+
+}  // namespace kvbench

@@ -1,0 +1,33 @@
+// kvevict benchmark suite — the grid of shapes and the registration functions.
+#pragma once
+
+#include <cstddef>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kvbench {
+
+struct Grid {
+  std::vector<std::size_t> sizes;        // retained tokens n (= budget k)
+  std::vector<std::size_t> head_dims;    // d
+  std::vector<std::size_t> groups;       // GQA group g
+  std::set<std::string> types;           // "float", "half"
+  std::set<std::size_t> naive_sizes;     // n for which NaiveDecodeStep runs
+  std::vector<std::size_t> prompt_lens;  // P of the prefill benchmarks
+  std::vector<std::size_t> prefill_groups;
+  std::set<std::string> prefill_types;
+  double min_time = 0.2;        // seconds, for plain benchmarks
+  double evict_min_time = 0.05; // seconds of eviction time (attention runs beside it)
+};
+
+void register_decode_benchmarks(const Grid& grid);
+void register_prefill_benchmarks(const Grid& grid);
+void register_bandwidth_benchmarks(const Grid& grid);
+
+/// Checks that NaiveKeyformer keeps exactly the tokens kvevict's Keyformer keeps
+/// (same logits and injected noise by position, many steps, g = 1 and 4).
+/// Returns the number of mismatching steps (0 = pass) and prints a line.
+int verify_naive_matches_kvevict();
+
+}  // namespace kvbench

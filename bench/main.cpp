@@ -1,0 +1,65 @@
+// kvevict_bench: the Google Benchmark suite (see bench/README.md).
+//
+//   kvevict_bench [--full] [--verify] [Google Benchmark flags...]
+//
+// Default: the quick grid (n in {1024, 4096, 32768}, d = 128, g in {1, 4},
+// float and half; prefill P in {512, 2048}, float). --full: the whole grid
+// (n in {256, ..., 131072} plus 32768, d in {64, 128}, prefill P up to 8192).
+// --verify: only checks that the naive comparator keeps what kvevict keeps.
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "decode_bench.hpp"
+
+int main(int argc, char** argv) {
+  bool full = false, verify = false;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--full") == 0)
+      full = true;
+    else if (std::strcmp(argv[i], "--verify") == 0)
+      verify = true;
+    else
+      rest.push_back(argv[i]);
+  }
+  if (verify) return kvbench::verify_naive_matches_kvevict() == 0 ? 0 : 1;
+
+  kvbench::Grid grid;
+  if (full) {
+    grid.sizes = {256, 1024, 4096, 16384, 32768, 65536, 131072};
+    grid.head_dims = {64, 128};
+    grid.groups = {1, 4};
+    grid.types = {"float", "half"};
+    grid.naive_sizes = {1024, 4096, 32768, 131072};
+    grid.prompt_lens = {512, 2048, 8192};
+    grid.prefill_groups = {1, 4};
+    grid.prefill_types = {"float", "half"};
+  } else {
+    grid.sizes = {1024, 4096, 32768};
+    grid.head_dims = {128};
+    grid.groups = {1, 4};
+    grid.types = {"float", "half"};
+    grid.naive_sizes = {4096, 32768};
+    grid.prompt_lens = {512, 2048};
+    grid.prefill_groups = {1, 4};
+    grid.prefill_types = {"float"};
+    grid.min_time = 0.1;
+    grid.evict_min_time = 0.03;
+  }
+  // Prefill first: its P = 8192 logits (up to 8.6 GB) are allocated before any
+  // decode layer is kept alive.
+  kvbench::register_bandwidth_benchmarks(grid);
+  kvbench::register_prefill_benchmarks(grid);
+  kvbench::register_decode_benchmarks(grid);
+
+  int rc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rc, rest.data())) return 1;
+  benchmark::AddCustomContext("kvevict_grid", full ? "full" : "quick");
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
