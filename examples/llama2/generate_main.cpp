@@ -7,8 +7,8 @@
 //   kvevict-generate --prompt "Once upon a time" --dump-logits layer0.json --dump-layer 0   # a kvevict-replay trace
 //
 // stdout: the text (prompt + generation), or the generated ids one per line with --print-ids.
-// stderr: one summary line (tokens/s, retained KV entries per layer, KV bytes held vs full cache), after
-//         one line naming the trace and its replay command with --dump-logits.
+// stderr: one summary line (tokens/s, retained KV entries per layer, KV bytes held vs full cache);
+//         with --dump-logits, a line naming the trace and its replay command comes first.
 // Exit codes: 0 ok, 1 bad input or runtime error, 2 model or tokenizer not found.
 #include <CLI/CLI.hpp>
 
