@@ -412,11 +412,12 @@ int main(int argc, char** argv) {
     {
       std::ofstream dat(out_prefix + "_plot.dat");
       for (const auto& label : labels) {
-        dat << "# " << label << "\n# ratio nll nll_se kl kl_se top1 top1_se\n";
+        dat << "# " << label << "\n# ratio nll nll_se kl kl_se top1 top1_se delta_nll delta_nll_se\n";
         for (double r : ratios) {
           const Cell& c = table[{label, r}];
           dat << r << " " << fmt(c.nll.mean, 6) << " " << fmt(c.nll.se, 6) << " " << fmt(c.kl.mean, 6) << " "
-              << fmt(c.kl.se, 6) << " " << fmt(c.top1.mean, 6) << " " << fmt(c.top1.se, 6) << "\n";
+              << fmt(c.kl.se, 6) << " " << fmt(c.top1.mean, 6) << " " << fmt(c.top1.se, 6) << " "
+              << fmt(c.dnll.mean, 6) << " " << fmt(c.dnll.se, 6) << "\n";
         }
         dat << "\n\n";
       }
@@ -425,11 +426,11 @@ int main(int argc, char** argv) {
          << "set multiplot layout 1,2 title 'stories260K on TinyStories-val: " << n_windows << " windows x "
          << window << " tokens, prompt " << prompt << "; error bars = standard error over windows'\n"
          << "set grid\nset xlabel 'budget k / prompt length'\nset xrange [0:1]\nset key top right\n"
-         << "set ylabel 'NLL (nats/token)'\n"
-         << "plot " << fmt(full.mean, 6) << " title 'full cache' lw 2 dt 2 lc 'black'";
+         << "set ylabel 'NLL - full-cache NLL (nats/token; full cache: " << fmt(full.mean, 3) << ")'\n"
+         << "plot 0 title 'full cache' lw 2 dt 2 lc 'black'";
       for (std::size_t i = 0; i < labels.size(); ++i)
-        gp << ", '" << out_prefix << "_plot.dat' index " << i << " using 1:2:3 with yerrorlines lt " << i + 1 << " title '" << labels[i]
-           << "' noenhanced";
+        gp << ", '" << out_prefix << "_plot.dat' index " << i << " using 1:8:9 with yerrorlines lt " << i + 1
+           << " title '" << labels[i] << "' noenhanced";
       gp << "\nset ylabel 'KL(full || policy) (nats)'\nset logscale y\nplot";
       for (std::size_t i = 0; i < labels.size(); ++i)
         gp << (i ? "," : "") << " '" << out_prefix << "_plot.dat' index " << i
