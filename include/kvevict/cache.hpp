@@ -266,11 +266,11 @@ class Cache final : public CacheInterface {
   /// filled with slot `n − 1`. "Recent" is decided by position: the `w` most
   /// recently appended tokens.
   /// O(n_q_heads · n) scoring + O(n_kv_heads · n) selection + O(n_kv_heads ·
-  /// head_dim) data moved. No heap allocation. Cost in memory passes: the
-  /// logits are read twice (a read-only validation pass over every row first,
-  /// then each row's softmax in one streaming pass with the noise drawn and
-  /// used in L1-sized chunks), each KV head's scores are updated in place once
-  /// per query row, and the victim search reads its scores and positions once.
+  /// head_dim) data moved. No heap allocation. Memory passes: the logits are
+  /// read once (each row's softmax in one streaming pass, the noise drawn and
+  /// used in L1-sized chunks), each KV head's scores are copied once (for the
+  /// all-or-nothing guarantee) and updated in place once per query row, and
+  /// the victim search reads the head's scores and positions once.
   ///
   /// Throws `std::invalid_argument` before prefill, if `n` or any length is not
   /// `previous length + 1`, the new position is not the same on every head or
@@ -294,27 +294,30 @@ class Cache final : public CacheInterface {
 
     if (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::Cache::decode_step: logits must be non-null");
-      // Validate every row first (reads only), so that scores can be updated in
-      // place and the generator is untouched on error. With drawn noise
-      // ζ in [-2.8, 16.7], x + ζ is NaN / +inf exactly where x is.
-      const bool injected = score_.noisy() && gumbel != nullptr;
-      for (std::size_t h = 0; h < config_.n_q_heads; ++h)
-        if (!detail::row_is_valid(logits + h * n, injected ? gumbel + h * n : nullptr, n))
-          throw std::invalid_argument(
-              detail::concat("kvevict::Cache::decode_step: logits of q_head ", h, " contain NaN or +inf"));
-      // ---- nothing below can throw ----
-      // Each query head's row (in q_head order, so the noise is drawn in the
-      // documented order): one streaming pass for its softmax, one to add it.
+      // Scores are updated in place, KV head by KV head, each query row in one
+      // streaming pass (q_head order, so the noise is drawn in the documented
+      // order). Before a KV head's scores change they are copied to
+      // increments_; a NaN / +inf row (found by the same pass) restores every
+      // copied head and the generator, so the error leaves no trace.
+      const Xoshiro256pp saved = rng_;
       const float inv_tau = 1.0f / tau;
       for (std::size_t j = 0; j < nkv; ++j) {
         float* s = scores_.data() + j * kv_.capacity;
+        std::copy_n(s, n, increments_.data() + j * kv_.capacity);
         s[n - 1] = 0.0f;
         for (std::size_t t = 0; t < group_; ++t) {
           const std::size_t h = j * group_ + t;
-          score_row(logits + h * n, gumbel, h * n, n, inv_tau);  // valid: cannot fail
+          if (!score_row(logits + h * n, gumbel, h * n, n, inv_tau)) {
+            for (std::size_t i = 0; i <= j; ++i)
+              std::copy_n(increments_.data() + i * kv_.capacity, n, scores_.data() + i * kv_.capacity);
+            rng_ = saved;
+            throw std::invalid_argument(
+                detail::concat("kvevict::Cache::decode_step: logits of q_head ", h, " contain NaN or +inf"));
+          }
           detail::add_chunks(row_.data(), chunk_f_.data(), n, s, !Score::kAccumulates && t == 0);
         }
       }
+      // ---- nothing below can throw ----
     } else {
       for (std::size_t j = 0; j < nkv; ++j) scores_[j * kv_.capacity + n - 1] = 0.0f;
     }
@@ -496,7 +499,7 @@ class Cache final : public CacheInterface {
   Xoshiro256pp rng_;
   std::size_t group_ = 1;
   std::vector<float> scores_;      // [kv_head][capacity]
-  std::vector<float> increments_;  // [kv_head][capacity], prefill's increments before commit
+  std::vector<float> increments_;  // [kv_head][capacity]: prefill's increments; decode's score backup
   std::vector<float> chunk_f_;     // [2 * chunks of capacity], per-chunk softmax factors of one row
   std::vector<float> row_;         // [capacity] scratch
   std::vector<std::size_t> index_; // [capacity] selection scratch

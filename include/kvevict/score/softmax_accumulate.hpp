@@ -113,18 +113,6 @@ inline const float* chunk_values(const float* x, DrawnNoise noise, std::size_t c
   return buf;
 }
 
-/// `true` if no `x + ζ` (ζ given or none) is NaN or `+inf`. Reads only; O(n).
-inline bool row_is_valid(const float* x, const float* zeta, std::size_t n) {
-  float buf[kChunk];
-  for (std::size_t c0 = 0; c0 < n; c0 += kChunk) {
-    const std::size_t len = std::min(kChunk, n - c0);
-    const float* y = zeta != nullptr ? chunk_values(x, GivenNoise{zeta}, c0, len, buf) : x + c0;
-    const float m = max_propagate_nan(y, len);
-    if (m != m || m == std::numeric_limits<float>::infinity()) return false;
-  }
-  return true;
-}
-
 /// The softmax of one row in one streaming pass (online softmax by chunk):
 /// with `y = x + ζ` (ζ per `noise`), writes `e[i] = exp((y[i] − m_c) · inv_tau)`
 /// where `m_c` is the max of `i`'s chunk (0 where `y[i] = -inf`), and
