@@ -11,9 +11,13 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include <kvevict/kvevict.hpp>
 
@@ -56,6 +60,28 @@ using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>
 template <class T>
 using StridedRows = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
 
+/// dst (rows × d, row-major, float) = src rows converted to float. Eigen's
+/// half cast is scalar; with F16C (-march=native) rows go 8 at a time through
+/// vcvtph2ps, as an engine's fp16 attention would do.
+template <class T>
+void rows_to_float(const StridedRows<T>& src, Eigen::Index r0, Eigen::Index rows, RowMat<float>& dst) {
+#if defined(__F16C__) && defined(__AVX__)
+  if constexpr (std::is_same<T, Eigen::half>::value) {
+    const Eigen::Index d = src.cols();
+    if (d % 8 == 0) {
+      for (Eigen::Index r = 0; r < rows; ++r) {
+        const Eigen::half* in = src.data() + (r0 + r) * src.outerStride();
+        float* out = &dst(r, 0);
+        for (Eigen::Index c = 0; c < d; c += 8)
+          _mm256_storeu_ps(out + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + c))));
+      }
+      return;
+    }
+  }
+#endif
+  dst.topRows(rows) = src.middleRows(r0, rows).template cast<float>();
+}
+
 /// The engine's own decode-step attention over the live slots of a view, per
 /// KV head j and its g query heads: S = K_j · (Q_j / √d)ᵀ (n × g, written to
 /// `logits` as [q_head][n], exactly what `Cache::decode_step` reads), P =
@@ -88,7 +114,7 @@ class DecodeAttention {
       } else {
         for (Eigen::Index r = 0; r < n; r += kBlock) {
           const Eigen::Index b = std::min<Eigen::Index>(kBlock, n - r);
-          block_.topRows(b) = K.middleRows(r, b).template cast<float>();
+          rows_to_float(K, r, b, block_);
           if (g == 1)
             S.col(0).segment(r, b).noalias() = block_.topRows(b) * qs_.row(0).transpose();
           else
@@ -109,7 +135,7 @@ class DecodeAttention {
         out_.setZero();
         for (Eigen::Index r = 0; r < n; r += kBlock) {
           const Eigen::Index b = std::min<Eigen::Index>(kBlock, n - r);
-          block_.topRows(b) = V.middleRows(r, b).template cast<float>();
+          rows_to_float(V, r, b, block_);
           if (g == 1)
             out_.col(0).noalias() += block_.topRows(b).transpose() * P.col(0).segment(r, b);
           else
@@ -152,8 +178,8 @@ class PrefillAttention {
       StridedRows<T> K(kv.k_row(j, 0), P, d, Eigen::OuterStride<>(static_cast<Eigen::Index>(kv.slot_stride)));
       StridedRows<T> V(kv.v_row(j, 0), P, d, Eigen::OuterStride<>(static_cast<Eigen::Index>(kv.slot_stride)));
       if (h % shape_.g == 0) {  // new KV head: make float copies once (a no-op view for float would do too)
-        kf_ = K.template cast<float>();
-        vf_ = V.template cast<float>();
+        rows_to_float(K, 0, P, kf_);
+        rows_to_float(V, 0, P, vf_);
       }
       Eigen::Map<const RowMat<float>> Q(q + h * P_ * shape_.d, P, d);
       Eigen::Map<RowMat<float>> S(logits + h * P_ * P_, P, P);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <benchmark/benchmark.h>
 
@@ -263,6 +264,18 @@ std::string shape_suffix(const char* type, const Shape& s) {
          "/g:" + std::to_string(s.g);
 }
 
+/// Iterations for a benchmark that runs the attention step every iteration:
+/// about `grid.wall_per_benchmark` seconds of wall time, from a rough attention
+/// estimate (K+V bytes at 6 GB/s; 16-bit and g > 1 cost more compute). A fixed
+/// count, because Google Benchmark would size the run by the (small) eviction
+/// time alone and spend minutes in attention.
+template <class T>
+benchmark::IterationCount iterations_for(const Grid& grid, const Shape& s) {
+  double est = kv_bytes<T>(s) / 6e9 * (s.g > 1 ? 2.0 : 1.0) * (std::is_same<T, float>::value ? 1.0 : 1.5);
+  const double it = grid.wall_per_benchmark / std::max(est, 1e-6);
+  return static_cast<benchmark::IterationCount>(std::min(2000.0, std::max(10.0, it)));
+}
+
 template <class T>
 void register_type(const Grid& grid) {
   for (std::size_t d : grid.head_dims)
@@ -278,7 +291,7 @@ void register_type(const Grid& grid) {
                        kvevict::Policy::window, kvevict::Policy::tova})
           benchmark::RegisterBenchmark((std::string(bench_name(p)) + sfx).c_str(), bm_evict_step<T>, p, s)
               ->UseManualTime()
-              ->MinTime(grid.evict_min_time)
+              ->Iterations(iterations_for<T>(grid, s))
               ->Unit(benchmark::kMicrosecond);
         if (grid.naive_sizes.count(n) != 0)
           benchmark::RegisterBenchmark(("NaiveDecodeStep" + sfx).c_str(), bm_naive_step<T>, s)

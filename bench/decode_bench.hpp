@@ -18,7 +18,8 @@ struct Grid {
   std::vector<std::size_t> prefill_groups;
   std::set<std::string> prefill_types;
   double min_time = 0.2;        // seconds, for plain benchmarks
-  double evict_min_time = 0.05; // seconds of eviction time (attention runs beside it)
+  double evict_min_time = 0.05; // seconds of prefill scoring time (attention prefill runs beside it)
+  double wall_per_benchmark = 1.5;  // seconds per decode benchmark that runs attention every iteration
 };
 
 void register_decode_benchmarks(const Grid& grid);

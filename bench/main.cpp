@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
     grid.prefill_types = {"float"};
     grid.min_time = 0.1;
     grid.evict_min_time = 0.03;
+    grid.wall_per_benchmark = 1.0;
   }
   // Prefill first: its P = 8192 logits (up to 8.6 GB) are allocated before any
   // decode layer is kept alive.
