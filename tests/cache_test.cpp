@@ -393,6 +393,55 @@ TEST(Cache, RestorePositionOrderKeepsScoresWithTheirTokens) {
   EXPECT_TRUE(rows_aligned(kv));
 }
 
+// restore_position_order() moves tokens between slots; the recent window
+// (kept by slot inside the cache) must follow them: a cache that sorts its
+// slots every few steps keeps exactly what an unsorted twin keeps.
+TEST(Cache, DecodingAfterRestorePositionOrderKeepsTheSameTokens) {
+  const std::size_t n_kv = 2, g = 2, k = 10, w = 3;
+  auto value = [](std::size_t step, std::size_t h, std::int64_t pos, std::uint64_t salt) {
+    kvevict::Xoshiro256pp gen(((step * 1000003u + h) * 1000033u + static_cast<std::uint64_t>(pos)) * 31u + salt);
+    return static_cast<float>(gen() >> 40) / 16777216.0f;  // [0, 1)
+  };
+  for (const bool shared : {false, true}) {
+    kvevict::KVBuffer<float> a_buf(n_kv, k + 1, 2), b_buf(n_kv, k + 1, 2);
+    auto a_kv = a_buf.view(), b_kv = b_buf.view();
+    auto cfg = config(n_kv * g, k, w);
+    cfg.shared_heads = shared;
+    kvevict::H2O a(cfg, a_kv), b(cfg, b_kv);
+    for (int p = 0; p < 6; ++p) {
+      append_token(a_kv, p);
+      append_token(b_kv, p);
+    }
+    const auto x = causal_logits(n_kv * g, 6, [&](std::size_t h, std::size_t r, std::size_t c) {
+      return 4.0f * value(r, h, static_cast<std::int64_t>(c), 1);
+    });
+    a.prefill(x.data(), 6);
+    b.prefill(x.data(), 6);
+    std::vector<float> xa(n_kv * g * (k + 1)), xb(xa.size());
+    for (std::size_t t = 1; t <= 60; ++t) {
+      const auto pos = static_cast<std::int64_t>(5 + t);
+      append_token(a_kv, pos);
+      append_token(b_kv, pos);
+      const std::size_t n = a_kv.length(0);
+      for (std::size_t h = 0; h < n_kv * g; ++h)
+        for (std::size_t s = 0; s < n; ++s) {  // a logit is a function of (step, head, position), not of the slot
+          xa[h * n + s] = 4.0f * value(100 + t, h, a_kv.head_positions(h / g)[s], 1);
+          xb[h * n + s] = 4.0f * value(100 + t, h, b_kv.head_positions(h / g)[s], 1);
+        }
+      a.decode_step(xa.data(), n);
+      b.decode_step(xb.data(), n);
+      if (t % 3 == 0) a.restore_position_order();
+      for (std::size_t j = 0; j < n_kv; ++j) {
+        ASSERT_EQ(a.retained_positions(j), b.retained_positions(j)) << "step " << t << " head " << j;
+        const Positions kept = a.retained_positions(j);  // the window: the w newest are always kept
+        ASSERT_EQ(kept.back(), pos);
+        ASSERT_EQ(kept[kept.size() - w], pos - static_cast<std::int64_t>(w) + 1);
+      }
+      ASSERT_TRUE(rows_aligned(a_kv));
+    }
+  }
+}
+
 TEST(Cache, PositionsAreNeverRenumberedEvenWithGapsAndOffsets) {
   kvevict::KVBuffer<float> buf(1, 8, 2);
   auto kv = buf.view();

@@ -13,6 +13,7 @@
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,15 @@ struct CacheConfig {
 };
 
 namespace detail {
+/// Whether a selection policy has the `victim_flagged(scores, recent_flags,
+/// positions, n)` fast path (see `RecentTopKSelection`).
+template <class S, class = void>
+struct has_victim_flagged : std::false_type {};
+template <class S>
+struct has_victim_flagged<S, std::void_t<decltype(std::declval<const S&>().victim_flagged(
+                                 static_cast<const float*>(nullptr), static_cast<const std::uint8_t*>(nullptr),
+                                 static_cast<const std::int64_t*>(nullptr), std::size_t{0}))>> : std::true_type {};
+
 /// Byte-level access to a `KVView<T>`'s rows so that `Cache` need not be
 /// templated on the element type. Rows are moved with `memcpy`.
 struct ErasedKV {
@@ -143,6 +153,8 @@ class Cache final : public CacheInterface {
     row_.assign(cap, 0.0f);
     index_.assign(cap, 0);
     recent_ring_.assign(cap, 0);
+    recent_slot_.assign(nkv * cap, 0);
+    recent_flag_.assign(nkv * cap, 0);
     tmp_row_.assign(2 * kv_.row_bytes, 0);
   }
 
@@ -239,7 +251,7 @@ class Cache final : public CacheInterface {
     ring_size_ = w;
     ring_count_ = 0;
     ring_next_ = 0;
-    for (std::size_t s = m - std::min(w, m); s < m; ++s) ring_push(kv_.pos(0)[s]);
+    for (std::size_t s = m - std::min(w, m); s < m; ++s) ring_push(kv_.pos(0)[s], s);
     last_position_ = kv_.pos(0)[m - 1];
     k_ = k;
     w_ = w;
@@ -322,17 +334,17 @@ class Cache final : public CacheInterface {
       for (std::size_t j = 0; j < nkv; ++j) scores_[j * kv_.capacity + n - 1] = 0.0f;
     }
 
-    ring_push(new_pos);
+    ring_push(new_pos, n - 1);
     last_position_ = new_pos;
     if (n > k_) {
       const std::int64_t recent_from = recent_threshold();
       if (config_.shared_heads) {
         sum_scores_over_heads(n);
-        const std::size_t victim = selection_.victim(row_.data(), kv_.pos(0), n, recent_from);
+        const std::size_t victim = pick_victim(row_.data(), 0, n, recent_from);
         for (std::size_t j = 0; j < nkv; ++j) evict(j, victim, n);
       } else {
         for (std::size_t j = 0; j < nkv; ++j)
-          evict(j, selection_.victim(scores_.data() + j * kv_.capacity, kv_.pos(j), n, recent_from), n);
+          evict(j, pick_victim(scores_.data() + j * kv_.capacity, j, n, recent_from), n);
       }
       n_ = n - 1;
     } else {
@@ -352,6 +364,7 @@ class Cache final : public CacheInterface {
     prefilled_ = false;
     k_ = w_ = n_ = step_ = 0;
     ring_size_ = ring_count_ = ring_next_ = 0;
+    std::fill(recent_flag_.begin(), recent_flag_.end(), std::uint8_t{0});
     last_position_ = std::numeric_limits<std::int64_t>::min();
     tau_ = 0.0f;
   }
@@ -381,7 +394,19 @@ class Cache final : public CacheInterface {
     return out;
   }
   void restore_position_order() override {
-    for (std::size_t j = 0; j < kv_.n_kv_heads; ++j) sort_head_by_position(j);
+    for (std::size_t j = 0; j < kv_.n_kv_heads; ++j) {
+      sort_head_by_position(j);
+      // The window is now the last ring_count_ slots, oldest first.
+      const std::size_t n = kv_.lengths[j];
+      std::size_t* slots = recent_slot_.data() + j * kv_.capacity;
+      std::uint8_t* flags = recent_flag_.data() + j * kv_.capacity;
+      std::fill_n(flags, n, std::uint8_t{0});
+      for (std::size_t c = 0; c < ring_count_; ++c) {
+        const std::size_t idx = (ring_next_ + ring_size_ - ring_count_ + c) % ring_size_;
+        slots[idx] = n - ring_count_ + c;
+        flags[n - ring_count_ + c] = 1;
+      }
+    }
   }
 
   /// Query heads per KV head (`g`).
@@ -435,18 +460,43 @@ class Cache final : public CacheInterface {
     }
     kv_.lengths[j] = m;
   }
-  /// Evicts slot `victim` of head `j` by moving slot `n − 1` into it. O(head_dim).
+  /// Evicts slot `victim` of head `j` by moving slot `n − 1` (the newest
+  /// token, in the window if w > 0) into it. O(head_dim).
   void evict(std::size_t j, std::size_t victim, std::size_t n) {
     const std::size_t last = n - 1;
     if (victim != last) {
       kv_.copy_row(j, last, victim);
       kv_.pos(j)[victim] = kv_.pos(j)[last];
       scores_[j * kv_.capacity + victim] = scores_[j * kv_.capacity + last];
+      if (ring_size_ > 0) {
+        std::uint8_t* flags = recent_flag_.data() + j * kv_.capacity;
+        flags[victim] = flags[last];
+        flags[last] = 0;
+        recent_slot_[j * kv_.capacity + (ring_next_ + ring_size_ - 1) % ring_size_] = victim;
+      }
     }
     kv_.lengths[j] = last;
   }
-  void ring_push(std::int64_t position) {
+  /// The selection's victim for KV head `j` (its scores, or the layer's summed
+  /// scores with `shared_heads`): through the selection's `victim_flagged` fast
+  /// path when it has one (the window as per-slot flags), else `victim`.
+  std::size_t pick_victim(const float* scores, std::size_t j, std::size_t n, std::int64_t recent_from) const {
+    if constexpr (detail::has_victim_flagged<Selection>::value)
+      return selection_.victim_flagged(scores, recent_flag_.data() + j * kv_.capacity, kv_.pos(j), n);
+    else
+      return selection_.victim(scores, kv_.pos(j), n, recent_from);
+  }
+  /// Enters the token at `slot` (same slot on every head) into the recent
+  /// window; the oldest entry leaves it once the window is full.
+  void ring_push(std::int64_t position, std::size_t slot) {
     if (ring_size_ == 0) return;
+    for (std::size_t j = 0; j < kv_.n_kv_heads; ++j) {
+      std::size_t* slots = recent_slot_.data() + j * kv_.capacity;
+      std::uint8_t* flags = recent_flag_.data() + j * kv_.capacity;
+      if (ring_count_ == ring_size_) flags[slots[ring_next_]] = 0;
+      slots[ring_next_] = slot;
+      flags[slot] = 1;
+    }
     recent_ring_[ring_next_] = position;
     ring_next_ = (ring_next_ + 1) % ring_size_;
     if (ring_count_ < ring_size_) ++ring_count_;
@@ -504,6 +554,8 @@ class Cache final : public CacheInterface {
   std::vector<float> row_;         // [capacity] scratch
   std::vector<std::size_t> index_; // [capacity] selection scratch
   std::vector<std::int64_t> recent_ring_;  // last w appended positions
+  std::vector<std::size_t> recent_slot_;   // [kv_head][capacity]: their slots (ring order)
+  std::vector<std::uint8_t> recent_flag_;  // [kv_head][capacity]: 1 = slot in the window
   std::vector<unsigned char> tmp_row_;     // [2][row_bytes]: one K and one V row
   std::size_t ring_size_ = 0, ring_count_ = 0, ring_next_ = 0;
   std::int64_t last_position_ = std::numeric_limits<std::int64_t>::min();
