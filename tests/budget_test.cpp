@@ -22,6 +22,12 @@ TEST(Budget, ResolvedZeroAndBadValuesThrow) {
   EXPECT_THROW(kvevict::Budget::ratio(-0.5), std::invalid_argument);
   EXPECT_THROW(kvevict::Budget::ratio(std::nan("")), std::invalid_argument);
   try {
+    (void)kvevict::Budget::ratio(1e300).resolve(2);  // would overflow size_t
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "kvevict::Budget: ratio 1e+300 of prompt length 2 resolves to k = 2e+300, above 2^53");
+  }
+  try {
     (void)kvevict::Budget::ratio(0.1).resolve(9);
     FAIL();
   } catch (const std::invalid_argument& e) {

@@ -129,10 +129,26 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", prompt, "prompt text (BOS is prepended)");
   app.add_option("--prompt-ids", prompt_ids_text, "prompt as token ids, e.g. 1,403,261 (used as given: include BOS = 1)")
       ->excludes(app.get_option("--prompt"));
+  // Counts are unsigned: CLI11 would wrap "-1" to 2^64 - 1, so reject a sign before conversion.
+  const CLI::Validator count(
+      [](std::string& v) {
+        const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits) return "expected a non-negative integer, got '" + v + "'";
+        try {
+          (void)std::stoull(v);
+        } catch (const std::out_of_range&) {
+          return "'" + v + "' exceeds 2^64 - 1";
+        }
+        return std::string();
+      },
+      "UINT");
   app.add_option("--steps", steps, "tokens to generate at most (stops early at BOS or the end of the context)")
+      ->check(count)
       ->capture_default_str();
   app.add_option("--temperature", temperature, "sampling temperature; 0 = greedy")->capture_default_str();
-  app.add_option("--seed", seed, "seed of the sampler and of Keyformer's Gumbel noise")->capture_default_str();
+  app.add_option("--seed", seed, "seed of the sampler and of Keyformer's Gumbel noise")
+      ->check(count)
+      ->capture_default_str();
   app.add_option("--policy", policy, "KV-cache policy")
       ->check(CLI::IsMember({"full", "keyformer", "h2o", "streaming", "window", "tova"}))
       ->capture_default_str();
@@ -140,7 +156,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--recent", recent_text,
                  "recent window: tokens (8) or percent of the budget (30%); default 30%, 0 for tova");
-  app.add_option("--sinks", sinks, "StreamingLLM attention sinks")->capture_default_str();
+  app.add_option("--sinks", sinks, "StreamingLLM attention sinks")->check(count)->capture_default_str();
   app.add_option("--tau-init", tau_init, "Keyformer temperature at prefill")->capture_default_str();
   app.add_option("--tau-end", tau_end, "Keyformer temperature after the last step")->capture_default_str();
   app.add_flag("--no-noise", no_noise, "Keyformer without Gumbel noise (deterministic)");
@@ -151,9 +167,17 @@ int main(int argc, char** argv) {
                                   "write block --dump-layer's attention logits for the whole run (full cache) as a "
                                   "kvevict-replay trace: FILE.npy (float32 [H_q, N, N]) or JSON");
   app.add_option("--dump-layer", dump_layer, "block whose logits --dump-logits writes")
+      ->check(count)
       ->needs(dump_opt)
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // One line, the tool's prefix, and exit code 1 like every other bad input.
+    std::cerr << "kvevict-generate: " << e.what() << " (see --help)\n";
+    return 1;
+  }
 
   try {
     // ---- locate and load the model (exit 2 when it is not there) ----

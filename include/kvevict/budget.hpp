@@ -27,16 +27,23 @@ class Budget {
     detail::require(std::isfinite(r) && r > 0.0, "kvevict::Budget::ratio: r must be finite and > 0 (got ", r, ")");
     return Budget(0, r);
   }
-  /// The budget for prompt length `P`. Throws `std::invalid_argument` if it resolves to 0.
+  /// The budget for prompt length `P`. Throws `std::invalid_argument` if it
+  /// resolves to 0, or to more than 2^53 tokens (a ratio so large that `r · P`
+  /// is no longer an exact count).
   std::size_t resolve(std::size_t prompt_len) const {
     if (ratio_ == 0.0) return tokens_;
     const double k = std::floor(ratio_ * static_cast<double>(prompt_len));
     detail::require(k >= 1.0, "kvevict::Budget: ratio ", ratio_, " of prompt length ", prompt_len,
                     " resolves to k = 0");
+    detail::require(k <= 9007199254740992.0, "kvevict::Budget: ratio ", ratio_, " of prompt length ", prompt_len,
+                    " resolves to k = ", k, ", above 2^53");
     return static_cast<std::size_t>(k);
   }
+  /// `true` for `ratio(r)`, `false` for `tokens(k)`.
   bool is_ratio() const { return ratio_ != 0.0; }
+  /// `r` of `ratio(r)`; 0 for a token budget.
   double ratio_value() const { return ratio_; }
+  /// `k` of `tokens(k)`; 0 for a ratio budget.
   std::size_t token_count() const { return tokens_; }
 
  private:
@@ -62,6 +69,7 @@ class RecentWindow {
     if (ratio_ < 0.0) return tokens_;
     return static_cast<std::size_t>(std::floor(ratio_ * static_cast<double>(k)));
   }
+  /// `true` for `ratio(q)`, `false` for `tokens(w)`.
   bool is_ratio() const { return ratio_ >= 0.0; }
 
  private:
