@@ -24,6 +24,8 @@ namespace kvevict {
 template <class T>
 class KVBuffer {
  public:
+  /// Allocates `[n_kv_heads][capacity][head_dim]` K and V (value-initialised),
+  /// position IDs and lengths (0). Throws `std::invalid_argument` if a dimension is 0.
   KVBuffer(std::size_t n_kv_heads, std::size_t capacity, std::size_t head_dim)
       : n_kv_heads_((check(n_kv_heads, capacity, head_dim), n_kv_heads)),
         capacity_(capacity),
@@ -39,8 +41,11 @@ class KVBuffer {
                                  head_dim_);
   }
 
+  /// KV heads.
   std::size_t n_kv_heads() const { return n_kv_heads_; }
+  /// Slots per KV head.
   std::size_t capacity() const { return capacity_; }
+  /// Elements per K or V row.
   std::size_t head_dim() const { return head_dim_; }
   /// Bytes held by live K and V rows: `sum_h lengths[h] * 2 * head_dim * sizeof(T)`.
   std::size_t live_kv_bytes() const {

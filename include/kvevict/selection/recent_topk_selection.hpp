@@ -19,7 +19,10 @@ namespace kvevict {
 /// highest scores among the other candidates (Keyformer §3.3 / Algorithm 1,
 /// H2O §4; TOVA is the `w = 0` case). The rule is `select_keep`.
 ///
-/// A selection policy has two entry points, called by `Cache`:
+/// A selection policy has three entry points, called by `Cache` (this is the
+/// whole interface a custom selection policy implements):
+///  - `validate(k, w)`: at prefill, once `k` and `w` are resolved; throws
+///    `std::invalid_argument` for a combination the policy cannot serve;
 ///  - `prefill_keep(scores, n, k, w, out)`: candidates are in position order;
 ///    writes the kept indices, ascending, to `out[0, m)` and returns `m`.
 ///  - `victim(scores, positions, n, recent_from)`: in a decode step with
@@ -34,6 +37,8 @@ struct RecentTopKSelection {
   void validate(std::size_t k, std::size_t w) const {
     detail::require(w <= k, "kvevict::RecentTopKSelection: recent window w = ", w, " exceeds budget k = ", k);
   }
+  /// `select_keep(scores, n, k, w, out)`: writes the kept indices (ascending) to
+  /// `out[0, m)`, returns `m = min(k, n)`. `out` has room for `n`. Average O(n).
   std::size_t prefill_keep(const float* scores, std::size_t n, std::size_t k, std::size_t w, std::size_t* out) const {
     return select_keep(scores, n, k, w, out);
   }

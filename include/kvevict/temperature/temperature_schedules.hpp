@@ -52,8 +52,11 @@ class LinearTemperature {
     const double s = static_cast<double>(std::min(t, horizon_));
     return static_cast<float>(tau_init_ + s * (static_cast<double>(tau_end_) - tau_init_) / static_cast<double>(horizon_));
   }
+  /// τ at prefill.
   float tau_init() const { return tau_init_; }
+  /// τ from step T on.
   float tau_end() const { return tau_end_; }
+  /// T, the decode steps over which τ moves from τ_init to τ_end.
   std::size_t horizon() const { return horizon_; }
 
  private:
