@@ -126,7 +126,7 @@ void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
 
 // All query heads against the live slots [0, n) of the view (n = every KV head's length):
 // logits[h][s] = q_h·k_s / sqrt(head_dim) (kvevict::attention_logits), out_h = sum_s softmax(logits[h])_s v_s.
-void Engine::attend(const kvevict::KVView<float>& view, const float* q, float* logits, float* out) {
+void Engine::attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out) {
   const Config& c = model_.config();
   const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
   kvevict::attention_logits(view, q, c.n_heads, logits, 1.0f / std::sqrt(static_cast<float>(hd)));
@@ -154,7 +154,7 @@ const float* Engine::step(int token) {
   x_ = ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(token) * c.dim, dim);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
-    const kvevict::KVView<float>& view = views_[l];
+    kvevict::KVView<float>& view = views_[l];
 
     // Attention: q, k, v; RoPE; k and v join the cache once, at this position.
     rmsnorm(xb_.data(), x_.data(), w.rms_att, c.dim);
@@ -211,11 +211,11 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
   for (std::size_t t = 0; t < P; ++t)
     X.row(static_cast<Eigen::Index>(t)) =
         ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(tokens[t]) * c.dim, dim).transpose();
-  prefill_scores_.assign(c.n_heads * P * P, 0.0f);
+  prompt_attention_logits_.assign(c.n_heads * P * P, 0.0f);
 
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
-    const kvevict::KVView<float>& view = views_[l];
+    kvevict::KVView<float>& view = views_[l];
 
     for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_att, c.dim);
     Q.noalias() = XB * ConstMatrixMap(w.wq, dim, dim).transpose();
@@ -230,10 +230,10 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
       view.append(static_cast<std::int64_t>(t), K.row(r).data(), V.row(r).data());
       attend(view, Q.row(r).data(), att_logits_.data(), XB2.row(r).data());
       for (std::size_t h = 0; h < c.n_heads; ++h)
-        std::copy_n(att_logits_.data() + h * (t + 1), t + 1, prefill_scores_.data() + (h * P + t) * P);
+        std::copy_n(att_logits_.data() + h * (t + 1), t + 1, prompt_attention_logits_.data() + (h * P + t) * P);
     }
     X.noalias() += XB2 * ConstMatrixMap(w.wo, dim, dim).transpose();
-    if (caches_[l]) caches_[l]->prefill(prefill_scores_.data(), P);
+    if (caches_[l]) caches_[l]->prefill(prompt_attention_logits_.data(), P);
 
     for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim);
     H1.noalias() = XB * ConstMatrixMap(w.w1, hidden, dim).transpose();

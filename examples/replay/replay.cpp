@@ -168,7 +168,7 @@ void replay(const Trace& trace, const Options& options, std::ostream& out) {
 
   // One layer with head_dim 1: only positions and scores matter to selection.
   kvevict::KVBuffer<float> store(n_kv, N, 1);
-  const kvevict::KVView<float> kv = store.view();
+  kvevict::KVView<float> kv = store.view();
   const std::unique_ptr<kvevict::CacheInterface> cache = kvevict::make_cache(plan.policy, plan.config, kv, plan.params);
   const std::vector<float> zero_row(n_kv, 0.0f);
   LineWriter writer(out, n_kv, N);

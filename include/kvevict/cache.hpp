@@ -19,6 +19,7 @@
 
 #include "kvevict/budget.hpp"
 #include "kvevict/cache_interface.hpp"
+#include "kvevict/concepts.hpp"
 #include "kvevict/core/check.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/score/gumbel.hpp"
@@ -44,15 +45,6 @@ struct CacheConfig {
 };
 
 namespace detail {
-/// Whether a selection policy has the `victim_flagged(scores, recent_flags,
-/// positions, n)` fast path (see `RecentTopKSelection`).
-template <class S, class = void>
-struct has_victim_flagged : std::false_type {};
-template <class S>
-struct has_victim_flagged<S, std::void_t<decltype(std::declval<const S&>().victim_flagged(
-                                 static_cast<const float*>(nullptr), static_cast<const std::uint8_t*>(nullptr),
-                                 static_cast<const std::int64_t*>(nullptr), std::size_t{0}))>> : std::true_type {};
-
 /// Byte-level access to a `KVView<T>`'s rows so that `Cache` need not be
 /// templated on the element type. Rows are moved with `memcpy`.
 struct ErasedKV {
@@ -63,7 +55,7 @@ struct ErasedKV {
   std::size_t n_kv_heads = 0, capacity = 0, row_bytes = 0, head_stride = 0, slot_stride = 0;  // strides in bytes
 
   template <class T>
-  static ErasedKV from(const KVView<T>& view) {
+  static ErasedKV from(KVView<T> view) {
     view.validate();
     ErasedKV e;
     e.k = reinterpret_cast<unsigned char*>(view.k);
@@ -77,8 +69,8 @@ struct ErasedKV {
     e.slot_stride = view.slot_stride * sizeof(T);
     return e;
   }
-  unsigned char* k_row(std::size_t h, std::size_t s) const { return k + h * head_stride + s * slot_stride; }
-  unsigned char* v_row(std::size_t h, std::size_t s) const { return v + h * head_stride + s * slot_stride; }
+  unsigned char* k_row(std::size_t h, std::size_t s) const { return k + row_offset(h, s, head_stride, slot_stride); }
+  unsigned char* v_row(std::size_t h, std::size_t s) const { return v + row_offset(h, s, head_stride, slot_stride); }
   std::int64_t* pos(std::size_t h) const { return positions + h * capacity; }
   void copy_row(std::size_t h, std::size_t from, std::size_t to) const {
     std::memcpy(k_row(h, to), k_row(h, from), row_bytes);
@@ -121,6 +113,13 @@ struct ErasedKV {
 /// Thread safety: none; one cache per layer per sequence, used by one thread.
 template <class Score, class Temperature, class Selection>
 class Cache final : public CacheInterface {
+  // The policy contracts (kvevict/concepts.hpp): one readable error per missing member.
+  static_assert(detail::score_policy_static_asserts<Score>::value, "kvevict: Score does not satisfy the contract");
+  static_assert(detail::temperature_schedule_static_asserts<Temperature>::value,
+                "kvevict: Temperature does not satisfy the contract");
+  static_assert(detail::selection_policy_static_asserts<Selection>::value,
+                "kvevict: Selection does not satisfy the contract");
+
  public:
   using score_policy = Score;
   using temperature_policy = Temperature;
@@ -131,7 +130,7 @@ class Cache final : public CacheInterface {
   /// Throws `std::invalid_argument` if the view is invalid or not empty, or
   /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads`.
   template <class T>
-  Cache(const CacheConfig& config, const KVView<T>& kv, Score score = Score(), Temperature temperature = Temperature(),
+  Cache(const CacheConfig& config, KVView<T> kv, Score score = Score(), Temperature temperature = Temperature(),
         Selection selection = Selection())
       : config_(config),
         kv_(detail::ErasedKV::from(kv)),
@@ -139,6 +138,7 @@ class Cache final : public CacheInterface {
         temperature_(std::move(temperature)),
         selection_(std::move(selection)),
         rng_(config.seed) {
+    static_assert(!std::is_const<T>::value, "kvevict::Cache: needs a writable KVView<T>, not a KVView<const T>");
     const std::size_t nkv = kv_.n_kv_heads;
     detail::require(config.n_q_heads >= 1 && config.n_q_heads % nkv == 0, "kvevict::Cache: n_q_heads (",
                     config.n_q_heads, ") must be a positive multiple of the view's n_kv_heads (", nkv, ")");
@@ -212,7 +212,7 @@ class Cache final : public CacheInterface {
     selection_.validate(k, w);
     const float tau = checked_tau(0, "prefill");
 
-    if (Score::kUsesLogits) {
+    if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::Cache::prefill: logits must be non-null");
       const Xoshiro256pp saved = rng_;
       std::fill(increments_.begin(), increments_.begin() + static_cast<std::ptrdiff_t>(nkv * kv_.capacity), 0.0f);
@@ -304,7 +304,7 @@ class Cache final : public CacheInterface {
                       " has new position ", kv_.pos(h)[n - 1], ", KV head 0 has ", new_pos);
     const float tau = checked_tau(step_ + 1, "decode_step");
 
-    if (Score::kUsesLogits) {
+    if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::Cache::decode_step: logits must be non-null");
       // Scores are updated in place, KV head by KV head, each query row in one
       // streaming pass (q_head order, so the noise is drawn in the documented
@@ -478,13 +478,9 @@ class Cache final : public CacheInterface {
     kv_.lengths[j] = last;
   }
   /// The selection's victim for KV head `j` (its scores, or the layer's summed
-  /// scores with `shared_heads`): through the selection's `victim_flagged` fast
-  /// path when it has one (the window as per-slot flags), else `victim`.
-  std::size_t pick_victim(const float* scores, std::size_t j, std::size_t n, std::int64_t recent_from) const {
-    if constexpr (detail::has_victim_flagged<Selection>::value)
-      return selection_.victim_flagged(scores, recent_flag_.data() + j * kv_.capacity, kv_.pos(j), n);
-    else
-      return selection_.victim(scores, kv_.pos(j), n, recent_from);
+  /// scores with `shared_heads`), the window given as the head's per-slot flags.
+  std::size_t pick_victim(const float* scores, std::size_t j, std::size_t n, std::int64_t /*recent_from*/) const {
+    return selection_.victim(scores, recent_flag_.data() + j * kv_.capacity, kv_.pos(j), n);
   }
   /// Enters the token at `slot` (same slot on every head) into the recent
   /// window; the oldest entry leaves it once the window is full.
