@@ -38,6 +38,26 @@ class Recorder final : public kvevict::CacheInterface {
     }
     state_->prompt_len = P;
   }
+  void prefill_chunk(const float* logits, std::size_t C, std::size_t n, const float* /*gumbel*/) override {
+    kvevict::MaterializedChunk rows(logits, nullptr, C, n);
+    prefill_chunk(rows, C, n);
+  }
+  // Chunk rows i = positions held + i (nothing is evicted: slot s is position s).
+  void prefill_chunk(kvevict::ChunkRows& rows, std::size_t C, std::size_t n) override {
+    const std::size_t H = state_->n_q_heads, held = state_->rows.size();
+    if (C == 0 || n != held + C)
+      throw std::logic_error("llama2::LogitDump: a chunk of " + std::to_string(C) + " tokens over " +
+                             std::to_string(n) + " slots after " + std::to_string(held) + " recorded rows");
+    state_->rows.resize(n);
+    for (std::size_t i = 0; i < C; ++i) state_->rows[held + i].assign(H * (held + i + 1), 0.0f);
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t i = 0; i < C; ++i) {
+        const std::size_t len = held + i + 1;
+        std::copy_n(rows.row(h, i), len, state_->rows[held + i].data() + h * len);
+      }
+    state_->prompt_len = n;
+  }
+  void finish_prefill() override {}
   void decode_step(const float* logits, std::size_t n, const float* /*gumbel*/) override {
     const std::size_t H = state_->n_q_heads, t = state_->rows.size();
     if (n != t + 1)

@@ -15,33 +15,18 @@
 #include <vector>
 
 #include "kvevict/budget.hpp"
+#include "kvevict/cache_config.hpp"
 #include "kvevict/cache_interface.hpp"
 #include "kvevict/concepts.hpp"
 #include "kvevict/core/check.hpp"
 #include "kvevict/kv/erased_kv.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/kv/slot_table.hpp"
+#include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/scorer.hpp"
 #include "kvevict/temperature/temperature_schedules.hpp"
 
 namespace kvevict {
-
-/// Configuration shared by every policy.
-struct CacheConfig {
-  /// Query heads of the layer; must be a positive multiple `g · n_kv_heads` of
-  /// the view's KV heads (GQA: query head `h` reads KV head `h / g`; MHA: g = 1).
-  std::size_t n_q_heads = 0;
-  /// Budget `k`, tokens kept per KV head (count, or fraction of the prompt).
-  Budget budget = Budget::ratio(0.5);
-  /// Recent window `w` (count, or fraction of `k`); must resolve to `<= k`.
-  RecentWindow recent = RecentWindow::tokens(0);
-  /// `true`: one selection for the whole layer from scores summed over KV
-  /// heads, so every head keeps the same tokens. `false` (default, as in
-  /// Keyformer and H2O): each KV head selects independently.
-  bool shared_heads = false;
-  /// Seed of the cache's Gumbel generator (same seed => same result).
-  std::uint64_t seed = 0;
-};
 
 /// An evicting KV cache for one transformer layer (policy-based design):
 ///
@@ -64,15 +49,17 @@ struct CacheConfig {
 ///     ascending), compute the causal logits `x[q_head][P][P]`, call
 ///     `prefill(x, P)`: scores every row at τ_0 and cuts every KV head to
 ///     `min(k, P)` tokens (the recent window and the key tokens);
+///     — or, chunked (README "Long prompts"): per chunk of `C` tokens, append
+///     them, pass the chunk's logits `x[q_head][C][n]` to `prefill_chunk`; then
+///     `finish_prefill()` cuts to budget;
 ///  2. per generated token: append its K/V (slot `n − 1` of every head), compute
 ///     the logits `x[q_head][n]` over slots `[0, n)`, call `decode_step(x, n)`:
 ///     scores the step at τ_t and, if `n > k`, evicts one token per KV head by
 ///     filling its slot with slot `n − 1` (O(head_dim) data moved).
 ///
-/// Errors: every call validates all arguments and the view's state before it
-/// changes anything, and throws `std::invalid_argument` (naming the argument
-/// and value) or `std::length_error`; the cache, the view and the generator are
-/// then exactly as before. `decode_step` performs no heap allocation.
+/// Errors: every call validates its arguments and the view before any change and throws
+/// `std::invalid_argument` (naming the argument and value) or `std::length_error`, leaving
+/// cache, view and generator as before. `decode_step` and `prefill_chunk` never allocate.
 ///
 /// Thread safety: none; one cache per layer per sequence, used by one thread.
 template <class Score, class Temperature, class Selection>
@@ -90,11 +77,12 @@ class Cache final : public CacheInterface {
   using selection_type = Selection;      ///< which tokens stay
 
   /// Builds a cache over `kv` (lengths must be 0). Allocates
-  /// O(n_kv_heads · capacity) floats and indices once.
+  /// O(n_q_heads · capacity) floats and indices once.
   /// Throws `std::invalid_argument` if the view is invalid or not empty,
   /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads`, or — when
   /// the budget is a token count, so that `k` and `w` are known now — the
-  /// configuration fails `resolve_budget` (see there: `w > k`, sinks, capacity).
+  /// configuration fails `resolve_budget` (see there: `w > k`, sinks, capacity),
+  /// or `bounded_prefill` is set with a ratio budget.
   template <class T>
   Cache(const CacheConfig& config, KVView<T> kv, Score score = Score(), Temperature temperature = Temperature(),
         Selection selection = Selection())
@@ -110,6 +98,9 @@ class Cache final : public CacheInterface {
       detail::require(kv.lengths[h] == 0, "kvevict::Cache: the view must be empty at construction (lengths[", h,
                       "] = ", kv.lengths[h], ")");
     group_ = config.n_q_heads / nkv;
+    detail::require(!config.bounded_prefill || !config.budget.is_ratio(),
+                    "kvevict::Cache: bounded_prefill needs a token budget (Budget::tokens): a ratio of the prompt "
+                    "length is unknown while the prompt streams in");
     if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::Cache");
   }
 
@@ -120,97 +111,118 @@ class Cache final : public CacheInterface {
   Cache& operator=(Cache&&) noexcept = default;
 
   /// Prefill: scores the prompt and evicts to budget (Keyformer Algorithm 1,
-  /// prompt phase).
-  ///
-  /// Preconditions: every KV head of the view holds exactly `prompt_len` live
+  /// prompt phase). Preconditions: every KV head of the view holds exactly `prompt_len` live
   /// slots with strictly ascending position IDs, identical across heads, and
   /// this is the first prefill since construction or `reset`.
   ///
   /// `logits`: `[q_head][P][P]` row-major, `x[h][r][c]` = logit of the query at
   /// slot `r` against slot `c`; only `c <= r` is read (the causal part; `-inf`
-  /// entries count as masked). May be `nullptr` for `NoScore`.
-  /// `gumbel`: optional pre-drawn ζ in the same layout, used instead of the
-  /// generator (read only where the logits are); `nullptr` draws from the
-  /// generator. Either way ζ is used only if the score policy is noisy
-  /// (Keyformer with noise on); other policies ignore it.
-  ///
-  /// Resolves and checks `k` and `w` with `resolve_budget`; each row r
-  /// adds `softmax((x[h][r][0..r] + ζ) / τ_0)` to the scores of KV head
-  /// `h / g` (TOVA: last row only); then keeps `selection.prefill_keep`'s
+  /// entries count as masked). May be `nullptr` for `NoScore`. `gumbel`: optional pre-drawn ζ, same layout (read where the logits are),
+  /// else drawn from the generator; used only by a noisy score policy.
+  /// Resolves and checks `k` and `w` with `resolve_budget`; row r of query
+  /// head h adds `softmax((x[h][r][0..r] + ζ) / τ_0)` to h's accumulator (TOVA:
+  /// last row only), KV head j's scores are the sum over its group (so that
+  /// `prefill_chunk` gives the same bits); then keeps `selection.prefill_keep`'s
   /// tokens, compacted in ascending position order into slots `[0, min(k, P))`.
-  /// O(n_q_heads · P²) for scoring, O(n_kv_heads · P · head_dim) for compaction.
-  ///
-  /// Throws `std::invalid_argument` on a second prefill, `prompt_len == 0`,
+  /// O(n_q_heads · P²) scoring, O(n_kv_heads · P · head_dim) compaction. This
+  /// is `prefill_chunk` of the whole prompt then `finish_prefill`. Throws `std::invalid_argument` on a second prefill, `prompt_len == 0`,
   /// lengths ≠ `prompt_len`, unordered or mismatched positions, a budget the
   /// selection cannot serve (`resolve_budget`: `w > k`, `sinks > k`, a window
   /// given to StreamingLLM, capacity < `k + 1`), τ_0 outside the valid range
   /// (finite, >= FLT_MIN), a null `logits` when scores need it, or a NaN /
   /// `+inf` value of `x + ζ`. Every check runs before any state changes.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
-    const std::size_t nkv = kv().n_kv_heads, P = prompt_len;
+    const std::size_t P = prompt_len;
     detail::require(!prefilled_, "kvevict::Cache::prefill: already prefilled; call reset() for a new sequence");
+    detail::require(!chunking_, "kvevict::Cache::prefill: a chunked prefill is in progress; call finish_prefill()");
     detail::check_prompt_view(kv(), P);
     const auto [k, w] = resolve_budget(config_.budget.resolve(P), "kvevict::Cache::prefill");
     const float tau = checked_tau(0, "prefill");
     if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::Cache::prefill: logits must be non-null");
-      scorer_.score_prompt(logits, gumbel, P, 1.0f / tau, slots_.all_scores(), slots_.capacity());
-    } else {
-      slots_.clear_scores();
+      MaterializedChunk rows(logits, gumbel, P, P);
+      scorer_.score_chunk(rows, 0, P, 1.0f / tau, "kvevict::Cache::prefill");
     }
     // ---- nothing below can throw ----
-    slots_.reset_window(w);
-    std::size_t m = 0;
-    if (config_.shared_heads) {
-      m = selection_.prefill_keep(scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), P), P, k, w,
-                                  slots_.index());
-      for (std::size_t j = 0; j < nkv; ++j) slots_.compact(j, slots_.index(), m);
-    } else {
-      for (std::size_t j = 0; j < nkv; ++j) {
-        m = selection_.prefill_keep(slots_.scores(j), P, k, w, slots_.index());
-        slots_.compact(j, slots_.index(), m);
-      }
+    take_chunk(P, tau);
+    finish(k, w);
+  }
+
+  /// Chunked prefill: scores one chunk of `C = chunk_len` prompt tokens that
+  /// the engine appended to every KV head (slots `[held, n)`, `n = held + C`,
+  /// positions rising). `logits`: `[q_head][C][n]`, query `i` (slot `held + i`)
+  /// against slots `[0, held + i]` (only those are read); `gumbel`: optional ζ,
+  /// same layout; or `rows` computing them on demand (`prefill_chunk_qk`).
+  /// Rows are scored at τ_0. Unbounded: nothing is evicted before
+  /// `finish_prefill`, and the result equals the one-shot `prefill` bit for bit
+  /// (ζ injected or off). Bounded: if `n > k`, cuts to `k` as `prefill` does.
+  /// Protocol, semantics and the noise order: score/chunk_rows.hpp.
+  /// O(n_q_heads · C · n) (+ O(n_kv_heads · n · head_dim) per cut); no heap
+  /// allocation. Throws `std::invalid_argument` after the prompt is finished, if `C == 0`,
+  /// `C > config.max_prefill_chunk` (when set), `n != held + C`, a length is not
+  /// `n`, positions do not rise or differ across heads, τ_0 is invalid,
+  /// `logits` is null when needed, or a value of `x + ζ` is NaN / `+inf`; the
+  /// cache, the view and the generator are then unchanged.
+  void prefill_chunk(const float* logits, std::size_t chunk_len, std::size_t n, const float* gumbel = nullptr) override {
+    if constexpr (Score::kUsesLogits)
+      detail::require(logits != nullptr, "kvevict::Cache::prefill_chunk: logits must be non-null");
+    MaterializedChunk rows(logits, gumbel, chunk_len, n);
+    prefill_chunk(rows, chunk_len, n);
+  }
+  /// `prefill_chunk` with rows from `rows` (see `ChunkRows`); same contract.
+  void prefill_chunk(ChunkRows& rows, std::size_t chunk_len, std::size_t n) override {
+    const std::size_t C = chunk_len, cap = config_.max_prefill_chunk;
+    detail::require(!prefilled_, "kvevict::Cache::prefill_chunk: the prompt is finished; call reset() first");
+    detail::require(cap == 0 || C <= cap, "kvevict::Cache::prefill_chunk: chunk_len = ", C,
+                    " exceeds config.max_prefill_chunk = ", cap);
+    detail::check_chunk_view(kv(), C, n, n_, last_position_);
+    const bool bounded = config_.bounded_prefill;
+    const auto [k, w] = bounded ? resolve_budget(config_.budget.token_count(), "kvevict::Cache::prefill_chunk")
+                                : std::pair<std::size_t, std::size_t>{0, 0};
+    const float tau = checked_tau(0, "prefill_chunk");
+    if constexpr (Score::kUsesLogits) scorer_.score_chunk(rows, n_, C, 1.0f / tau, "kvevict::Cache::prefill_chunk");
+    // ---- nothing below can throw ----
+    take_chunk(C, tau);
+    if (bounded && n_ > k) {
+      n_ = cut(k, w);
+      scorer_.reload(slots_.all_scores(), slots_.capacity(), n_);
     }
-    // The recent window: the last min(w, m) prompt tokens, now the last slots.
-    for (std::size_t s = m - std::min(w, m); s < m; ++s) slots_.enter_window(s);
-    last_position_ = kv().pos(0)[m - 1];
-    k_ = k;
-    w_ = w;
-    n_ = m;
-    step_ = 0;
-    tau_ = tau;
-    prefilled_ = true;
+  }
+
+  /// Ends a chunked prefill: resolves `k` and `w` for the prompt length (the
+  /// tokens of every chunk) and cuts to `min(k, n)` as `prefill` does; decode
+  /// steps may follow. Throws `std::invalid_argument` (state unchanged) if no
+  /// chunk was passed, the prompt is already finished, or `resolve_budget`
+  /// rejects the budget. O(n_kv_heads · n · head_dim).
+  void finish_prefill() override {
+    detail::require(!prefilled_, "kvevict::Cache::finish_prefill: the prompt is already finished; call reset()");
+    detail::require(chunking_, "kvevict::Cache::finish_prefill: no chunk was passed (call prefill_chunk first)");
+    const auto [k, w] = resolve_budget(config_.budget.resolve(prompt_len_), "kvevict::Cache::finish_prefill");
+    finish(k, w);
   }
 
   /// One decode step (Keyformer Algorithm 1, generation phase; H2O §4; TOVA).
-  ///
   /// Preconditions: the engine appended the new token's K/V to every KV head
   /// (slot `n − 1`, same position on every head, larger than any position seen
-  /// before), so every head holds `n = previous length + 1` slots.
-  ///
-  /// `logits`: `[q_head][n]` row-major, by slot as the engine's attention reads
+  /// before), so every head holds `n = previous length + 1` slots. `logits`: `[q_head][n]` row-major, by slot as the engine's attention reads
   /// the view (may be `nullptr` for `NoScore`). `gumbel`: optional injected ζ,
-  /// `[q_head][n]`, used as in `prefill` (only by a noisy score policy).
-  ///
-  /// Each query head's row adds `softmax((x + ζ) / τ_t)` into its KV head's
+  /// `[q_head][n]`, used as in `prefill` (only by a noisy score policy). Each query head's row adds `softmax((x + ζ) / τ_t)` into its KV head's
   /// scores (TOVA: replaces them), `τ_t = temperature(step + 1)`; the new token
   /// thereby gets the score of its own step. If `n > k`, each KV head (or the
   /// layer, with `shared_heads`) evicts `selection.victim(...)`: the hole is
   /// filled with slot `n − 1`. "Recent" is the `w` most recently appended
   /// tokens, given to the selection as per-slot flags.
   /// O(n_q_heads · n) scoring + O(n_kv_heads · n) selection + O(n_kv_heads ·
-  /// head_dim) data moved. No heap allocation. Memory passes: the logits are
-  /// read once (each row's softmax in one streaming pass, the noise drawn and
-  /// used in L1-sized chunks), each KV head's scores are copied once (for the
-  /// all-or-nothing guarantee) and updated in place once per query row, and
-  /// the victim search reads the head's scores and recent flags once.
-  ///
-  /// Throws `std::invalid_argument` before prefill, if `n` or any length is not
+  /// head_dim) data moved. No heap allocation. The logits are read once (one
+  /// streaming softmax pass per row), each KV head's scores copied once (for
+  /// all-or-nothing) and the victim search reads scores and flags once. Throws `std::invalid_argument` before prefill, if `n` or any length is not
   /// `previous length + 1`, the new position is not the same on every head or
   /// not larger than the last one, τ_t is not finite and > 0, `logits` is null
   /// when needed, or a logit is NaN / `+inf`; the state is then unchanged.
   void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) override {
-    detail::require(prefilled_, "kvevict::Cache::decode_step: call prefill() first");
+    detail::require(prefilled_, chunking_ ? "kvevict::Cache::decode_step: the chunked prompt is not finished; call "
+                                            "finish_prefill() first"
+                                          : "kvevict::Cache::decode_step: call prefill() first");
     const std::int64_t new_pos = detail::check_step_view(kv(), n, n_, last_position_);
     const float tau = checked_tau(step_ + 1, "decode_step");
     if constexpr (Score::kUsesLogits) {
@@ -248,8 +260,8 @@ class Cache final : public CacheInterface {
     slots_.reset_window(0);
     scorer_.seed(seed);
     config_.seed = seed;
-    prefilled_ = false;
-    k_ = w_ = n_ = step_ = 0;
+    prefilled_ = chunking_ = false;
+    k_ = w_ = n_ = step_ = prompt_len_ = 0;
     last_position_ = std::numeric_limits<std::int64_t>::min();
     tau_ = 0.0f;
   }
@@ -269,14 +281,15 @@ class Cache final : public CacheInterface {
     std::sort(out.begin(), out.end());
     return out;
   }
-  /// Sorts the tokens the cache tracks (slots `[0, n)`, `n` = its length
-  /// after the last prefill / decode step; before prefill, the view's length)
-  /// into ascending position order, moving K, V, position, score and recent flag together.
+  /// Sorts the tokens the cache tracks (slots `[0, n)`, `n` = its length after the last
+  /// prefill chunk / decode step; before, the view's length) into ascending position
+  /// order, moving K, V, position, score and recent flag together.
   /// Slots the engine appended since the last step (between `append` and
   /// `decode_step`) are not moved, so the pending step still sees them at
   /// slot `n`. O(n log n + n · head_dim) per KV head; allocates nothing.
   void restore_position_order() override {
-    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.sort_by_position(j, prefilled_ ? n_ : kv().lengths[j]);
+    for (std::size_t j = 0; j < kv().n_kv_heads; ++j)
+      slots_.sort_by_position(j, prefilled_ || chunking_ ? n_ : kv().lengths[j]);
   }
 
   /// Query heads per KV head (`g`).
@@ -290,10 +303,46 @@ class Cache final : public CacheInterface {
 
  private:
   const detail::ErasedKV& kv() const { return slots_.kv(); }
+  /// Books a scored chunk of `C` tokens (slots `[n_, n_ + C)`): scores = the
+  /// accumulators' fold (all 0 for `NoScore`, which never scores). Cannot throw.
+  void take_chunk(std::size_t C, float tau) noexcept {
+    const std::size_t n = n_ + C;
+    scorer_.fold(slots_.all_scores(), slots_.capacity(), n);
+    last_position_ = kv().pos(0)[n - 1];
+    prompt_len_ += C;
+    n_ = n;
+    tau_ = tau;
+    chunking_ = true;
+  }
+  /// Keeps `selection.prefill_keep`'s `m = min(k, n_)` of slots `[0, n_)` per KV head (one
+  /// selection for the layer with `shared_heads`), compacted in order; returns `m`. No throw.
+  std::size_t cut(std::size_t k, std::size_t w) noexcept {
+    std::size_t m = 0;
+    if (config_.shared_heads) {
+      m = selection_.prefill_keep(scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), n_), n_, k, w,
+                                  slots_.index());
+      for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.compact(j, slots_.index(), m);
+    } else {
+      for (std::size_t j = 0; j < kv().n_kv_heads; ++j) {
+        m = selection_.prefill_keep(slots_.scores(j), n_, k, w, slots_.index());
+        slots_.compact(j, slots_.index(), m);
+      }
+    }
+    return m;
+  }
+  /// The end of the prompt: the final cut, the recent window (the last
+  /// `min(w, m)` prompt tokens, now the last slots), step 0. Cannot throw.
+  void finish(std::size_t k, std::size_t w) noexcept {
+    const std::size_t m = cut(k, w);
+    slots_.reset_window(w);
+    for (std::size_t s = m - std::min(w, m); s < m; ++s) slots_.enter_window(s);
+    k_ = k, w_ = w, n_ = m, step_ = 0;
+    prefilled_ = true;
+  }
   /// The one place where a configuration meets a budget: resolves the recent
   /// window for budget `k` and checks the pair against the selection policy
-  /// and the view. Called by the constructor when `k` is a token count, and by
-  /// `prefill` (before any state changes) once `k = budget.resolve(P)` is known.
+  /// and the view. Called (before any state changes) by the constructor when `k` is a
+  /// count, by `prefill` / `finish_prefill` once `k = budget.resolve(P)` is known.
   ///  - `w = recent.resolve(k)`; for an accumulated-score policy (Keyformer,
   ///    H2O) a window given as a ratio `q > 0` resolves to at least 1 token
   ///    when `k >= 2` (so that the newest token is not evicted at once every
@@ -301,6 +350,7 @@ class Cache final : public CacheInterface {
   ///  - `selection.validate(k, w)`: `w <= k` (Keyformer, H2O, TOVA);
   ///    `sinks <= k` and no window of its own (StreamingLLM, window).
   ///  - capacity >= `k + 1`: a decode step appends its token before it evicts.
+  ///  - bounded prefill: `max_prefill_chunk = C >= 1` and capacity >= `k + C`.
   /// Throws `std::invalid_argument` naming the values.
   std::pair<std::size_t, std::size_t> resolve_budget(std::size_t k, const char* who) const {
     std::size_t w = config_.recent.resolve(k);
@@ -309,6 +359,13 @@ class Cache final : public CacheInterface {
     selection_.validate(k, w);
     detail::require(k < kv().capacity, who, ": budget k = ", k, " needs a view of capacity >= k + 1 = ", k + 1,
                     " (a decode step appends before it evicts), but the capacity is ", kv().capacity);
+    if (config_.bounded_prefill) {
+      const std::size_t C = config_.max_prefill_chunk;
+      detail::require(C >= 1, who, ": bounded_prefill needs max_prefill_chunk >= 1 (got 0)");
+      detail::require(C <= kv().capacity - k, who, ": bounded_prefill with budget k = ", k,
+                      " and max_prefill_chunk = ", C, " needs a view of capacity >= k + C = ", k + C,
+                      ", but the capacity is ", kv().capacity);
+    }
     return {k, w};
   }
   /// τ_t of the schedule, checked (finite, >= FLT_MIN); 1 for a policy without temperature.
@@ -332,9 +389,11 @@ class Cache final : public CacheInterface {
   Selection selection_;
   std::size_t group_ = 1;
   std::int64_t last_position_ = std::numeric_limits<std::int64_t>::min();
-  std::size_t k_ = 0, w_ = 0, n_ = 0, step_ = 0;
+  std::size_t k_ = 0, w_ = 0, step_ = 0;
+  std::size_t n_ = 0, prompt_len_ = 0;  // tokens per KV head the cache tracks; prompt tokens scored so far
   float tau_ = 0.0f;
-  bool prefilled_ = false;
+  bool prefilled_ = false;      // the prompt is finished (prefill or finish_prefill): decode steps may follow
+  bool chunking_ = false;       // some prompt tokens were scored
 };
 
 }  // namespace kvevict

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvevict/score/chunk_rows.hpp"
+
 namespace kvevict {
 
 /// Runtime interface of an evicting KV cache for one layer, implemented by
@@ -16,8 +18,8 @@ namespace kvevict {
 /// engines that know it at compile time use the concrete type (the calls are
 /// then direct: `Cache` is `final`).
 ///
-/// Protocol per sequence: append the prompt's K/V to the view, `prefill`,
-/// then per generated token append its K/V and call `decode_step`.
+/// Protocol per sequence: append the prompt's K/V to the view, `prefill` (or,
+/// chunk by chunk, append + `prefill_chunk`, then `finish_prefill`), then per generated token append its K/V and call `decode_step`.
 /// `reset` starts a new sequence. See `Cache` for the full contract.
 class CacheInterface {
  public:
@@ -26,6 +28,15 @@ class CacheInterface {
   /// Scores the prompt from its causal logits `[q_head][P][P]` and evicts to
   /// budget. `gumbel` (optional, same layout) injects pre-drawn noise ζ.
   virtual void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) = 0;
+  /// Chunked prefill: scores a chunk of `chunk_len` prompt tokens the engine
+  /// appended (slots `[held, n)`) from logits `[q_head][chunk_len][n]`; bounded
+  /// prefill evicts to budget afterwards. See `Cache::prefill_chunk`.
+  virtual void prefill_chunk(const float* logits, std::size_t chunk_len, std::size_t n,
+                             const float* gumbel = nullptr) = 0;
+  /// The same chunk with rows computed on demand (`ChunkRows`, e.g. `prefill_chunk_qk`).
+  virtual void prefill_chunk(ChunkRows& rows, std::size_t chunk_len, std::size_t n) = 0;
+  /// Ends a chunked prefill: cuts to budget; decode steps may follow.
+  virtual void finish_prefill() = 0;
   /// Scores one decode step from logits `[q_head][n]` (by slot) and evicts at
   /// most one token per KV head. `gumbel` (optional, `[q_head][n]`) injects ζ.
   virtual void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) = 0;

@@ -73,6 +73,31 @@ inline void check_prompt_view(const ErasedKV& kv, std::size_t P) {
   }
 }
 
+/// The engine protocol for a prefill chunk: the cache held `held` tokens per
+/// KV head, the engine appended the chunk's `C >= 1` tokens to every head, so
+/// `n == held + C == lengths[h]`, and the new slots `[held, n)` carry strictly
+/// ascending positions, identical across heads, the first larger than
+/// `last_position`. Throws `std::invalid_argument` naming the values. O(n_kv_heads · C).
+inline void check_chunk_view(const ErasedKV& kv, std::size_t C, std::size_t n, std::size_t held,
+                             std::int64_t last_position) {
+  const char* who = "kvevict::Cache::prefill_chunk";
+  require(C >= 1, who, ": chunk_len must be >= 1 (got 0)");
+  require(n == held + C, who, ": n = ", n, " but the cache holds ", held, " tokens per KV head and the chunk has ", C,
+          " (the logits rows must span n = ", held + C, " live slots)");
+  for (std::size_t h = 0; h < kv.n_kv_heads; ++h)
+    require(kv.lengths[h] == n, who, ": the view's lengths[", h, "] = ", kv.lengths[h], ", expected n = ", n,
+            " (append the chunk's K/V to every head first)");
+  for (std::size_t h = 0; h < kv.n_kv_heads; ++h) {
+    const std::int64_t* pos = kv.pos(h);
+    for (std::size_t s = held; s < n; ++s) {
+      const std::int64_t before = s == held ? last_position : pos[s - 1];
+      require(pos[s] > before, who, ": positions must keep rising: KV head ", h, " slot ", s, " has ", pos[s],
+              " after ", before);
+      require(pos[s] == kv.pos(0)[s], who, ": KV heads 0 and ", h, " disagree on the position of slot ", s);
+    }
+  }
+}
+
 /// The engine protocol at a decode step: the cache held `held` tokens per KV
 /// head, the engine appended one to every head, so `n == held + 1 ==
 /// lengths[h]`, and the new slot `n − 1` has the same position on every head,

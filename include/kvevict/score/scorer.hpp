@@ -14,14 +14,16 @@
 
 #include "kvevict/core/check.hpp"
 #include "kvevict/core/random.hpp"
+#include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"
 
 namespace kvevict {
 namespace detail {
 
-/// The scoring half of a `Cache`: owns the score policy, the Gumbel generator
-/// and the kernel's scratch (allocated once), and adds `softmax((x + ζ) / τ)` of
-/// each logits row into the scores of the row's KV head (`q_head / g`) with
+/// The scoring half of a `Cache`: owns the score policy, the Gumbel generator,
+/// the prefill accumulators (one per query head) and the kernel's scratch
+/// (allocated once), and adds `softmax((x + ζ) / τ)` of each logits row into
+/// the scores of the row's KV head (`q_head / g`) with
 /// `softmax_chunks` + `add_chunks` — the kernel behind `accumulate_softmax`.
 /// Scores are `[kv_head][stride]` floats owned by the caller (`SlotTable`).
 /// All-or-nothing: a NaN / `+inf` in `x + ζ` throws `std::invalid_argument`
@@ -29,13 +31,16 @@ namespace detail {
 template <class Score>
 class Scorer {
  public:
-  /// Scratch for rows of up to `capacity` slots; `n_kv_heads` heads of `group` query heads each.
+  /// Scratch for rows of up to `capacity` slots; `n_kv_heads` heads of `group`
+  /// query heads each. Allocates O(n_q_heads · capacity) floats, once.
   Scorer(Score score, std::size_t n_kv_heads, std::size_t group, std::size_t capacity, std::uint64_t seed)
       : score_(std::move(score)),
         rng_(seed),
         n_kv_heads_(n_kv_heads),
         group_(group),
-        backup_(n_kv_heads * capacity, 0.0f),
+        stride_(capacity),
+        acc_(n_kv_heads * group * capacity, 0.0f),
+        backup_(n_kv_heads * group * capacity, 0.0f),
         row_(capacity, 0.0f),
         chunk_f_(2 * chunk_count(capacity), 0.0f) {}
 
@@ -43,27 +48,69 @@ class Scorer {
   /// Re-seeds the Gumbel generator.
   void seed(std::uint64_t seed) { rng_.seed(seed); }
 
-  /// Prefill: `scores[j][0, P) = Σ` over the query heads `h` of KV head `j` and
-  /// the causal rows `r` (TOVA: the last row only) of `softmax((x[h][r][0..r] +
-  /// ζ) / τ)`; `logits` (and `gumbel`, optional) are `[q_head][P][P]`. Throws
-  /// naming the row and query head of a NaN / `+inf`. O(n_q_heads · P²).
-  void score_prompt(const float* logits, const float* gumbel, std::size_t P, float inv_tau, float* scores,
-                    std::size_t stride) {
+  /// Prefill, one chunk (one-shot prefill is the chunk `held = 0, C = P`): the
+  /// chunk's queries `i` sit at slots `held + i`; each query head `h` adds, row
+  /// by row in ascending `i`, `softmax((x + ζ) / τ)` of `rows.row(h, i)` (over
+  /// slots `[0, held + i]`) into its own accumulator `acc[h]` (TOVA: the
+  /// chunk's last row replaces it). Per-query-head accumulators summed only by
+  /// `fold` make the result the same, bit for bit, for every chunking of a
+  /// prompt: each `acc[h][s]` adds the same rows in the same order. The new
+  /// slots `[held, held + C)` start at 0. ζ is `rows.noise(h, i)`, else drawn
+  /// (q_head-major, then rows, then slots: the noise order of the one-shot
+  /// prefill when `C = P`). All-or-nothing: on a NaN / `+inf` in `x + ζ` (or an
+  /// exception from `rows`) `acc[·][0, held)` and the generator are restored
+  /// and `std::invalid_argument` names `who`, the chunk row and the q_head.
+  /// O(n_q_heads · C · (held + C)); no allocation.
+  void score_chunk(ChunkRows& rows, std::size_t held, std::size_t C, float inv_tau, const char* who) {
     const Xoshiro256pp saved = rng_;
-    std::fill(backup_.begin(), backup_.end(), 0.0f);  // the increments, copied into scores at the end
-    for (std::size_t h = 0; h < n_kv_heads_ * group_; ++h) {
-      float* acc = backup_.data() + (h / group_) * stride;
-      for (std::size_t r = Score::kPrefillLastRow ? P - 1 : 0; r < P; ++r) {
-        const std::size_t offset = (h * P + r) * P;
-        if (!softmax_row(logits + offset, gumbel, offset, r + 1, inv_tau)) {
-          rng_ = saved;
-          throw std::invalid_argument(
-              concat("kvevict::Cache::prefill: logits row ", r, " of q_head ", h, " contains NaN or +inf"));
+    const std::size_t n = held + C, nq = n_kv_heads_ * group_;
+    for (std::size_t h = 0; h < nq; ++h) {
+      std::copy_n(acc(h), held, backup_.data() + h * stride_);
+      std::fill(acc(h) + held, acc(h) + n, 0.0f);
+    }
+    auto restore = [&] {
+      for (std::size_t h = 0; h < nq; ++h) std::copy_n(backup_.data() + h * stride_, held, acc(h));
+      rng_ = saved;
+    };
+    for (std::size_t h = 0; h < nq; ++h) {
+      for (std::size_t i = Score::kPrefillLastRow ? C - 1 : 0; i < C; ++i) {
+        const std::size_t len = held + i + 1;
+        bool ok = false;
+        try {
+          ok = softmax_row(rows.row(h, i), rows.noise(h, i), len, inv_tau);
+        } catch (...) {
+          restore();
+          throw;
         }
-        add_chunks(row_.data(), chunk_f_.data(), r + 1, acc, false);
+        if (!ok) {
+          restore();
+          throw std::invalid_argument(concat(who, ": logits row ", i, " of q_head ", h, " contains NaN or +inf"));
+        }
+        add_chunks(row_.data(), chunk_f_.data(), len, acc(h), !Score::kAccumulates);
       }
     }
-    for (std::size_t j = 0; j < n_kv_heads_; ++j) std::copy_n(backup_.data() + j * stride, P, scores + j * stride);
+  }
+
+  /// `scores[j][0, n) = Σ_t acc[j · g + t][0, n)` (t ascending): the prefill
+  /// scores of each KV head from its query heads' accumulators. O(n_q_heads · n).
+  void fold(float* scores, std::size_t stride, std::size_t n) const {
+    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
+      float* s = scores + j * stride;
+      std::copy_n(acc(j * group_), n, s);
+      for (std::size_t t = 1; t < group_; ++t) {
+        const float* a = acc(j * group_ + t);
+        for (std::size_t i = 0; i < n; ++i) s[i] += a[i];
+      }
+    }
+  }
+  /// After a cut moved the scores (bounded prefill): `acc[j · g] = scores[j]`,
+  /// the group's other accumulators 0, over slots `[0, m)`, so that `fold` gives
+  /// the scores back and later chunks add to them. O(n_q_heads · m).
+  void reload(const float* scores, std::size_t stride, std::size_t m) {
+    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
+      std::copy_n(scores + j * stride, m, acc(j * group_));
+      for (std::size_t t = 1; t < group_; ++t) std::fill_n(acc(j * group_ + t), m, 0.0f);
+    }
   }
 
   /// Decode step over `n` slots: the new slot `n − 1` starts at 0, then each
@@ -82,7 +129,7 @@ class Scorer {
       s[n - 1] = 0.0f;
       for (std::size_t t = 0; t < group_; ++t) {
         const std::size_t h = j * group_ + t;
-        if (!softmax_row(logits + h * n, gumbel, h * n, n, inv_tau)) {
+        if (!softmax_row(logits + h * n, gumbel != nullptr ? gumbel + h * n : nullptr, n, inv_tau)) {
           for (std::size_t i = 0; i <= j; ++i) std::copy_n(backup_.data() + i * stride, n, scores + i * stride);
           rng_ = saved;
           throw std::invalid_argument(
@@ -103,20 +150,23 @@ class Scorer {
   }
 
  private:
-  /// The kernel on one row: `x + ζ` when the policy is noisy (ζ injected at
-  /// `gumbel + offset`, or drawn from the generator). False on NaN / `+inf`.
-  bool softmax_row(const float* x, const float* gumbel, std::size_t offset, std::size_t n, float inv_tau) {
+  float* acc(std::size_t h) { return acc_.data() + h * stride_; }
+  const float* acc(std::size_t h) const { return acc_.data() + h * stride_; }
+  /// The kernel on one row: `x + ζ` when the policy is noisy (ζ injected as
+  /// `zeta`, or drawn from the generator when null). False on NaN / `+inf`.
+  bool softmax_row(const float* x, const float* zeta, std::size_t n, float inv_tau) {
     float* e = row_.data();
     float* f = chunk_f_.data();
     if (!score_.noisy()) return softmax_chunks(x, NoNoise{}, n, inv_tau, e, f);
-    if (gumbel != nullptr) return softmax_chunks(x, GivenNoise{gumbel + offset}, n, inv_tau, e, f);
+    if (zeta != nullptr) return softmax_chunks(x, GivenNoise{zeta}, n, inv_tau, e, f);
     return softmax_chunks(x, DrawnNoise{&rng_}, n, inv_tau, e, f);
   }
 
   Score score_;
   Xoshiro256pp rng_;
-  std::size_t n_kv_heads_ = 0, group_ = 1;
-  std::vector<float> backup_;   // [kv_head][stride]: prefill's increments; decode's score backup
+  std::size_t n_kv_heads_ = 0, group_ = 1, stride_ = 0;
+  std::vector<float> acc_;      // [q_head][stride]: prefill accumulators, one per query head
+  std::vector<float> backup_;   // [q_head][stride]: acc_ before a chunk; [kv_head][stride]: decode's score backup
   std::vector<float> row_;      // [capacity]: one row's numerators, or the summed scores
   std::vector<float> chunk_f_;  // [2 * chunks]: one row's per-chunk factors
 };
