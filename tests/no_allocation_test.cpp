@@ -1,5 +1,7 @@
 // decode_step performs no heap allocation after construction: counted by
 // replacing the global operator new for this test executable (tests/support).
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <vector>
 
@@ -19,7 +21,9 @@ long count_decode_allocations(kvevict::Policy policy, bool shared_heads) {
   kvevict::CacheConfig cfg;
   cfg.n_q_heads = n_kv * g;
   cfg.budget = kvevict::Budget::tokens(k);
-  cfg.recent = kvevict::RecentWindow::tokens(policy == kvevict::Policy::tova ? 0 : 16);
+  const bool windowless = policy == kvevict::Policy::tova || policy == kvevict::Policy::streaming_llm ||
+                          policy == kvevict::Policy::window;  // their window is k - sinks (or none): w must be 0
+  cfg.recent = kvevict::RecentWindow::tokens(windowless ? 0 : 16);
   cfg.shared_heads = shared_heads;
   kvevict::PolicyParams params;
   params.horizon = steps;
@@ -45,6 +49,75 @@ TEST(NoAllocation, DecodeStepsAllocateNothing) {
     for (bool shared : {false, true})
       EXPECT_EQ(count_decode_allocations(policy, shared), 0)
           << kvevict::policy_name(policy) << (shared ? " shared" : " per-head");
+}
+
+// Chunked prefill (unbounded and bounded) allocates nothing per chunk once the cache is
+// built with its maximum chunk size; nor does finish_prefill.
+long count_chunk_allocations(kvevict::Policy policy, bool bounded, bool shared_heads) {
+  const std::size_t n_kv = 2, g = 2, d = 16, k = 24, C = 16, prompt = 200;
+  kvevict::KVBuffer<float> buf(n_kv, bounded ? k + C : prompt + 1, d);
+  auto kv = buf.view();
+  kvevict::CacheConfig cfg;
+  cfg.n_q_heads = n_kv * g;
+  cfg.budget = kvevict::Budget::tokens(k);
+  cfg.recent = kvevict::RecentWindow::tokens(policy == kvevict::Policy::tova || policy == kvevict::Policy::window ||
+                                                     policy == kvevict::Policy::streaming_llm
+                                                 ? 0
+                                                 : 4);
+  cfg.shared_heads = shared_heads;
+  cfg.max_prefill_chunk = C;
+  cfg.bounded_prefill = bounded;
+  kvevict::PolicyParams params;
+  params.horizon = 8;
+  auto cache = kvevict::make_cache(policy, cfg, kv, params);
+  std::vector<float> rows(n_kv * d, 0.5f), logits(cfg.n_q_heads * C * (prompt + 1), 0.0f);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 13) * 0.1f;
+  const long before = kvtest::allocation_count();
+  for (std::size_t held = 0; held < prompt; held += C) {
+    const std::size_t len = std::min(C, prompt - held);
+    for (std::size_t t = held; t < held + len; ++t) kv.append(static_cast<std::int64_t>(t), rows.data(), rows.data());
+    cache->prefill_chunk(logits.data(), len, kv.length(0));
+  }
+  cache->finish_prefill();
+  return kvtest::allocation_count() - before;
+}
+
+TEST(NoAllocation, PrefillChunksAllocateNothing) {
+  for (auto policy : {kvevict::Policy::keyformer, kvevict::Policy::h2o, kvevict::Policy::streaming_llm,
+                      kvevict::Policy::window, kvevict::Policy::tova})
+    for (bool bounded : {false, true})
+      for (bool shared : {false, true})
+        EXPECT_EQ(count_chunk_allocations(policy, bounded, shared), 0)
+            << kvevict::policy_name(policy) << (bounded ? " bounded" : " unbounded") << (shared ? " shared" : "");
+}
+
+// prefill_chunk_qk: Q·K by tiles into the cache, no allocation once the scratch is built.
+TEST(NoAllocation, PrefillChunksFromQAndKAllocateNothing) {
+  const std::size_t n_kv = 2, g = 4, d = 128, k = 256, C = 64, prompt = 1000;
+  for (bool bounded : {false, true}) {
+    kvevict::KVBuffer<float> buf(n_kv, bounded ? k + C : prompt + 1, d);
+    auto kv = buf.view();
+    kvevict::CacheConfig cfg;
+    cfg.n_q_heads = n_kv * g;
+    cfg.budget = kvevict::Budget::tokens(k);
+    cfg.recent = kvevict::RecentWindow::tokens(8);
+    cfg.max_prefill_chunk = C;
+    cfg.bounded_prefill = bounded;
+    kvevict::H2O cache(cfg, kv);
+    kvevict::QKChunkScratch scratch(kv.capacity, d);
+    std::vector<float> rows(n_kv * d), q(C * cfg.n_q_heads * d);
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i % 5) * 0.01f;
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i % 7) * 0.01f;
+    const long before = kvtest::allocation_count();
+    for (std::size_t held = 0; held < prompt; held += C) {
+      const std::size_t len = std::min(C, prompt - held);
+      for (std::size_t t = held; t < held + len; ++t) kv.append(static_cast<std::int64_t>(t), rows.data(), rows.data());
+      kvevict::prefill_chunk_qk(cache, kv, q.data(), len, cfg.n_q_heads, 0.088f, scratch);
+    }
+    cache.finish_prefill();
+    EXPECT_EQ(kvtest::allocation_count() - before, 0) << (bounded ? "bounded" : "unbounded");
+    EXPECT_EQ(cache.length(0), k);
+  }
 }
 
 TEST(NoAllocation, CounterSeesAllocations) {

@@ -5,26 +5,32 @@
 //
 // Architecture (one concept per folder; includes point down this list only):
 //   presets.hpp   Keyformer, H2O, StreamingLLM, TOVA aliases; Policy, parse_policy, make_cache
-//   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache (orchestration)
+//   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache (orchestration);
+//                 its CacheConfig in cache_config.hpp
 //   concepts.hpp  the Score / Temperature / Selection contracts, as text and as static_asserts
 //   budget.hpp    k and w as a token count, a fraction, or none
 //   score/        what a token's score is: GumbelLogitScore (Keyformer), AccumulatedAttentionScore
-//                 (H2O), CurrentAttentionScore (TOVA), NoScore; the Gumbel sampler; the softmax kernel
+//                 (H2O), CurrentAttentionScore (TOVA), NoScore; the Gumbel sampler; the softmax kernel;
+//                 ChunkRows (a prefill chunk's logits) and the chunked-prefill semantics
 //   temperature/  τ per step: LinearTemperature, ConstantTemperature, IncrementTemperature
 //   selection/    which tokens stay: select_keep, RecentTopKSelection, SinkRecentSelection
-//   attention/    attention_logits, for engines whose attention never materialises the logits
+//   attention/    attention_logits (decode) and prefill_chunk_qk (prefill chunks, Q·K by tiles), for
+//                 engines whose attention never materialises the logits
 //   kv/           KV storage: KVView (non-owning, strided; KVView<const T> read-only), KVBuffer (owning)
 //   core/         argument checks, float bits, fast log/exp, the random generator
 #pragma once
 
 #include "kvevict/attention/attention_logits.hpp"
+#include "kvevict/attention/qk_chunk_logits.hpp"
 #include "kvevict/budget.hpp"
 #include "kvevict/cache.hpp"
+#include "kvevict/cache_config.hpp"
 #include "kvevict/cache_interface.hpp"
 #include "kvevict/concepts.hpp"
 #include "kvevict/kv/kv_buffer.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/presets.hpp"
+#include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/gumbel.hpp"
 #include "kvevict/score/score_policies.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"

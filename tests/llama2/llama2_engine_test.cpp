@@ -170,6 +170,69 @@ TEST(Llama2Engine, RatioBudgetOnAOneTokenPromptKeepsOneToken) {
   EXPECT_EQ(e.retained(0), 1u);
 }
 
+// Chunked prefill (issue 15): same prefill logits, same kept tokens, same decode logits as the
+// one-shot prefill, for every policy and chunk size (Keyformer without noise: drawn noise comes
+// chunk by chunk).
+TEST(Llama2Engine, ChunkedPrefillEqualsOneShotForEveryPolicyAndChunkSize) {
+  const Model m = make_model(Header{}, 26);
+  const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 13), rest(kTokens.begin() + 13, kTokens.end());
+  for (const char* policy : {"full", "keyformer", "h2o", "streaming", "window", "tova"}) {
+    auto s = settings(policy, kvevict::Budget::ratio(0.5));
+    s.params.gumbel_noise = false;
+    s.params.sinks = 2;
+    Engine one(m, llama2::make_cache_factory(s, m.config().n_heads));
+    const llama2::RowMatrix expected_prefill = one.prefill(prompt);
+    const auto expected = step_logits(one, rest);
+    for (std::size_t C : {1, 4, 13, 64}) {
+      s.prefill_chunk = C;
+      Engine e(m, llama2::make_cache_factory(s, m.config().n_heads), C);
+      EXPECT_EQ(e.prefill(prompt), expected_prefill) << policy << " C=" << C;
+      for (std::size_t l = 0; l < m.config().n_layers; ++l)
+        for (std::size_t h = 0; h < m.config().n_kv_heads; ++h) {
+          ASSERT_EQ(e.retained(l, h), one.retained(l, h)) << policy << " C=" << C;
+          if (e.cache(l) != nullptr)
+            EXPECT_EQ(e.cache(l)->retained_positions(h), one.cache(l)->retained_positions(h)) << policy << " C=" << C;
+        }
+      EXPECT_EQ(step_logits(e, rest), expected) << policy << " C=" << C;
+    }
+  }
+}
+
+// Bounded prefill: every layer ends the prompt at its budget, and a prompt that fits the
+// budget gives the one-shot logits exactly.
+TEST(Llama2Engine, BoundedPrefillKeepsTheBudgetAndEqualsOneShotWhenThePromptFits) {
+  const Model m = make_model(Header{}, 27);
+  const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 14);
+  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) {
+    auto s = settings(policy, kvevict::Budget::tokens(6));
+    s.params.sinks = 2;
+    s.prefill_chunk = 4;
+    s.bounded_prefill = true;
+    Engine e(m, llama2::make_cache_factory(s, m.config().n_heads), 4);
+    e.prefill(prompt);
+    for (std::size_t l = 0; l < m.config().n_layers; ++l)
+      for (std::size_t h = 0; h < m.config().n_kv_heads; ++h) EXPECT_EQ(e.retained(l, h), 6u) << policy;
+    for (int t : {3, 4, 5}) EXPECT_TRUE(std::isfinite(e.step(t)[0])) << policy;
+    EXPECT_EQ(e.retained(1), 6u) << policy;
+
+    s.budget = kvevict::Budget::tokens(20);  // the prompt fits: nothing is cut
+    Engine bounded(m, llama2::make_cache_factory(s, m.config().n_heads), 4);
+    s.prefill_chunk = 0;
+    s.bounded_prefill = false;
+    Engine one(m, llama2::make_cache_factory(s, m.config().n_heads));
+    EXPECT_EQ(bounded.prefill(prompt), one.prefill(prompt)) << policy;
+  }
+}
+
+TEST(Llama2Engine, BoundedPrefillNeedsAChunkAndAnEvictingPolicy) {
+  auto s = settings("h2o", kvevict::Budget::tokens(6));
+  s.bounded_prefill = true;
+  EXPECT_THROW(llama2::make_cache_factory(s, 4), std::invalid_argument);
+  s.prefill_chunk = 4;
+  s.policy = "full";
+  EXPECT_THROW(llama2::make_cache_factory(s, 4), std::invalid_argument);
+}
+
 TEST(Llama2Engine, UnknownPolicyIsRejected) {
   llama2::EvictionSettings s;
   s.policy = "lru";
