@@ -52,7 +52,8 @@ void softmax(float* x, std::size_t n) {
 
 }  // namespace
 
-Engine::Engine(const Model& model, CacheFactory make_cache) : model_(model), make_cache_(std::move(make_cache)) {
+Engine::Engine(const Model& model, CacheFactory make_cache, std::size_t prefill_chunk)
+    : model_(model), make_cache_(std::move(make_cache)), prefill_chunk_(prefill_chunk) {
   const Config& c = model_.config();
   const std::size_t hd = c.head_dim(), half = hd / 2;
   rope_cos_.resize(c.seq_len * half);
@@ -212,7 +213,9 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
   for (std::size_t t = 0; t < P; ++t)
     X.row(static_cast<Eigen::Index>(t)) =
         ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(tokens[t]) * c.dim, dim).transpose();
-  prompt_attention_logits_.assign(c.n_heads * P * P, 0.0f);
+  // One-shot: [q_head][P][P]. Chunked: [q_head][C][n] for the current chunk (n = held + C <= P).
+  const std::size_t C = prefill_chunk_ == 0 ? P : std::min(prefill_chunk_, P);
+  prompt_attention_logits_.assign(c.n_heads * C * P, 0.0f);
 
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
@@ -222,19 +225,32 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
     Q.noalias() = XB * ConstMatrixMap(w.wq, dim, dim).transpose();
     K.noalias() = XB * ConstMatrixMap(w.wk, kv_dim, dim).transpose();
     V.noalias() = XB * ConstMatrixMap(w.wv, kv_dim, dim).transpose();
-    // Causal attention: query t runs right after token t joins the (initially empty) view, so it
-    // sees slots [0, t] = positions 0..t. Its logits become row t of the [q_head][P][P] matrix.
-    for (std::size_t t = 0; t < P; ++t) {
-      const auto r = static_cast<Eigen::Index>(t);
-      rope(Q.row(r).data(), c.n_heads, t);
-      rope(K.row(r).data(), c.n_kv_heads, t);
-      view.append(static_cast<std::int64_t>(t), K.row(r).data(), V.row(r).data());
-      attend(view, Q.row(r).data(), att_logits_.data(), XB2.row(r).data());
-      for (std::size_t h = 0; h < c.n_heads; ++h)
-        std::copy_n(att_logits_.data() + h * (t + 1), t + 1, prompt_attention_logits_.data() + (h * P + t) * P);
+    // Causal attention: query t runs right after token t joins the view, so it sees the slots
+    // [0, held + i] (one-shot: held = 0, i = t, positions 0..t). Its logits become row i of the
+    // chunk's [q_head][C][n] matrix (one-shot: row t of [q_head][P][P]).
+    kvevict::CacheInterface* cache = caches_[l].get();
+    for (std::size_t c0 = 0; c0 < P; c0 += C) {
+      const std::size_t len = std::min(C, P - c0), held = view.length(0), n = held + len;
+      for (std::size_t i = 0; i < len; ++i) {
+        const std::size_t t = c0 + i;
+        const auto r = static_cast<Eigen::Index>(t);
+        rope(Q.row(r).data(), c.n_heads, t);
+        rope(K.row(r).data(), c.n_kv_heads, t);
+        view.append(static_cast<std::int64_t>(t), K.row(r).data(), V.row(r).data());
+        attend(view, Q.row(r).data(), att_logits_.data(), XB2.row(r).data());
+        for (std::size_t h = 0; h < c.n_heads; ++h)
+          std::copy_n(att_logits_.data() + h * (held + i + 1), held + i + 1,
+                      prompt_attention_logits_.data() + (h * len + i) * n);
+      }
+      if (cache && prefill_chunk_ != 0) cache->prefill_chunk(prompt_attention_logits_.data(), len, n);
+    }
+    if (cache) {
+      if (prefill_chunk_ == 0)
+        cache->prefill(prompt_attention_logits_.data(), P);
+      else
+        cache->finish_prefill();
     }
     X.noalias() += XB2 * ConstMatrixMap(w.wo, dim, dim).transpose();
-    if (caches_[l]) caches_[l]->prefill(prompt_attention_logits_.data(), P);
 
     for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim);
     H1.noalias() = XB * ConstMatrixMap(w.w1, hidden, dim).transpose();

@@ -39,7 +39,12 @@ using CacheFactory =
 ///  - `prefill` appends the prompt token by token, query t attending to slots
 ///    `[0, t]` (causal), and only after the whole prompt hands the cache the
 ///    `[q_head][P][P]` logits (row t = query t, columns 0..t valid, the rest 0);
-///    the cache then evicts to its budget;
+///    the cache then evicts to its budget. With a prefill chunk `C > 0` the
+///    block instead hands its cache each chunk's `[q_head][C][n]` logits as
+///    soon as the chunk's K/V are in (`prefill_chunk`), then `finish_prefill`:
+///    a bounded-prefill cache evicts between chunks, so the chunk's queries
+///    attend to the tokens kept so far plus the chunk (README "Long prompts");
+///    otherwise the ids equal the one-shot path's exactly (same arithmetic);
 ///  - `step` appends the new token, attends, then hands the cache the
 ///    `[q_head][n]` logits by slot (n = live slots including the new token) and
 ///    the cache evicts at most one slot per KV head.
@@ -50,7 +55,10 @@ class Engine {
  public:
   /// An engine at position 0 with empty caches. `make_cache` (optional) picks
   /// each block's eviction policy; empty = full cache everywhere.
-  explicit Engine(const Model& model, CacheFactory make_cache = {});
+  /// `prefill_chunk`: 0 = one-shot prefill; `C >= 1` = chunked prefill in
+  /// chunks of `C` tokens (the caches should be built with
+  /// `CacheConfig::max_prefill_chunk >= C`; see `EvictionSettings`).
+  explicit Engine(const Model& model, CacheFactory make_cache = {}, std::size_t prefill_chunk = 0);
 
   /// Runs `tokens` (ids in `[0, vocab)`) at positions `0 .. P-1` with full
   /// causal attention, then lets each block's cache evict to its budget.
@@ -73,6 +81,8 @@ class Engine {
   /// with the factory given to the constructor (so seeds restart). Allocates.
   void reset();
 
+  /// Prefill chunk size `C` (0 = one-shot).
+  std::size_t prefill_chunk() const { return prefill_chunk_; }
   /// Tokens processed so far (the position of the next token).
   std::size_t position() const { return position_; }
   /// Live KV entries of `kv_head` of block `layer` (no bounds check).
@@ -99,6 +109,7 @@ class Engine {
   std::vector<kvevict::KVView<float>> views_;
   std::vector<std::unique_ptr<kvevict::CacheInterface>> caches_;
   std::size_t position_ = 0;
+  std::size_t prefill_chunk_ = 0;
 
   std::vector<float> rope_cos_, rope_sin_;  // [seq_len][head_dim / 2]
 
@@ -109,7 +120,7 @@ class Engine {
 
   // Prefill storage, grown on demand.
   RowMatrix prefill_logits_;           // [P][vocab]
-  std::vector<float> prompt_attention_logits_;   // [n_heads][P][P], one block at a time
+  std::vector<float> prompt_attention_logits_;   // [n_heads][P][P] (chunked: [n_heads][C][n]), one block at a time
 };
 
 }  // namespace llama2

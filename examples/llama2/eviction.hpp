@@ -25,6 +25,12 @@ struct EvictionSettings {
   bool shared_heads = false;
   /// τ schedule, horizon T, Gumbel noise on/off, StreamingLLM sinks.
   kvevict::PolicyParams params;
+  /// Chunked prefill: chunk size `C` (0 = one-shot), given to every cache as
+  /// `CacheConfig::max_prefill_chunk`; pass the same value to `Engine`.
+  std::size_t prefill_chunk = 0;
+  /// Bounded prefill (needs `prefill_chunk >= 1` and a token budget): every
+  /// cache evicts to `k` after each chunk (`CacheConfig::bounded_prefill`).
+  bool bounded_prefill = false;
   /// Noise seed; block `l` uses `seed + l * 0x9E3779B97F4A7C15` (wrapping) so
   /// blocks draw independent noise and each run is reproducible.
   std::uint64_t seed = 0;
@@ -33,7 +39,8 @@ struct EvictionSettings {
 /// A `CacheFactory` for `Engine` that gives every block the policy in
 /// `settings` (an empty factory for "full"), with `CacheConfig::n_q_heads =
 /// n_q_heads`. Throws `std::invalid_argument` for an unknown policy name or
-/// `n_q_heads == 0`; the factory itself throws what `kvevict::make_cache`
+/// `n_q_heads == 0`, or `bounded_prefill` without `prefill_chunk` or with
+/// "full"; the factory itself throws what `kvevict::make_cache`
 /// throws (e.g. keyformer with `params.horizon == 0`, tova with a recent window).
 CacheFactory make_cache_factory(const EvictionSettings& settings, std::size_t n_q_heads);
 
