@@ -68,25 +68,12 @@ std::optional<fs::path> find_in_dir(const fs::path& dir, const std::string& ext,
   std::exit(kExitMissingModel);
 }
 
-// "50%" -> ratio 0.5 (of `ratio_of`); "64" -> 64 tokens. Throws CLI::ValidationError otherwise.
-struct Amount {
-  bool is_ratio = false;
-  double ratio = 0.0;
-  std::size_t tokens = 0;
-};
-Amount parse_amount(const std::string& text, const std::string& option) {
-  Amount a;
+// "50%" -> fraction 0.5; "64" -> 64 tokens (kvevict::TokenAmount::parse), as a CLI error naming the flag.
+kvevict::TokenAmount parse_amount(const std::string& text, const std::string& option) {
   try {
-    std::size_t used = 0;
-    if (!text.empty() && text.back() == '%') {
-      a.is_ratio = true;
-      a.ratio = std::stod(text.substr(0, text.size() - 1), &used) / 100.0;
-      if (used + 1 == text.size()) return a;
-    } else if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
-      a.tokens = static_cast<std::size_t>(std::stoull(text, &used));
-      return a;
-    }
-  } catch (const std::exception&) {
+    const kvevict::TokenAmount a = kvevict::TokenAmount::parse(text, option);
+    if (!a.is_none()) return a;
+  } catch (const std::invalid_argument&) {
   }
   throw CLI::ValidationError(option, "expected a token count such as 64 or a percentage such as 50%, got '" + text + "'");
 }
@@ -219,13 +206,11 @@ int main(int argc, char** argv) {
     // ---- eviction policy ----
     llama2::EvictionSettings ev;
     ev.policy = policy;
-    const Amount budget = parse_amount(budget_text, "--budget");
-    ev.budget = budget.is_ratio ? kvevict::Budget::ratio(budget.ratio) : kvevict::Budget::tokens(budget.tokens);
+    ev.budget = kvevict::Budget::from(parse_amount(budget_text, "--budget"));
     // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
     if (recent_text.empty())
       recent_text = (policy == "tova" || policy == "streaming" || policy == "window") ? "0" : "30%";
-    const Amount recent = parse_amount(recent_text, "--recent");
-    ev.recent = recent.is_ratio ? kvevict::RecentWindow::ratio(recent.ratio) : kvevict::RecentWindow::tokens(recent.tokens);
+    ev.recent = kvevict::RecentWindow::from(parse_amount(recent_text, "--recent"));
     ev.params.tau_init = tau_init;
     ev.params.tau_end = tau_end;
     ev.params.horizon = std::max<std::size_t>(steps, 1);

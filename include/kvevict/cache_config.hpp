@@ -18,8 +18,8 @@ struct CacheConfig {
   std::size_t n_q_heads = 0;
   /// Budget `k`, tokens kept per KV head (count, or fraction of the prompt).
   Budget budget = Budget::ratio(0.5);
-  /// Recent window `w` (count, or fraction of `k`); must resolve to `<= k`.
-  RecentWindow recent = RecentWindow::tokens(0);
+  /// Recent window `w` (none, a count, or a fraction of `k`); must resolve to `<= k`.
+  RecentWindow recent = RecentWindow::none();
   /// `true`: one selection for the whole layer from scores summed over KV
   /// heads, so every head keeps the same tokens. `false` (default, as in
   /// Keyformer and H2O): each KV head selects independently.

@@ -34,15 +34,17 @@
 //       `n` candidates in position order (index 0 = oldest), `scores[0, n)` finite
 //       and >= 0; writes the kept indices, strictly ascending, to `out[0, m)` (room
 //       for `n`) and returns m. Must return m = min(k, n), the same for every KV
-//       head (the cache keeps all heads at one length). Must not throw: it runs
-//       after the cache has started to change state.
+//       head (the cache keeps all heads at one length), and keep the last
+//       min(w, n) candidates (after compaction they are the recent window). Must
+//       not throw: it runs after the cache has started to change state.
 //   std::size_t victim(const float* scores, const std::uint8_t* recent,
 //                      const std::int64_t* positions, std::size_t n) const noexcept;
 //       A decode step with `n = k + 1` live slots in any slot order: `scores[0, n)`
 //       (finite, >= 0), `recent[i] != 0` marks the recent window (at most `w <= k`
 //       slots, so at least one is not recent), `positions[0, n)` distinct. Returns
-//       the one slot to evict, in [0, n), never a recent slot when the policy
-//       honours the window. O(n), no allocation, must not throw.
+//       the one slot to evict, in [0, n), never a recent slot (a policy that ignores
+//       the flags must reject w > 0 in `validate`, as SinkRecentSelection does).
+//       O(n), no allocation, must not throw.
 #pragma once
 
 #include <cstddef>

@@ -73,8 +73,8 @@ struct PolicyParams {
 
 /// Builds the policy `p` over the view, for engines choosing it at run time.
 ///  - keyformer: `Keyformer` with `LinearTemperature(tau_init, tau_end, horizon)`;
-///  - h2o: `H2O`; tova: `TOVA` (requires `config.recent` to be 0 tokens or ratio 0:
-///    TOVA has no recent window);
+///  - h2o: `H2O`; tova: `TOVA` (requires `config.recent.is_none()`: `none()`, 0
+///    tokens or ratio 0; TOVA has no recent window);
 ///  - streaming: `StreamingLLM` with `params.sinks`; window: `StreamingLLM` with 0 sinks.
 /// Throws `std::invalid_argument` as the constructors do, for `horizon == 0`
 /// with keyformer, and for a non-zero recent window with tova.
@@ -93,7 +93,7 @@ std::unique_ptr<CacheInterface> make_cache(Policy p, const CacheConfig& config, 
     case Policy::window:
       return std::make_unique<StreamingLLM>(config, kv, NoScore{}, ConstantTemperature(), SinkRecentSelection{0});
     case Policy::tova:
-      detail::require(config.recent.resolve(1u << 30) == 0,
+      detail::require(config.recent.is_none(),
                       "kvevict::make_cache: TOVA has no recent window; set config.recent to 0");
       return std::make_unique<TOVA>(config, kv);
   }
