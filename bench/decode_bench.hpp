@@ -25,6 +25,8 @@ struct Grid {
 void register_decode_benchmarks(const Grid& grid);
 void register_prefill_benchmarks(const Grid& grid);
 void register_bandwidth_benchmarks(const Grid& grid);
+/// Long-prompt prefill (issue 15): one-shot vs chunked vs Q·K-tiled, P in {2048, 8192, 32768}.
+void register_long_prompt_benchmarks();
 
 /// Checks that NaiveKeyformer keeps exactly the tokens kvevict's Keyformer keeps
 /// (same logits and injected noise by position, many steps, g = 1 and 4).
