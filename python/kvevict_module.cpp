@@ -768,7 +768,8 @@ n_q_heads   query heads of the layer, a positive multiple g * n_kv_heads (GQA: q
 budget      k, tokens kept per KV head: an int (tokens), a float r (k = floor(r * P) at
             prefill) or a percentage string ('50%').
 recent      w, the recent window always kept: an int (tokens), a float q (w = floor(q * k)) or
-            '30%'. Must resolve to <= k; must be 0 for 'tova'.
+            '30%'. Must resolve to <= k; must be 0 for 'tova', 'streaming' and 'window'
+            (the last two keep the most recent k - sinks tokens).
 Storage     owned: n_kv_heads, capacity (slots per KV head; at least max(P, k + 1)), head_dim
             and dtype ('float32' or 'float16'), zero-initialised; or wrapped: k and v, writeable
             C-contiguous arrays [n_kv_heads, capacity, head_dim] of one dtype (no copy; the

@@ -115,9 +115,10 @@ def generate(cfg, w, prompt, steps, policy, budget="50%", recent=None, sinks=4, 
              noise=True, seed=42):
     """Greedy ids after `prompt`, as kvevict-generate --temperature 0 produces them."""
     steps = min(steps, cfg["seq_len"] - len(prompt))
-    if recent is None:
-        recent = 0 if policy == "tova" else "30%"
-    common = dict(n_q_heads=cfg["n_heads"], n_kv_heads=cfg["n_kv"], capacity=cfg["seq_len"],
+    if recent is None:  # TOVA has no recent window; streaming and window keep the last k - sinks
+        recent = 0 if policy in ("tova", "streaming", "window") else "30%"
+    # One slot beyond the context, as the C++ engine: a decode step appends before it evicts.
+    common = dict(n_q_heads=cfg["n_heads"], n_kv_heads=cfg["n_kv"], capacity=cfg["seq_len"] + 1,
                   head_dim=cfg["dim"] // cfg["n_heads"])
     if policy == "full":  # nothing is ever evicted: a window as long as the context
         opts = dict(budget=cfg["seq_len"])
@@ -154,7 +155,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=256, help="tokens to generate at most")
     ap.add_argument("--policy", default="full", choices=["full", "keyformer", "h2o", "streaming", "window", "tova"])
     ap.add_argument("--budget", default="50%", help="tokens (64) or percent of the prompt (50%%)")
-    ap.add_argument("--recent", default=None, help="tokens (8) or percent of the budget (30%%); default 30%%, 0 for tova")
+    ap.add_argument("--recent", default=None,
+                    help="tokens (8) or percent of the budget (30%%); default 30%%, 0 for tova, streaming and window")
     ap.add_argument("--sinks", type=int, default=4, help="StreamingLLM attention sinks")
     ap.add_argument("--tau-init", type=float, default=1.0, help="Keyformer temperature at prefill")
     ap.add_argument("--tau-end", type=float, default=2.0, help="Keyformer temperature after the last step")

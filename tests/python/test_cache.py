@@ -175,7 +175,8 @@ def test_injected_gumbel_equals_shifted_logits():
 def test_subclasses_and_factory():
     for cls, name in [(kvevict.H2O, "h2o"), (kvevict.StreamingLLM, "streaming"), (kvevict.Window, "window"),
                       (kvevict.TOVA, "tova")]:
-        c = cls(n_q_heads=2, n_kv_heads=1, capacity=4, head_dim=2, budget=2)
+        extra = dict(sinks=1) if cls is kvevict.StreamingLLM else {}
+        c = cls(n_q_heads=2, n_kv_heads=1, capacity=4, head_dim=2, budget=2, **extra)
         assert isinstance(c, kvevict.Cache) and c.policy == name
     assert kvevict.make_cache("streamingllm", n_q_heads=1, n_kv_heads=1, capacity=4, head_dim=2).policy == "streaming"
     assert "policy='h2o'" in repr(small())

@@ -48,7 +48,15 @@ CONSTRUCTOR_ERRORS = [
     (("keyformer",), OWNED, ValueError, "horizon (T, the number of tokens to generate) is required for policy 'keyformer'"),
     (("keyformer",), dict(OWNED, horizon=0), ValueError, "kvevict::LinearTemperature: horizon T must be >= 1 (got 0)"),
     (("keyformer",), dict(OWNED, horizon=4, tau_init=0.0), ValueError,
-     "kvevict::LinearTemperature: tau_init must be finite and > 0 (got 0)"),
+     "kvevict::LinearTemperature: tau_init must be finite and >= 1.17549435e-38 (FLT_MIN, so that 1/tau_init is "
+     "finite) (got 0)"),
+    (("h2o",), dict(OWNED, budget=6), ValueError,
+     "kvevict::Cache: budget k = 6 needs a view of capacity >= k + 1 = 7 (a decode step appends before it evicts), "
+     "but the capacity is 6"),
+    (("h2o",), dict(OWNED, budget=2, recent=3), ValueError, "w = 3"),
+    (("window",), dict(OWNED, budget=3, recent=1), ValueError,
+     "kvevict::SinkRecentSelection: recent window w = 1 with budget k = 3: StreamingLLM/window always keep the most "
+     "recent k - sinks = 3 tokens; set the recent window to 0"),
     (("keyformer",), dict(OWNED, horizon=4, noise=1), TypeError, "noise must be True or False, got int 1"),
     (("tova",), dict(OWNED, recent=2), ValueError, "kvevict::make_cache: TOVA has no recent window; set config.recent to 0"),
     (("h2o",), dict(OWNED, seed=-1), ValueError, "seed must be >= 0 (got -1)"),
@@ -151,12 +159,10 @@ def test_prefill_errors_leave_the_cache_unchanged():
     kg = filled("keyformer", horizon=2)
     with raises(ValueError, "gumbel must be a C-contiguous float32 array of shape [n_q_heads, P, P] = [4, 4, 4]"):
         kg.prefill(x, gumbel=np.zeros((4, 4), np.float32))
-    r = filled(budget=0.1)
-    with raises(ValueError, "kvevict::Budget: ratio 0.1 of prompt length 4 resolves to k = 0"):
-        r.prefill(x)
-    w = filled(budget=2, recent=3)
+    r = filled(budget=0.5, recent=3)  # a ratio budget is resolved (and w checked) at prefill: k = 2 < w
     with raises(ValueError, "w = 3"):
-        w.prefill(x)
+        r.prefill(x)
+    assert r.lengths == [4, 4] and r.budget == 0
 
 
 def test_decode_step_errors_leave_the_cache_unchanged():
@@ -182,7 +188,7 @@ def test_decode_step_errors_leave_the_cache_unchanged():
         c.decode_step(np.zeros((4, 4), np.float32), gumbel=np.zeros((4, 4), np.float32))
     c.decode_step(np.zeros((4, 4), np.float32))
     assert c.lengths == [3, 3] and c.step == 1
-    t = filled("window")
+    t = filled("window", recent=0)
     t.prefill()  # window and streaming need no logits
     t.append(9, rows(), rows())
     t.decode_step()
@@ -239,8 +245,9 @@ def test_replay_errors():
         kvevict.replay(np.zeros((2, 6, 6)), 3)
     with raises(ValueError, "policy: unknown policy 'lru'"):
         kvevict.replay(x, 3, policy="lru")
-    with raises(ValueError, "budget: r = 0.1 of prompt_len P = 3 resolves to k = 0 (k must be >= 1)"):
-        kvevict.replay(x, 3, budget=0.1)
+    with raises(ValueError, "recent: streaming and window keep the most recent k - sinks tokens; their recent "
+                            "window is not set separately (it must be 0)"):
+        kvevict.replay(x, 4, policy="window", budget=2, recent=1)
     with raises(ValueError, "recent: w = 3 exceeds the budget k = 2"):
         kvevict.replay(x, 4, budget=2, recent=3)
     with raises(ValueError, "recent: tova has no recent window; it must be 0"):

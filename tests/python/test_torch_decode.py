@@ -40,8 +40,8 @@ POLICIES = [
     ("keyformer", "30%", ["--no-noise"], dict(noise=False)),
     ("keyformer", "30%", [], dict(noise=True)),
     ("h2o", "30%", [], {}),
-    ("streaming", "30%", [], {}),
-    ("window", "30%", [], {}),
+    ("streaming", "0", [], {}),  # streaming and window keep the most recent k - sinks: no separate window
+    ("window", "0", [], {}),
     ("tova", "0", [], {}),
 ]
 
