@@ -753,7 +753,12 @@ logits over slots [0, n) in slot order (kvevict.attention_logits computes them).
 
 Errors: ValueError (bad argument; the C++ std::invalid_argument message), IndexError (KV head
 out of range), OverflowError (a full KV head on append, or an int too large for 64 bits),
-TypeError (an argument of the wrong kind).)doc";
+TypeError (an argument of the wrong kind).
+
+Threads: prefill, decode_step, attention_logits and replay release the GIL, so caches of
+different layers or sequences can run in parallel threads; calls on one cache are serialised
+by its own lock. The K/V arrays themselves are not locked: do not write them from another
+thread while that cache's prefill or decode_step moves rows.)doc";
 
 constexpr const char* kCacheDoc = R"doc(One transformer layer's evicting KV cache (kvevict::make_cache over a KVView).
 
