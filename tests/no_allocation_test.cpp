@@ -21,9 +21,10 @@ long count_decode_allocations(kvevict::Policy policy, bool shared_heads) {
   kvevict::CacheConfig cfg;
   cfg.n_q_heads = n_kv * g;
   cfg.budget = kvevict::Budget::tokens(k);
-  const bool windowless = policy == kvevict::Policy::tova || policy == kvevict::Policy::streaming_llm ||
-                          policy == kvevict::Policy::window;  // their window is k - sinks (or none): w must be 0
-  cfg.recent = kvevict::RecentWindow::tokens(windowless ? 0 : 16);
+  // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
+  const bool no_window = policy == kvevict::Policy::tova || policy == kvevict::Policy::streaming_llm ||
+                         policy == kvevict::Policy::window;
+  cfg.recent = kvevict::RecentWindow::tokens(no_window ? 0 : 16);
   cfg.shared_heads = shared_heads;
   kvevict::PolicyParams params;
   params.horizon = steps;
