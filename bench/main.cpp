@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   kvbench::register_bandwidth_benchmarks(grid);
   kvbench::register_prefill_benchmarks(grid);
   kvbench::register_decode_benchmarks(grid);
+  kvbench::register_paged_benchmarks(grid);
 
   int rc = static_cast<int>(rest.size());
   benchmark::Initialize(&rc, rest.data());
