@@ -140,6 +140,33 @@ TEST(PagedKVView, ValidateNamesTheField) {
   EXPECT_THROW(s.view.validate(), std::invalid_argument);  // capacity 2 * 4 = 8
 }
 
+TEST(PagedKVView, ReadmeAggregateInitialisationAndLoop) {
+  // The README's engine loop, sized down: 4 KV heads, page size 4, budget 6, window policy.
+  const std::size_t num_pages = 8, page_size = 4, n_kv = 4, head_dim = 2, max_pages = 4, prompt_len = 9;
+  std::vector<float> k_pool(num_pages * page_size * n_kv * head_dim), v_pool(k_pool.size());
+  kvevict::PagePool pool(num_pages);
+  std::vector<std::int32_t> table(max_pages, kvevict::kNoPage);
+  std::vector<std::int64_t> positions(max_pages * page_size);
+  std::size_t length = 0;
+  kvevict::PagedKVView<float> seq{k_pool.data(), v_pool.data(), num_pages, page_size, n_kv, head_dim,
+                                  kvevict::PageLayout::NHD, table.data(), max_pages, &length, positions.data()};
+  auto cache = kvevict::make_paged_cache(Policy::window, shared_config(4, 6, 0), kvevict::PagedEvictionConfig{},
+                                         seq, pool);
+  for (std::int64_t pos = 0; pos < static_cast<std::int64_t>(prompt_len); ++pos) append_paged(pool, seq, pos);
+  cache->prefill(nullptr, prompt_len);
+  EXPECT_EQ(cache->retained_positions(0), (std::vector<std::int64_t>{3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(pool.used_pages(), 2u);  // the third page emptied and went back
+  for (std::int64_t pos = 9; pos < 20; ++pos) {
+    append_paged(pool, seq, pos);
+    cache->decode_step(nullptr, length);
+    EXPECT_EQ(pool.used_pages(), 2u);
+  }
+  EXPECT_EQ(cache->retained_positions(3), (std::vector<std::int64_t>{14, 15, 16, 17, 18, 19}));
+  EXPECT_TRUE(paged_rows_aligned(seq));
+  cache->reset(0);
+  EXPECT_EQ(pool.used_pages(), 0u);
+}
+
 // ---- PagePool --------------------------------------------------------------------------------
 
 TEST(PagePool, AppendTakesPagesInOrderAndFillsTheLastPage) {

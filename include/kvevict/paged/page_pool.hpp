@@ -33,7 +33,8 @@ namespace kvevict {
 /// Errors: `std::length_error` when no page is free (nothing changed);
 /// `std::invalid_argument` naming the argument for a bad page id, a page freed
 /// while free, or a callback that returns a page in use (nothing changed).
-/// Thread safety: none; one pool per layer, used by one thread.
+/// Thread safety: none; one pool per layer, used by one thread. A `PagedCache`
+/// keeps a pointer to its pool: do not move a pool that caches still use.
 class PagePool {
  public:
   /// Engine callback handing out a free page id, or `kNoPage` when it has none.
