@@ -409,6 +409,46 @@ TEST(PagedTokenUnit, AFreedPageReusedByAnotherSequenceIsUnreachableFromTheFirst)
   EXPECT_TRUE(paged_rows_aligned(b.view));
 }
 
+TEST(PagedTokenUnit, SixteenBitPagesMoveWholeRows) {
+  // Eigen::half and bfloat16 pages: the same eviction as float, rows moved bit for bit.
+  auto run = [](auto zero) {
+    using T = decltype(zero);
+    const std::size_t nkv = 2, d = 3, ps = 2, pages = 6;
+    std::vector<T> k(pages * ps * nkv * d), v(k.size());
+    std::vector<std::int32_t> table(pages, kNoPage);
+    std::vector<std::int64_t> positions(pages * ps);
+    std::size_t length = 0;
+    PagedKVView<T> view{k.data(), v.data(), pages, ps, nkv, d, PageLayout::HND, table.data(), pages, &length,
+                        positions.data()};
+    PagePool pool(pages);
+    auto cache = kvevict::make_paged_cache(Policy::window, shared_config(2, 3, 0), kvevict::PagedEvictionConfig{},
+                                           view, pool);
+    std::vector<T> kr(nkv * d), vr(nkv * d);
+    auto append = [&](std::int64_t p) {
+      for (std::size_t i = 0; i < kr.size(); ++i) {
+        kr[i] = T(static_cast<float>(p) + 0.25f * static_cast<float>(i));
+        vr[i] = T(-static_cast<float>(p));
+      }
+      pool.append(view, p, kr.data(), vr.data());
+    };
+    for (std::int64_t p = 0; p < 5; ++p) append(p);
+    cache->prefill(nullptr, 5);  // keeps 2, 3, 4 in slots 0..2; page 2 freed
+    append(5);
+    cache->decode_step(nullptr, 4);  // evicts position 2 (slot 0) <- slot 3
+    EXPECT_EQ(cache->retained_positions(0), (std::vector<std::int64_t>{3, 4, 5}));
+    EXPECT_EQ(pool.used_pages(), 2u);
+    for (std::size_t s = 0; s < length; ++s)
+      for (std::size_t h = 0; h < nkv; ++h)
+        for (std::size_t i = 0; i < d; ++i) {
+          const float p = static_cast<float>(positions[s]);
+          EXPECT_EQ(static_cast<float>(view.k_row(h, s)[i]), static_cast<float>(T(p + 0.25f * static_cast<float>(h * d + i))));
+          EXPECT_EQ(static_cast<float>(view.v_row(h, s)[i]), -p);
+        }
+  };
+  run(Eigen::half(0.0f));
+  run(Eigen::bfloat16(0.0f));
+}
+
 // ---- page unit ---------------------------------------------------------------------------------
 
 TEST(PagedPageUnit, HandComputedExample) {
