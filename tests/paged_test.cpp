@@ -288,7 +288,8 @@ struct EquivalenceCase {
 
 void run_equivalence(const EquivalenceCase& c) {
   const std::size_t nkv = 2, g = 2, nq = nkv * g, d = 4, P = 37, k = 17, steps = 70;
-  const std::size_t w = c.policy == Policy::tova ? 0 : 5;
+  const bool no_window = c.policy == Policy::tova || c.policy == Policy::streaming_llm || c.policy == Policy::window;
+  const std::size_t w = no_window ? 0 : 5;  // StreamingLLM / window: their window is k - sinks
   const std::size_t cap = P + steps;
   SCOPED_TRACE(std::string(kvevict::policy_name(c.policy)) + " " + kvevict::page_layout_name(c.layout) +
                " page_size " + std::to_string(c.page_size));
@@ -536,7 +537,19 @@ TEST(PagedPageUnit, BudgetTooSmallForTheAreasIsRejectedWithStateUnchanged) {
   kvevict::PagedEvictionConfig pc;
   pc.unit = EvictUnit::page;
   pc.start_pages = 2;
-  auto cache = kvevict::make_paged_cache(Policy::window, shared_config(1, 8, 0), pc, s.view, pool);
+  // A token budget is checked at construction ...
+  try {
+    kvevict::make_paged_cache(Policy::window, shared_config(1, 8, 0), pc, s.view, pool);
+    FAIL() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "kvevict::PagedCache: page unit needs k >= start_pages * page_size + max(w, 1) (k = 8, "
+                 "start_pages = 2, page_size = 4, w = 0)");
+  }
+  // ... a ratio budget at prefill, once P is known (k = 0.4 * 20 = 8), leaving everything as it was.
+  auto cfg = shared_config(1, 8, 0);
+  cfg.budget = kvevict::Budget::ratio(0.4);
+  auto cache = kvevict::make_paged_cache(Policy::window, cfg, pc, s.view, pool);
   for (std::int64_t p = 0; p < 20; ++p) append_paged(pool, s.view, p);
   const auto table = s.table;
   try {
@@ -550,6 +563,11 @@ TEST(PagedPageUnit, BudgetTooSmallForTheAreasIsRejectedWithStateUnchanged) {
   EXPECT_EQ(s.length, 20u);
   EXPECT_EQ(s.table, table);
   EXPECT_EQ(pool.used_pages(), 5u);
+  // The sequence's capacity must hold k + page_size tokens (page unit): 2 pages of 4 cannot serve k = 5.
+  Seq small(st, 2);
+  pc.start_pages = 0;
+  EXPECT_THROW(kvevict::make_paged_cache(Policy::window, shared_config(1, 5, 0), pc, small.view, pool),
+               std::invalid_argument);
 }
 
 // ---- errors --------------------------------------------------------------------------------------
@@ -667,7 +685,8 @@ TEST(PagedPool, ThreeInterleavedSequencesNeverLeakOrSharePages) {
     kvevict::PagedEvictionConfig pc;
     pc.unit = units[i];
     pc.start_pages = units[i] == EvictUnit::page ? 1 : 0;
-    r.cache = kvevict::make_paged_cache(policies[i], shared_config(nq, budgets[i], 3), pc, r.seq->view, pool,
+    r.cache = kvevict::make_paged_cache(policies[i], shared_config(nq, budgets[i], policies[i] == Policy::window ? 0 : 3),
+                                        pc, r.seq->view, pool,
                                         params_for(100));
     r.prompt = prompts[i] + (generation % 4) * 3;
     r.steps_left = 15 + 7 * i;

@@ -64,7 +64,9 @@ Engine::Engine(const Model& model, const PagedKVOptions& paged, PagedCacheFactor
   if (paged.layout != kvevict::PageLayout::NHD && paged.layout != kvevict::PageLayout::HND)
     throw std::invalid_argument("llama2::Engine: unknown page layout " + std::to_string(static_cast<int>(paged.layout)));
   const Config& c = model_.config();
-  gather_buffer_ = std::make_unique<kvevict::KVBuffer<float>>(c.n_kv_heads, c.seq_len, c.head_dim());
+  // Shaped exactly like a contiguous block's buffer (capacity seq_len + 1), so that the attention
+  // runs on the same strides and the logits match the contiguous layout bit for bit.
+  gather_buffer_ = std::make_unique<kvevict::KVBuffer<float>>(c.n_kv_heads, c.seq_len + 1, c.head_dim());
   gather_view_ = gather_buffer_->view();
   init();
 }
@@ -101,7 +103,8 @@ void Engine::reset() {
   if (paged_) {
     paged_caches_.clear();
     paged_layers_.clear();
-    const std::size_t ps = paged_options_.page_size, pages = (c.seq_len + ps - 1) / ps, hd = c.head_dim();
+    // seq_len + 1 slots, as the contiguous buffers: a budget k = seq_len stays valid.
+    const std::size_t ps = paged_options_.page_size, pages = (c.seq_len + 1 + ps - 1) / ps, hd = c.head_dim();
     for (std::size_t l = 0; l < c.n_layers; ++l) {
       auto pl = std::make_unique<PagedLayer>(pages);
       pl->k.assign(pages * ps * c.n_kv_heads * hd, 0.0f);

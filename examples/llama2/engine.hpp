@@ -36,8 +36,9 @@ using PagedCacheFactory = std::function<std::unique_ptr<kvevict::PagedCacheInter
     std::size_t layer, const kvevict::PagedKVView<float>& view, kvevict::PagePool& pool)>;
 
 /// Paged KV storage of an `Engine` (issue 11): every block owns K and V page
-/// pools of `ceil(seq_len / page_size)` pages in `layout`, a `PagePool` over
-/// them and the sequence's page table.
+/// pools of `ceil((seq_len + 1) / page_size)` pages in `layout`, a `PagePool`
+/// over them and the sequence's page table (page unit: a budget k needs
+/// `k + page_size <= ` that many slots).
 struct PagedKVOptions {
   std::size_t page_size = 16;                             ///< tokens per page, >= 1
   kvevict::PageLayout layout = kvevict::PageLayout::NHD;  ///< NHD or HND

@@ -28,7 +28,9 @@ TEST(Llama2NoAllocation, DecodeStepsAllocateNothing) {
     llama2::EvictionSettings s;
     s.policy = policy;
     s.budget = kvevict::Budget::tokens(8);
-    s.recent = kvevict::RecentWindow::tokens(std::string(policy) == "tova" ? 0 : 2);
+    // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
+    const std::string name = policy;
+    s.recent = kvevict::RecentWindow::tokens(name == "tova" || name == "streaming" || name == "window" ? 0 : 2);
     s.params.horizon = 40;
     llama2::Engine engine(model, llama2::make_cache_factory(s, model.config().n_heads));
     const long at_start = kvtest::allocation_count();
@@ -52,7 +54,8 @@ TEST(Llama2NoAllocation, PagedDecodeStepsAllocateNothing) {
       llama2::EvictionSettings s;
       s.policy = policy;
       s.budget = kvevict::Budget::tokens(8);
-      s.recent = kvevict::RecentWindow::tokens(std::string(policy) == "tova" ? 0 : 2);
+      const std::string name = policy;
+      s.recent = kvevict::RecentWindow::tokens(name == "tova" || name == "streaming" || name == "window" ? 0 : 2);
       s.params.horizon = 40;
       s.kv_layout = llama2::KvLayout::paged;
       s.page_size = 4;

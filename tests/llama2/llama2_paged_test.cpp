@@ -31,7 +31,8 @@ EvictionSettings settings(const std::string& policy, std::size_t budget, std::si
   EvictionSettings s;
   s.policy = policy;
   s.budget = kvevict::Budget::tokens(budget);
-  s.recent = kvevict::RecentWindow::ratio(policy == "tova" ? 0.0 : 0.3);
+  const bool no_window = policy == "tova" || policy == "streaming" || policy == "window";
+  s.recent = kvevict::RecentWindow::ratio(no_window ? 0.0 : 0.3);
   s.shared_heads = true;
   s.params.horizon = horizon;
   s.seed = 11;

@@ -202,8 +202,9 @@ class PagedCache final : public PagedCacheInterface {
   /// (which must outlive the cache). Allocates O(n_kv_heads · capacity) floats once.
   /// Throws `std::invalid_argument` if the view is invalid or not empty, its
   /// `num_pages` differs from the pool's, `config.shared_heads` is false,
-  /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads`, or a
-  /// page-unit option is set with the token unit.
+  /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads`, a
+  /// page-unit option is set with the token unit, or — for a token-count
+  /// budget — the budget fails `resolve_budget` (as `Cache`).
   template <class T>
   PagedCache(const CacheConfig& config, const PagedEvictionConfig& paged, const PagedKVView<T>& kv, PagePool& pool,
              Score score = Score(), Temperature temperature = Temperature(), Selection selection = Selection())
@@ -235,6 +236,7 @@ class PagedCache final : public PagedCacheInterface {
                       "kvevict::PagedCache: page_score = mean is only meaningful with the page unit");
     }
     group_ = config.n_q_heads / nkv;
+    if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::PagedCache");
     const std::size_t cap = kv_.capacity();
     scores_.assign(nkv * cap, 0.0f);
     increments_.assign(nkv * cap, 0.0f);
@@ -263,9 +265,9 @@ class PagedCache final : public PagedCacheInterface {
   /// the pages left empty. Page unit: evicts `floor((P − k) / page_size)`
   /// middle pages (when `P >= k + page_size`), lowest score first.
   /// O(n_q_heads · P²) scoring, O(P · n_kv_heads · head_dim) compaction.
-  /// Throws `std::invalid_argument` as `Cache::prefill` does, for a page table
-  /// that fails `PagePool::check_table`, and (page unit) if
-  /// `k < start_pages · page_size + max(w, 1)`.
+  /// Throws `std::invalid_argument` as `Cache::prefill` does (the same budget
+  /// rules, see `resolve_budget`), for a page table that fails
+  /// `PagePool::check_table`, and (page unit) if `k < start_pages · page_size + max(w, 1)`.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
     const std::size_t nkv = kv_.n_kv_heads, P = prompt_len, ps = kv_.page_size;
     const std::size_t cap = kv_.capacity();
@@ -279,13 +281,7 @@ class PagedCache final : public PagedCacheInterface {
       detail::require(pos[s] > pos[s - 1], "kvevict::PagedCache::prefill: positions must be strictly ascending by "
                                            "slot (slot ", s, " has ", pos[s], ", slot ", s - 1, " has ", pos[s - 1],
                       ")");
-    const std::size_t k = config_.budget.resolve(P);
-    const std::size_t w = config_.recent.resolve(k);
-    selection_.validate(k, w);
-    if (paged_.unit == EvictUnit::page)
-      detail::require(k >= paged_.start_pages * ps + std::max<std::size_t>(w, 1),
-                      "kvevict::PagedCache::prefill: page unit needs k >= start_pages * page_size + max(w, 1) (k = ",
-                      k, ", start_pages = ", paged_.start_pages, ", page_size = ", ps, ", w = ", w, ")");
+    const auto [k, w] = resolve_budget(config_.budget.resolve(P), "kvevict::PagedCache::prefill");
     const float tau = checked_tau(0, "prefill");
 
     if (Score::kUsesLogits) {
@@ -481,11 +477,34 @@ class PagedCache final : public PagedCacheInterface {
   const PagedEvictionConfig& paged_config() const { return paged_; }
 
  private:
+  /// Resolves `w` for budget `k` and checks the pair, with the rules of
+  /// `Cache::resolve_budget` (kept identical so that the token unit equals the
+  /// contiguous cache): an accumulated score's ratio window `q > 0` resolves to
+  /// at least 1 token when `k >= 2`; `selection.validate(k, w)`. Plus the paged
+  /// capacity: `k + 1` slots (token unit; a step appends before it evicts) or
+  /// `k + page_size` (page unit: a page goes when the sequence reaches it), and
+  /// for the page unit `k >= start_pages · page_size + max(w, 1)`.
+  std::pair<std::size_t, std::size_t> resolve_budget(std::size_t k, const char* who) const {
+    std::size_t w = config_.recent.resolve(k);
+    if (Score::kAccumulates && config_.recent.is_ratio() && config_.recent.ratio_value() > 0.0 && k >= 2 && w == 0)
+      w = 1;
+    selection_.validate(k, w);
+    const std::size_t ps = kv_.page_size;
+    const std::size_t need = paged_.unit == EvictUnit::page ? k + ps : k + 1;
+    detail::require(need <= kv_.capacity(), who, ": budget k = ", k, " needs a sequence capacity >= ", need,
+                    paged_.unit == EvictUnit::page ? " (k + page_size)" : " (k + 1)", ", but max_pages ",
+                    kv_.max_pages, " * page_size ", ps, " = ", kv_.capacity());
+    if (paged_.unit == EvictUnit::page)
+      detail::require(k >= paged_.start_pages * ps + std::max<std::size_t>(w, 1), who,
+                      ": page unit needs k >= start_pages * page_size + max(w, 1) (k = ", k, ", start_pages = ",
+                      paged_.start_pages, ", page_size = ", ps, ", w = ", w, ")");
+    return {k, w};
+  }
   float checked_tau(std::size_t t, const char* who) const {
     if (!Score::kUsesTemperature) return 1.0f;
     const float tau = temperature_(t);
-    detail::require(std::isfinite(tau) && tau > 0.0f, "kvevict::PagedCache::", who, ": temperature at step ", t,
-                    " must be finite and > 0 (got ", tau, ")");
+    detail::require(detail::valid_tau(tau), "kvevict::PagedCache::", who, ": temperature at step ", t,
+                    " must be finite and >= 1.17549435e-38 (FLT_MIN) (got ", tau, ")");
     return tau;
   }
   bool score_row(const float* x, const float* gumbel, std::size_t offset, std::size_t count, float inv_tau) {
