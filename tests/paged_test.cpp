@@ -348,9 +348,12 @@ void run_equivalence(const EquivalenceCase& c) {
   ref->restore_position_order();
   paged->restore_position_order();
   compare("restore_position_order");
-  // Both keep working after the reorder.
+  // Both keep working after the reorder, also one made between append and decode_step (the
+  // pending slot stays where it is).
   kvtest::append_token(kv, static_cast<std::int64_t>(P + steps));
   append_paged(pool, s.view, static_cast<std::int64_t>(P + steps));
+  ref->restore_position_order();
+  paged->restore_position_order();
   const std::size_t n = kv.length(0);
   for (std::size_t h = 0; h < nq; ++h)
     for (std::size_t slot = 0; slot < n; ++slot) row[h * n + slot] = logit_of(5000, h, kv.head_positions(0)[slot]);

@@ -450,14 +450,16 @@ class PagedCache final : public PagedCacheInterface {
     std::sort(out.begin(), out.end());
     return out;
   }
-  /// Token unit: reorders the logical slots into ascending position order (K,
-  /// V of every head, positions and scores together; pages stay where they
-  /// are). Page unit: slots are always in position order; nothing to do.
-  /// O(n log n + n · n_kv_heads · head_dim).
+  /// Token unit: reorders the tracked logical slots (`[0, n)`, n = the length
+  /// after the last prefill / decode step; before prefill, the sequence's
+  /// length) into ascending position order (K, V of every head, positions and
+  /// scores together; pages stay where they are), as `Cache` does; a slot
+  /// appended since the last step stays where it is. Page unit: slots are
+  /// always in position order; nothing to do. O(n log n + n · n_kv_heads · head_dim).
   void restore_position_order() override {
     if (paged_.unit == EvictUnit::page) return;
-    sort_by_position();
-    const std::size_t n = *kv_.length;
+    const std::size_t n = prefilled_ ? n_ : *kv_.length;
+    sort_by_position(n);
     std::fill_n(recent_flag_.data(), n, std::uint8_t{0});
     for (std::size_t c = 0; c < ring_count_; ++c) {
       const std::size_t idx = (ring_next_ + ring_size_ - ring_count_ + c) % ring_size_;
@@ -630,8 +632,8 @@ class PagedCache final : public PagedCacheInterface {
     return m;
   }
   /// Cycle-following permutation of the logical slots into ascending position order.
-  void sort_by_position() {
-    const std::size_t n = *kv_.length, nkv = kv_.n_kv_heads, cap = kv_.capacity(), rb = kv_.row_bytes;
+  void sort_by_position(std::size_t n) {
+    const std::size_t nkv = kv_.n_kv_heads, cap = kv_.capacity(), rb = kv_.row_bytes;
     std::int64_t* pos = kv_.positions;
     std::iota(index_.begin(), index_.begin() + static_cast<std::ptrdiff_t>(n), std::size_t{0});
     std::sort(index_.begin(), index_.begin() + static_cast<std::ptrdiff_t>(n),
