@@ -196,33 +196,39 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
   if (spec.policy)
     app.add_option("--policy", flags.policy_text,
                    std::string("KV-cache policy: keyformer, h2o, streaming, window, tova") +
-                       (spec.allow_full ? ", or full (no eviction)" : "") + " (default " + spec.default_policy + ")");
+                       (spec.allow_full ? ", or full (no eviction)" : "") + " (default " + spec.default_policy + ")")
+        ->type_name("NAME");
   if (spec.budget) {
     auto* budget = app.add_option("--budget", flags.budget_text,
                                   "budget k, KV entries kept per KV head: tokens (64) or percent of the prompt "
                                   "length P (50%: k = max(1, floor(0.5 P))); default 50%, at least sinks + 1 for "
-                                  "streaming");
+                                  "streaming")
+                      ->type_name("K|N%");
     app.add_option("--budget-ratio", flags.budget_ratio_text, "same as --budget R*100% (e.g. 0.5 = 50%)")
+        ->type_name("R")
         ->excludes(budget);
   }
   auto* recent = app.add_option("--recent", flags.recent_text,
                                 "recent window w (keyformer, h2o): tokens (8) or percent of k (30%: w = floor(0.3 k), "
-                                "at least 1 when k >= 2); default 30%; tova: 0; streaming/window have none");
+                                "at least 1 when k >= 2); default 30%; tova: 0; streaming/window have none")
+                     ->type_name("W|N%");
   app.add_option("--recent-ratio", flags.recent_ratio_text, "same as --recent Q*100% (e.g. 0.3 = 30%)")
+      ->type_name("Q")
       ->excludes(recent);
-  app.add_option("--sinks", flags.sinks_text, "attention sinks of --policy streaming (default 4)");
+  app.add_option("--sinks", flags.sinks_text, "attention sinks of --policy streaming (default 4)")->type_name("S");
   if (spec.tau) {
-    app.add_option("--tau-init", flags.tau_init_text, "Keyformer temperature at prefill (default 1)");
-    app.add_option("--tau-end", flags.tau_end_text, "Keyformer temperature after the last step (default 2)");
+    app.add_option("--tau-init", flags.tau_init_text, "Keyformer temperature at prefill (default 1)")->type_name("TAU");
+    app.add_option("--tau-end", flags.tau_end_text, "Keyformer temperature after the last step (default 2)")->type_name("TAU");
   }
   if (spec.seed)
     app.add_option("--seed", flags.seed_text,
                    "seed of Keyformer's Gumbel noise (and of the sampler) (default " +
-                       std::to_string(spec.default_seed) + ")");
+                       std::to_string(spec.default_seed) + ")")
+        ->type_name("N");
 }
 
 void add_threads_option(CLI::App& app, std::string& text) {
-  app.add_option("--threads", text, "worker threads, >= 1 (default: the number of hardware threads)");
+  app.add_option("--threads", text, "worker threads, >= 1 (default: the number of hardware threads)")->type_name("N");
 }
 
 unsigned parse_threads(const std::string& text) {
