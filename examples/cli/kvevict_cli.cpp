@@ -406,7 +406,7 @@ void check_output_prefix(const std::string& prefix, const std::string& flag) {
   if (dir.empty()) dir = ".";
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw UsageError(flag, "cannot write '" + prefix + "*': the folder '" + dir.string() +
+    throw UsageError(flag, "cannot write '" + prefix + "': the folder '" + dir.string() +
                                "' does not exist; create it or choose another " + flag);
   const std::string probe = (dir / (".kvevict-probe." + std::to_string(::getpid()))).string();
   std::FILE* f = std::fopen(probe.c_str(), "wb");

@@ -172,8 +172,8 @@ void check_llama2_checkpoint(const std::string& path, const std::string& flag);
 /// The SentencePiece `.model` beside `checkpoint` (the only one in its folder), or "" if none.
 std::string find_tokenizer_beside(const std::string& checkpoint);
 
-/// Checks that the folder of output prefix `prefix` exists and is writable (by creating and removing
-/// a probe file). Throws `UsageError(flag)` naming the folder and the reason.
+/// Checks that the folder of output prefix (or file) `prefix` exists and is writable (by creating and
+/// removing a probe file). Throws `UsageError(flag)` naming the folder and the reason.
 void check_output_prefix(const std::string& prefix, const std::string& flag);
 
 /// Writes `contents` to `path` atomically: `path.tmp.<pid>` then rename. Throws

@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
     if (!dump_path.empty() && flags.policy != "full")
       throw kvcli::UsageError("--dump-logits", "records the full cache's attention; use it with --policy full (got "
                                                "--policy " + flags.policy + ")");
+    if (!dump_path.empty()) kvcli::check_output_prefix(dump_path, "--dump-logits");
     const std::vector<int> given_ids = prompt_ids_text.empty() ? std::vector<int>() : parse_ids(prompt_ids_text);
 
     // ---- locate, recognise and load the model ----
