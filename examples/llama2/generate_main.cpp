@@ -7,8 +7,6 @@
 //   kvevict-generate --prompt "Once upon a time" --dump-logits layer0.json --dump-layer 0   # a kvevict-replay trace
 //
 // stdout: the text (prompt + generation), or the generated ids one per line with --print-ids.
-// stderr: one summary line (tokens/s, retained KV entries per layer, KV bytes held vs full cache);
-//         with --dump-logits, a line naming the trace and its replay command comes first.
 // stderr: one summary line (resolved k, w, sinks; tokens/s; retained KV entries per layer; KV bytes held vs
 //         full cache; why generation stopped); with --dump-logits, a line naming the trace and its replay
 //         command comes first.
