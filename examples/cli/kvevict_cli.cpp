@@ -57,7 +57,7 @@ Amount parse_amount(const std::string& text, const std::string& flag) {
     throw UsageError(flag, "expected a non-negative integer, got '" + text +
                                "' (give a token count such as 64 or a percentage such as 50%)");
   const double value = std::strtod(text.c_str(), nullptr);
-  if (value > kMaxTokens) throw UsageError(flag, "'" + text + "' tokens is above 2^53; give a smaller count");
+  if (value > kMaxTokens) throw UsageError(flag, "k = " + text + " exceeds 2^53; give a smaller count");
   a.tokens = static_cast<std::size_t>(std::strtoull(text.c_str(), nullptr, 10));
   return a;
 }
@@ -148,10 +148,9 @@ void EvictionFlags::validate() {
       throw UsageError(recent_flag, "tova has no recent window; it must be 0 (got " + recent->text + "); drop " +
                                         recent_flag);
     if (policy == "streaming" || policy == "window")
-      throw UsageError(recent_flag, for_policy + " has no separate recent window: it keeps " +
-                                        (policy == "streaming" ? "--sinks tokens and the last k - sinks tokens"
-                                                               : "the last k tokens") +
-                                        "; drop " + recent_flag + " (set the size with --budget)");
+      throw UsageError(recent_flag, "streaming and window keep the most recent k - sinks tokens (window: sinks = 0); "
+                                    "their recent window is not set separately (" + for_policy + "): drop " +
+                                        recent_flag + " and set the size with --budget");
   }
   if (recent && !recent->is_ratio && budget_given && !budget.is_ratio && recent->tokens > budget.tokens)
     throw UsageError(recent_flag, "w = " + std::to_string(recent->tokens) + " exceeds the budget k = " +
