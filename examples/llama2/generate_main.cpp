@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     std::optional<llama2::Tokenizer> tokenizer;
     const bool tokenizer_given = !tokenizer_path.empty();
     if (!tokenizer_given) tokenizer_path = kvcli::find_tokenizer_beside(model_file);
-    if (need_tokenizer || (tokenizer_given && std::filesystem::is_regular_file(tokenizer_path))) {
+    if (need_tokenizer || tokenizer_given) {  // a --tokenizer that is given is always checked
       if (tokenizer_path.empty())
         throw kvcli::UsageError("--tokenizer", "no SentencePiece tokenizer (*.model) beside '" + model_file +
                                                    "'; give --tokenizer FILE.model (or --prompt-ids with --print-ids)");

@@ -179,6 +179,8 @@ std::vector<Case> cases() {
       {"GenPromptIdOutsideVocab", G, kTiny + "--prompt-ids 1,99999 --print-ids", 2, {"--prompt-ids: token id 99999", "[0, 32)"}},
       {"GenTokenizerNotSentencePiece", G, kTiny + "--tokenizer {W}/junk/garbage.tok --prompt-ids 1", 2,
        {"--tokenizer: '", "is not a SentencePiece model"}},
+      {"GenTokenizerMissingEvenIfNotNeeded", G, kTiny + "--tokenizer {W}/nope.model --prompt-ids 1 --print-ids", 2,
+       {"--tokenizer: no file '", "nope.model'"}},
       {"GenTokenizerTok512Bin", G, kSmall + "--tokenizer {S}/models/stories260K/tok512.bin --prompt-ids 1", 2,
        {"--tokenizer:", "is not a SentencePiece model"}, true},
       // ---- case 5: --recent is never silently ignored ----
