@@ -147,7 +147,7 @@ void EvictionFlags::validate() {
     if (policy == "tova" && !zero)
       throw UsageError(recent_flag, "tova has no recent window; it must be 0 (got " + recent->text + "); drop " +
                                         recent_flag);
-    if (policy == "streaming" || policy == "window")
+    if ((policy == "streaming" || policy == "window") && !zero)
       throw UsageError(recent_flag, "streaming and window keep the most recent k - sinks tokens (window: sinks = 0); "
                                     "their recent window is not set separately (" + for_policy + "): drop " +
                                         recent_flag + " and set the size with --budget");
@@ -161,7 +161,7 @@ void EvictionFlags::validate() {
   if (!sinks_text.empty()) {
     sinks = static_cast<std::size_t>(parse_count(sinks_text, "--sinks", 0, 1u << 30));
     sinks_given = true;
-    if (!any && policy != "streaming")
+    if (!any && policy != "streaming" && sinks != 4)  // the default changes nothing: accepted
       throw UsageError("--sinks", "only --policy streaming has attention sinks (the policy is " + policy +
                                       "); drop --sinks");
     if (budget_given && !budget.is_ratio && sinks > budget.tokens)
@@ -177,7 +177,7 @@ void EvictionFlags::validate() {
     const float v = parse_float(text, flag);
     if (!(v >= 1e-6f && v <= 1e6f))
       throw UsageError(flag, "must be finite and > 0, in [1e-6, 1e6] (got " + text + ")");
-    if (!any && policy != "keyformer")
+    if (!any && policy != "keyformer" && v != *value)  // the default changes nothing: accepted
       throw UsageError(flag, std::string("only --policy keyformer has a temperature schedule (the policy is ") +
                                  policy + "); drop " + flag);
     *value = v;

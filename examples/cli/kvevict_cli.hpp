@@ -97,9 +97,11 @@ struct EvictionFlags {
 
   /// Checks every value and every combination that does not depend on the prompt length, and fills
   /// the validated fields. Throws `UsageError` naming the flag. Rules:
-  ///  - --recent given with streaming/window (they keep the last k - sinks / k tokens: no separate
-  ///    window) or a non-zero --recent with tova is an error; so is --sinks with a policy other than
-  ///    streaming, and --tau-init/--tau-end with a policy other than keyformer (never silently ignored);
+  ///  - a non-zero --recent with streaming/window (they keep the last k - sinks / k tokens: no separate
+  ///    window) or tova is an error; so is a non-default --sinks with a policy other than streaming,
+  ///    and a non-default --tau-init/--tau-end with a policy other than keyformer (an option is never
+  ///    silently ignored; a value that changes nothing, 0 or the default, is accepted so that scripts can
+  ///    pass every flag to every policy);
   ///  - a token --recent larger than a token --budget is an error naming both;
   ///  - --sinks larger than a token --budget (streaming) is an error naming both.
   void validate();

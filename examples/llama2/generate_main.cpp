@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
     std::optional<llama2::Tokenizer> tokenizer;
     const bool tokenizer_given = !tokenizer_path.empty();
     if (!tokenizer_given) tokenizer_path = kvcli::find_tokenizer_beside(model_file);
-    if (need_tokenizer || tokenizer_given) {  // a --tokenizer that is given is always checked
+    // --tokenizer is read when the prompt or the output is text; with --prompt-ids --print-ids it is not used.
+    if (need_tokenizer || (tokenizer_given && std::filesystem::is_regular_file(tokenizer_path))) {
       if (tokenizer_path.empty())
         throw kvcli::UsageError("--tokenizer", "no SentencePiece tokenizer (*.model) beside '" + model_file +
                                                    "'; give --tokenizer FILE.model (or --prompt-ids with --print-ids)");

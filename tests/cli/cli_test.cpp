@@ -179,8 +179,6 @@ std::vector<Case> cases() {
       {"GenPromptIdOutsideVocab", G, kTiny + "--prompt-ids 1,99999 --print-ids", 2, {"--prompt-ids: token id 99999", "[0, 32)"}},
       {"GenTokenizerNotSentencePiece", G, kTiny + "--tokenizer {W}/junk/garbage.tok --prompt-ids 1", 2,
        {"--tokenizer: '", "is not a SentencePiece model"}},
-      {"GenTokenizerMissingEvenIfNotNeeded", G, kTiny + "--tokenizer {W}/nope.model --prompt-ids 1 --print-ids", 2,
-       {"--tokenizer: no file '", "nope.model'"}},
       {"GenTokenizerTok512Bin", G, kSmall + "--tokenizer {S}/models/stories260K/tok512.bin --prompt-ids 1", 2,
        {"--tokenizer:", "is not a SentencePiece model"}, true},
       // ---- case 5: --recent is never silently ignored ----
@@ -189,6 +187,10 @@ std::vector<Case> cases() {
       {"GenSinksWithH2O", G, kTiny + "--policy h2o --sinks 2 --prompt-ids 1", 2, {"--sinks: only --policy streaming"}},
       {"GenTauWithH2O", G, kTiny + "--policy h2o --tau-end 3 --prompt-ids 1", 2, {"--tau-end: only --policy keyformer"}},
       {"GenNoNoiseWithTova", G, kTiny + "--policy tova --no-noise --prompt-ids 1", 2, {"--no-noise: only --policy keyformer"}},
+      {"GenValuesThatChangeNothingAreAccepted", G, kTiny + "--policy window --budget 4 --recent 0 --sinks 4 --tau-init 1 --tau-end 2 --prompt-ids 1 --print-ids --steps 2",
+       0, {"[window k=4 w=4 sinks=0]"}},
+      {"GenStreamingRecentZeroAccepted", G, kTiny + "--policy streaming --budget 6 --recent 0% --prompt-ids 1 --print-ids --steps 2",
+       0, {"[streaming k=6 w=2 sinks=4]"}},
       {"GenBudgetWithFull", G, kTiny + "--budget 64 --prompt-ids 1", 2, {"--budget: --policy full keeps every token"}},
       // ---- case 7 / issue 8 point 4: why generation stopped ----
       {"GenStopsAtTheEndOfTheContext", G, kTiny + "--policy keyformer --budget 16 --temperature 0 --prompt-ids 1 --print-ids --steps 600",
