@@ -27,6 +27,8 @@ void register_prefill_benchmarks(const Grid& grid);
 void register_bandwidth_benchmarks(const Grid& grid);
 /// Long-prompt prefill (issue 15): one-shot vs chunked vs Q·K-tiled, P in {2048, 8192, 32768}.
 void register_long_prompt_benchmarks();
+/// Paged decode steps (PagedCache, page size 16, token and page unit), float, g = 1, n <= 32768.
+void register_paged_benchmarks(const Grid& grid);
 
 /// Checks that NaiveKeyformer keeps exactly the tokens kvevict's Keyformer keeps
 /// (same logits and injected noise by position, many steps, g = 1 and 4).

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "kvevict/score/chunk_rows.hpp"
@@ -30,13 +31,21 @@ class CacheInterface {
   virtual void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) = 0;
   /// Chunked prefill: scores a chunk of `chunk_len` prompt tokens the engine
   /// appended (slots `[held, n)`) from logits `[q_head][chunk_len][n]`; bounded
-  /// prefill evicts to budget afterwards. See `Cache::prefill_chunk`.
-  virtual void prefill_chunk(const float* logits, std::size_t chunk_len, std::size_t n,
-                             const float* gumbel = nullptr) = 0;
+  /// prefill evicts to budget afterwards. See `Cache::prefill_chunk`. The
+  /// default (a cache without chunked prefill, e.g. `PagedCache`) throws
+  /// `std::logic_error`.
+  virtual void prefill_chunk(const float* /*logits*/, std::size_t /*chunk_len*/, std::size_t /*n*/,
+                             const float* /*gumbel*/ = nullptr) {
+    throw std::logic_error("kvevict::CacheInterface::prefill_chunk: this cache has no chunked prefill");
+  }
   /// The same chunk with rows computed on demand (`ChunkRows`, e.g. `prefill_chunk_qk`).
-  virtual void prefill_chunk(ChunkRows& rows, std::size_t chunk_len, std::size_t n) = 0;
+  virtual void prefill_chunk(ChunkRows& /*rows*/, std::size_t /*chunk_len*/, std::size_t /*n*/) {
+    throw std::logic_error("kvevict::CacheInterface::prefill_chunk: this cache has no chunked prefill");
+  }
   /// Ends a chunked prefill: cuts to budget; decode steps may follow.
-  virtual void finish_prefill() = 0;
+  virtual void finish_prefill() {
+    throw std::logic_error("kvevict::CacheInterface::finish_prefill: this cache has no chunked prefill");
+  }
   /// Scores one decode step from logits `[q_head][n]` (by slot) and evicts at
   /// most one token per KV head. `gumbel` (optional, `[q_head][n]`) injects ζ.
   virtual void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) = 0;

@@ -17,6 +17,7 @@
 //   attention/    attention_logits (decode) and prefill_chunk_qk (prefill chunks, Q·K by tiles), for
 //                 engines whose attention never materialises the logits
 //   kv/           KV storage: KVView (non-owning, strided; KVView<const T> read-only), KVBuffer (owning)
+//   paged/        page-table storage: PagedKVView (NHD/HND), PagePool, PagedCache (token or page unit)
 //   core/         argument checks, float bits, fast log/exp, the random generator
 #pragma once
 
@@ -29,6 +30,9 @@
 #include "kvevict/concepts.hpp"
 #include "kvevict/kv/kv_buffer.hpp"
 #include "kvevict/kv/kv_view.hpp"
+#include "kvevict/paged/page_pool.hpp"
+#include "kvevict/paged/paged_cache.hpp"
+#include "kvevict/paged/paged_kv_view.hpp"
 #include "kvevict/presets.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/gumbel.hpp"
