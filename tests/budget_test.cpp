@@ -1,4 +1,5 @@
 // Tests of the budget k and recent window w resolution.
+#include <cstdint>
 #include <stdexcept>
 
 #include <gtest/gtest.h>
@@ -27,11 +28,18 @@ TEST(Budget, ResolvedZeroAndBadValuesThrow) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "kvevict::Budget: ratio 1e+300 of prompt length 2 resolves to k = 2e+300, above 2^53");
   }
+  // A ratio never resolves to 0 tokens: k = max(1, floor(r * P)).
+  EXPECT_EQ(kvevict::Budget::ratio(0.1).resolve(9), 1u);
+  EXPECT_EQ(kvevict::Budget::ratio(0.6).resolve(1), 1u);
+  EXPECT_EQ(kvevict::Budget::ratio(0.6).resolve(2), 1u);
+  EXPECT_EQ(kvevict::Budget::ratio(0.6).resolve(5), 3u);
+  // Token budgets are bounded like ratio budgets (2^53), so no resolved count overflows a conversion.
+  EXPECT_EQ(kvevict::Budget::tokens(std::size_t{1} << 53).resolve(1), std::size_t{1} << 53);
   try {
-    (void)kvevict::Budget::ratio(0.1).resolve(9);
+    (void)kvevict::Budget::tokens(SIZE_MAX);
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "kvevict::Budget: ratio 0.1 of prompt length 9 resolves to k = 0");
+    EXPECT_STREQ(e.what(), "kvevict::Budget::tokens: k = 18446744073709551615 exceeds 2^53");
   }
 }
 

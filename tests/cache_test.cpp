@@ -80,7 +80,7 @@ TEST(Cache, NewTokenJoinsWithItsOwnStepScoreAndNothingEvictedBelowBudget) {
 }
 
 TEST(Cache, MinusInfinityLogitsAddNothing) {
-  kvevict::KVBuffer<float> buf(1, 8, 2);
+  kvevict::KVBuffer<float> buf(1, 9, 2);
   auto kv = buf.view();
   kvevict::H2O cache(config(1, 8, 0), kv);
   for (int p = 0; p < 3; ++p) append_token(kv, p);
@@ -97,7 +97,7 @@ TEST(Cache, MinusInfinityLogitsAddNothing) {
 
 TEST(Cache, GqaScoreOfAKvHeadIsTheSumOverItsQueryHeads) {
   // 2 KV heads, 4 query heads: q0, q1 -> kv0; q2, q3 -> kv1.
-  kvevict::KVBuffer<float> buf(2, 8, 2);
+  kvevict::KVBuffer<float> buf(2, 9, 2);
   auto kv = buf.view();
   kvevict::H2O cache(config(4, 8, 0), kv);
   append_token(kv, 0);
@@ -152,7 +152,7 @@ TEST(Cache, KvHeadsSelectIndependentlyOrSharedWhenAsked) {
 
 TEST(Cache, HigherTemperatureFlattensOneStepButKeepsItsOrder) {
   auto run = [](float tau) {
-    kvevict::KVBuffer<float> buf(1, 8, 2);
+    kvevict::KVBuffer<float> buf(1, 9, 2);
     auto kv = buf.view();
     DeterministicKeyformer cache(config(1, 8, 0), kv, kvevict::GumbelLogitScore{false},
                                  kvevict::ConstantTemperature(tau));
@@ -307,7 +307,7 @@ TEST(Cache, InternalNoiseFollowsTheDocumentedDrawOrder) {
   for (std::size_t h = 0; h < nq; ++h)
     for (std::size_t r = 0; r < P; ++r) kvevict::fill_gumbel(gen, &zeta[(h * P + r) * P], r + 1);
   const auto x = causal_logits(nq, P, [](auto, std::size_t r, std::size_t c) { return 0.1f * (r + c); });
-  kvevict::KVBuffer<float> a_buf(1, 8, 2), b_buf(1, 8, 2);
+  kvevict::KVBuffer<float> a_buf(1, 9, 2), b_buf(1, 9, 2);
   auto a_kv = a_buf.view(), b_kv = b_buf.view();
   kvevict::Keyformer a(config(nq, 8, 0, 77), a_kv, {}, kvevict::LinearTemperature(1.0f, 2.0f, 4));
   kvevict::Keyformer b(config(nq, 8, 0, 5), b_kv, {}, kvevict::LinearTemperature(1.0f, 2.0f, 4));
@@ -537,11 +537,16 @@ TEST(CacheErrors, PrefillRejectsBudgetWindowCapacityAndPositionProblems) {
     for (auto p : pos) append_token(kv, p);
     return message_of([&] { cache.prefill(x.data(), pos.size()); });
   };
-  EXPECT_EQ(attempt(config(1, 2, 3), 8, {0, 1, 2, 3}),
+  // A token budget is checked at construction (see cache_config_test); a ratio budget at prefill.
+  auto ratio = config(1, 2, 3);
+  ratio.budget = kvevict::Budget::ratio(0.5);
+  EXPECT_EQ(attempt(ratio, 8, {0, 1, 2, 3}),
             "kvevict::RecentTopKSelection: recent window w = 3 exceeds budget k = 2");
-  auto ratio = config(1, 2, 0);
-  ratio.budget = kvevict::Budget::ratio(0.2);
-  EXPECT_EQ(attempt(ratio, 8, {0, 1, 2, 3}), "kvevict::Budget: ratio 0.2 of prompt length 4 resolves to k = 0");
+  ratio = config(1, 2, 0);
+  ratio.budget = kvevict::Budget::ratio(2.0);
+  EXPECT_EQ(attempt(ratio, 8, {0, 1, 2, 3}),
+            "kvevict::Cache::prefill: budget k = 8 needs a view of capacity >= k + 1 = 9 (a decode step appends "
+            "before it evicts), but the capacity is 8");
   EXPECT_EQ(attempt(config(1, 2, 0), 8, {0, 2, 1, 3}),
             "kvevict::Cache::prefill: positions of KV head 0 must be strictly ascending by slot (slot 2 has 1)");
 }
@@ -602,7 +607,7 @@ TEST(CacheErrors, DecodeStepRejectsStalePositionsMismatchedHeadsAndBadTemperatur
   cache.decode_step(row, 4);  // tau = 0.25: fine
   append_token(kv, 4);
   EXPECT_EQ(message_of([&] { cache.decode_step(row, 4); }),
-            "kvevict::Cache::decode_step: temperature at step 2 must be finite and > 0 (got -0.5)");
+            "kvevict::Cache::decode_step: temperature at step 2 must be finite and >= 1.17549435e-38 (FLT_MIN) (got -0.5)");
   EXPECT_EQ(cache.step(), 1u);
 }
 

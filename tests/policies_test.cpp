@@ -59,7 +59,9 @@ TEST(StreamingLLM, ShortPromptSinksAreTheOldestRetainedTokens) {
 TEST(StreamingLLM, SinksLargerThanBudgetThrow) {
   kvevict::KVBuffer<float> buf(1, 8, 2);
   auto kv = buf.view();
-  kvevict::StreamingLLM cache(config(1, 2, 0), kv, {}, kvevict::ConstantTemperature(), kvevict::SinkRecentSelection{3});
+  auto c = config(1, 2, 0);
+  c.budget = kvevict::Budget::ratio(0.5);  // k = 2 at prefill (a token budget would throw at construction)
+  kvevict::StreamingLLM cache(c, kv, {}, kvevict::ConstantTemperature(), kvevict::SinkRecentSelection{3});
   for (int p = 0; p < 4; ++p) append_token(kv, p);
   try {
     cache.prefill(nullptr, 4);

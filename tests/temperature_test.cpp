@@ -47,7 +47,8 @@ TEST(Temperature, InvalidValuesThrowNamingTheArgument) {
     kvevict::LinearTemperature(0.0f, 2.0f, 8);
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "kvevict::LinearTemperature: tau_init must be finite and > 0 (got 0)");
+    EXPECT_STREQ(e.what(), "kvevict::LinearTemperature: tau_init must be finite and >= 1.17549435e-38 (FLT_MIN, so that 1/tau_init is "
+                 "finite) (got 0)");
   }
 }
 

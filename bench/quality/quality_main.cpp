@@ -270,7 +270,9 @@ int main(int argc, char** argv) {
           llama2::EvictionSettings s;
           s.policy = run.policy;
           s.budget = kvevict::Budget::ratio(run.ratio);
-          s.recent = run.policy == "tova" ? kvevict::RecentWindow::tokens(0) : kvevict::RecentWindow::ratio(recent_ratio);
+          // TOVA has no recent window; StreamingLLM/window derive theirs from the budget (k - sinks).
+          const bool no_window = run.policy == "tova" || run.policy == "streaming" || run.policy == "window";
+          s.recent = no_window ? kvevict::RecentWindow::tokens(0) : kvevict::RecentWindow::ratio(recent_ratio);
           s.params.horizon = window - prompt - 1;
           s.params.gumbel_noise = run.noise;
           s.params.sinks = sinks;
@@ -307,7 +309,8 @@ int main(int argc, char** argv) {
         csv << "full,1,256,0,0," << w << "," << fmt(full_nll[w], 6) << ",0,1\n";
       for (std::size_t r = 0; r < runs.size(); ++r) {
         const std::size_t k = static_cast<std::size_t>(std::floor(runs[r].ratio * static_cast<double>(prompt)));
-        const std::size_t wr = runs[r].policy == "tova" ? 0 : static_cast<std::size_t>(std::floor(recent_ratio * k));
+        const bool no_window = runs[r].policy == "tova" || runs[r].policy == "streaming" || runs[r].policy == "window";
+        const std::size_t wr = no_window ? 0 : static_cast<std::size_t>(std::floor(recent_ratio * k));
         for (std::size_t w = 0; w < n_windows; ++w)
           csv << runs[r].label << "," << runs[r].ratio << "," << k << "," << wr << "," << runs[r].seed << "," << w
               << "," << fmt(results[r][w].nll, 6) << "," << fmt(results[r][w].kl, 6) << ","

@@ -85,7 +85,8 @@ void Engine::reset() {
   caches_.clear();
   buffers_.reserve(c.n_layers);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
-    buffers_.emplace_back(c.n_kv_heads, c.seq_len, c.head_dim());
+    // One slot beyond the context, so that a budget k = seq_len is valid (a decode step appends before it evicts).
+    buffers_.emplace_back(c.n_kv_heads, c.seq_len + 1, c.head_dim());
     views_.push_back(buffers_.back().view());
     caches_.push_back(make_cache_ ? make_cache_(l, views_.back()) : nullptr);
   }

@@ -220,11 +220,10 @@ int main(int argc, char** argv) {
     llama2::EvictionSettings ev;
     ev.policy = policy;
     const Amount budget = parse_amount(budget_text, "--budget");
-    if (policy != "full" && budget.is_ratio && budget.ratio * static_cast<double>(prompt_ids.size()) < 1.0)
-      throw std::runtime_error("--budget " + budget_text + " of a " + std::to_string(prompt_ids.size()) +
-                               "-token prompt keeps no token; give a longer --prompt or a token count (--budget 64)");
     ev.budget = budget.is_ratio ? kvevict::Budget::ratio(budget.ratio) : kvevict::Budget::tokens(budget.tokens);
-    if (recent_text.empty()) recent_text = (policy == "tova") ? "0" : "30%";
+    // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
+    if (recent_text.empty())
+      recent_text = (policy == "tova" || policy == "streaming" || policy == "window") ? "0" : "30%";
     const Amount recent = parse_amount(recent_text, "--recent");
     ev.recent = recent.is_ratio ? kvevict::RecentWindow::ratio(recent.ratio) : kvevict::RecentWindow::tokens(recent.tokens);
     ev.params.tau_init = tau_init;

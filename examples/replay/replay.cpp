@@ -49,14 +49,16 @@ Plan make_plan(const Trace& trace, const Options& o) {
   if (o.budget && *o.budget < 1) throw InputError("--budget", "must be >= 1 (got 0)");
   if (o.budget_ratio && !(std::isfinite(*o.budget_ratio) && *o.budget_ratio > 0.0))
     throw InputError("--budget-ratio", "must be finite and > 0 (got " + text(*o.budget_ratio) + ")");
+  if (o.budget && *o.budget > kvevict::Budget::kMaxTokens)
+    throw InputError("--budget", "k = " + std::to_string(*o.budget) + " exceeds 2^53");
   plan.config.budget =
       o.budget ? kvevict::Budget::tokens(*o.budget) : kvevict::Budget::ratio(o.budget_ratio.value_or(0.5));
-  std::size_t k = 0;
+  std::size_t k = 0;  // a ratio resolves to max(1, floor(r * P))
   try {
     k = plan.config.budget.resolve(P);
   } catch (const std::invalid_argument&) {
     throw InputError(budget_field, "r = " + text(plan.config.budget.ratio_value()) + " of prompt_len P = " +
-                                       std::to_string(P) + " resolves to k = 0 (k must be >= 1)");
+                                       std::to_string(P) + " resolves to more than 2^53 tokens");
   }
 
   // Recent window w (library: RecentWindow::resolve(k)).
@@ -66,7 +68,13 @@ Plan make_plan(const Trace& trace, const Options& o) {
     throw InputError("--recent-ratio", "must be in [0, 1] (got " + text(*o.recent_ratio) + ")");
   plan.config.recent = o.recent_ratio ? kvevict::RecentWindow::ratio(*o.recent_ratio)
                                       : kvevict::RecentWindow::tokens(o.recent.value_or(0));
-  const std::size_t w = plan.config.recent.resolve(k);
+  std::size_t w = plan.config.recent.resolve(k);
+  if ((plan.policy == kvevict::Policy::keyformer || plan.policy == kvevict::Policy::h2o) && o.recent_ratio &&
+      *o.recent_ratio > 0.0 && k >= 2 && w == 0)
+    w = 1;  // the library's floor for accumulated scores (RecentWindow)
+  if ((plan.policy == kvevict::Policy::streaming_llm || plan.policy == kvevict::Policy::window) && w != 0)
+    throw InputError(recent_field, "streaming and window keep the most recent k - sinks tokens; their recent "
+                                   "window is not set separately (it must be 0)");
   if (w > k)
     throw InputError(recent_field, "w = " + std::to_string(w) + " exceeds the budget k = " + std::to_string(k));
   if (plan.policy == kvevict::Policy::tova && plan.config.recent.resolve(std::size_t{1} << 30) != 0)

@@ -23,6 +23,7 @@
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/score/gumbel.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"
+#include "kvevict/temperature/temperature_schedules.hpp"
 
 namespace kvevict {
 
@@ -128,8 +129,10 @@ class Cache final : public CacheInterface {
 
   /// Builds a cache over `kv` (lengths must be 0). Allocates
   /// O(n_kv_heads · capacity) floats and indices once.
-  /// Throws `std::invalid_argument` if the view is invalid or not empty, or
-  /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads`.
+  /// Throws `std::invalid_argument` if the view is invalid or not empty,
+  /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads`, or — when
+  /// the budget is a token count, so that `k` and `w` are known now — the
+  /// configuration fails `resolve_budget` (see there: `w > k`, sinks, capacity).
   template <class T>
   Cache(const CacheConfig& config, const KVView<T>& kv, Score score = Score(), Temperature temperature = Temperature(),
         Selection selection = Selection())
@@ -146,6 +149,7 @@ class Cache final : public CacheInterface {
       detail::require(kv_.lengths[h] == 0, "kvevict::Cache: the view must be empty at construction (lengths[", h,
                       "] = ", kv_.lengths[h], ")");
     group_ = config.n_q_heads / nkv;
+    if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::Cache");
     const std::size_t cap = kv_.capacity;
     scores_.assign(nkv * cap, 0.0f);
     increments_.assign(nkv * cap, 0.0f);
@@ -179,18 +183,18 @@ class Cache final : public CacheInterface {
   /// generator. Either way ζ is used only if the score policy is noisy
   /// (Keyformer with noise on); other policies ignore it.
   ///
-  /// Resolves `k = budget.resolve(P)` and `w = recent.resolve(k)`; each row r
+  /// Resolves and checks `k` and `w` with `resolve_budget`; each row r
   /// adds `softmax((x[h][r][0..r] + ζ) / τ_0)` to the scores of KV head
   /// `h / g` (TOVA: last row only); then keeps `selection.prefill_keep`'s
   /// tokens, compacted in ascending position order into slots `[0, min(k, P))`.
   /// O(n_q_heads · P²) for scoring, O(n_kv_heads · P · head_dim) for compaction.
   ///
   /// Throws `std::invalid_argument` on a second prefill, `prompt_len == 0`,
-  /// lengths ≠ `prompt_len`, unordered or mismatched positions, `k` resolving
-  /// to 0, `w > k`, `sinks > k`, τ_0 not finite and > 0, a null `logits` when
-  /// scores need it, or a NaN / `+inf` logit. (Size the view's capacity at
-  /// least `max(P, k + 1)`: a decode step appends before it evicts, and
-  /// `KVView::append` throws `std::length_error` on a full head.)
+  /// lengths ≠ `prompt_len`, unordered or mismatched positions, a budget the
+  /// selection cannot serve (`resolve_budget`: `w > k`, `sinks > k`, a window
+  /// given to StreamingLLM, capacity < `k + 1`), τ_0 outside the valid range
+  /// (finite, >= FLT_MIN), a null `logits` when scores need it, or a NaN /
+  /// `+inf` value of `x + ζ`. Every check runs before any state changes.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
     const std::size_t nkv = kv_.n_kv_heads, P = prompt_len;
     detail::require(!prefilled_, "kvevict::Cache::prefill: already prefilled; call reset() for a new sequence");
@@ -207,9 +211,7 @@ class Cache final : public CacheInterface {
                         " disagree on the position of slot ", s);
       }
     }
-    const std::size_t k = config_.budget.resolve(P);
-    const std::size_t w = config_.recent.resolve(k);
-    selection_.validate(k, w);
+    const auto [k, w] = resolve_budget(config_.budget.resolve(P), "kvevict::Cache::prefill");
     const float tau = checked_tau(0, "prefill");
 
     if (Score::kUsesLogits) {
@@ -393,11 +395,17 @@ class Cache final : public CacheInterface {
     std::sort(out.begin(), out.end());
     return out;
   }
+  /// Sorts the tokens the cache tracks (slots `[0, n)`, `n` = its length
+  /// after the last prefill / decode step; before prefill, the view's length)
+  /// into ascending position order, moving K, V, position and score together.
+  /// Slots the engine appended since the last step (between `append` and
+  /// `decode_step`) are not moved, so the pending step still sees them at
+  /// slot `n`. O(n log n + n · head_dim) per KV head; allocates nothing.
   void restore_position_order() override {
     for (std::size_t j = 0; j < kv_.n_kv_heads; ++j) {
-      sort_head_by_position(j);
-      // The window is now the last ring_count_ slots, oldest first.
-      const std::size_t n = kv_.lengths[j];
+      const std::size_t n = prefilled_ ? n_ : kv_.lengths[j];
+      sort_head_by_position(j, n);
+      // The window is now the last ring_count_ tracked slots, oldest first.
       std::size_t* slots = recent_slot_.data() + j * kv_.capacity;
       std::uint8_t* flags = recent_flag_.data() + j * kv_.capacity;
       std::fill_n(flags, n, std::uint8_t{0});
@@ -418,11 +426,32 @@ class Cache final : public CacheInterface {
   const Selection& selection_policy_object() const { return selection_; }
 
  private:
+  /// The one place where a configuration meets a budget: resolves the recent
+  /// window for budget `k` and checks the pair against the selection policy
+  /// and the view. Called by the constructor when `k` is a token count, and by
+  /// `prefill` (before any state changes) once `k = budget.resolve(P)` is known.
+  ///  - `w = recent.resolve(k)`; for an accumulated-score policy (Keyformer,
+  ///    H2O) a window given as a ratio `q > 0` resolves to at least 1 token
+  ///    when `k >= 2` (so that the newest token is not evicted at once every
+  ///    step, see `RecentWindow`); `tokens(0)` and `ratio(0)` stay 0.
+  ///  - `selection.validate(k, w)`: `w <= k` (Keyformer, H2O, TOVA);
+  ///    `sinks <= k` and no window of its own (StreamingLLM, window).
+  ///  - capacity >= `k + 1`: a decode step appends its token before it evicts.
+  /// Throws `std::invalid_argument` naming the values.
+  std::pair<std::size_t, std::size_t> resolve_budget(std::size_t k, const char* who) const {
+    std::size_t w = config_.recent.resolve(k);
+    if (Score::kAccumulates && config_.recent.is_ratio() && config_.recent.ratio_value() > 0.0 && k >= 2 && w == 0)
+      w = 1;
+    selection_.validate(k, w);
+    detail::require(k < kv_.capacity, who, ": budget k = ", k, " needs a view of capacity >= k + 1 = ", k + 1,
+                    " (a decode step appends before it evicts), but the capacity is ", kv_.capacity);
+    return {k, w};
+  }
   float checked_tau(std::size_t t, const char* who) const {
     if (!Score::kUsesTemperature) return 1.0f;
     const float tau = temperature_(t);
-    detail::require(std::isfinite(tau) && tau > 0.0f, "kvevict::Cache::", who, ": temperature at step ", t,
-                    " must be finite and > 0 (got ", tau, ")");
+    detail::require(detail::valid_tau(tau), "kvevict::Cache::", who, ": temperature at step ", t,
+                    " must be finite and >= 1.17549435e-38 (FLT_MIN) (got ", tau, ")");
     return tau;
   }
   /// Softmax of one logits row (`x + ζ` when the score is noisy: ζ injected
@@ -508,8 +537,7 @@ class Cache final : public CacheInterface {
     return recent_ring_[ring_next_];  // the oldest entry of a full ring
   }
   /// Cycle-following permutation of head j's slots into ascending position order.
-  void sort_head_by_position(std::size_t j) {
-    const std::size_t n = kv_.lengths[j];
+  void sort_head_by_position(std::size_t j, std::size_t n) {
     std::int64_t* pos = kv_.pos(j);
     float* s = scores_.data() + j * kv_.capacity;
     std::iota(index_.begin(), index_.begin() + static_cast<std::ptrdiff_t>(n), std::size_t{0});

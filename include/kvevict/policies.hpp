@@ -19,11 +19,17 @@ namespace kvevict {
 
 /// Keyformer (Adnan et al., MLSys 2024): Gumbel-logit score, τ rising linearly
 /// from τ_init to τ_end over T steps, recent window + top-(k − w) key tokens.
+/// With `RecentWindow::tokens(0)` every new token is evicted in its own decode
+/// step (its one-step score is below every accumulated one); a ratio window
+/// resolves to at least 1 token when `k >= 2` (see `RecentWindow`).
 using Keyformer = Cache<GumbelLogitScore, LinearTemperature, RecentTopKSelection>;
 /// H2O (Zhang et al., NeurIPS 2023): accumulated attention, recent window + heavy hitters.
+/// `RecentWindow::tokens(0)` evicts every new token in its own step, as for Keyformer.
 using H2O = Cache<AccumulatedAttentionScore, ConstantTemperature, RecentTopKSelection>;
 /// StreamingLLM (Xiao et al., ICLR 2024): `sinks` attention sinks + the most
-/// recent `k − sinks` tokens; window attention is `sinks = 0`.
+/// recent `k − sinks` tokens; window attention is `sinks = 0`. Its window is
+/// `k − sinks`: the configuration's recent window must be 0 (else
+/// `std::invalid_argument`), and `sinks <= k`.
 using StreamingLLM = Cache<NoScore, ConstantTemperature, SinkRecentSelection>;
 /// TOVA (Oren et al., 2024): keep the top-k of the current step's attention.
 using TOVA = Cache<CurrentAttentionScore, ConstantTemperature, RecentTopKSelection>;

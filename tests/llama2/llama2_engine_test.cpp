@@ -81,7 +81,10 @@ llama2::EvictionSettings settings(const char* policy, kvevict::Budget budget) {
   llama2::EvictionSettings s;
   s.policy = policy;
   s.budget = budget;
-  s.recent = kvevict::RecentWindow::ratio(policy == std::string("tova") ? 0.0 : 0.3);
+  // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
+  const std::string name = policy;
+  const bool no_window = name == "tova" || name == "streaming" || name == "window";
+  s.recent = kvevict::RecentWindow::ratio(no_window ? 0.0 : 0.3);
   s.params.horizon = 16;
   s.seed = 3;
   return s;
@@ -146,14 +149,25 @@ TEST(Llama2Engine, RejectsMisuse) {
   EXPECT_THROW(e.step(1), std::length_error);  // seq_len is 48
 }
 
-TEST(Llama2Engine, BudgetResolvingToZeroThrowsAndLeavesTheEngineReset) {
+TEST(Llama2Engine, BudgetRejectedAtPrefillLeavesTheEngineReset) {
   const Model m = make_model(Header{}, 25);
-  Engine e(m, llama2::make_cache_factory(settings("keyformer", kvevict::Budget::ratio(0.5)), m.config().n_heads));
-  EXPECT_THROW(e.prefill({1}), std::invalid_argument);  // floor(0.5 * 1) = 0
+  auto s = settings("keyformer", kvevict::Budget::ratio(0.5));
+  s.recent = kvevict::RecentWindow::tokens(3);
+  Engine e(m, llama2::make_cache_factory(s, m.config().n_heads));
+  EXPECT_THROW(e.prefill({1, 2}), std::invalid_argument);  // k = 1 < w = 3
   EXPECT_EQ(e.position(), 0u);
   EXPECT_EQ(e.retained(0), 0u);
-  e.prefill({1, 2, 3, 4});
-  EXPECT_EQ(e.retained(0), 2u);
+  e.prefill({1, 2, 3, 4, 5, 6, 7, 8});
+  EXPECT_EQ(e.retained(0), 4u);
+}
+
+TEST(Llama2Engine, RatioBudgetOnAOneTokenPromptKeepsOneToken) {
+  const Model m = make_model(Header{}, 25);
+  Engine e(m, llama2::make_cache_factory(settings("keyformer", kvevict::Budget::ratio(0.5)), m.config().n_heads));
+  e.prefill({1});  // max(1, floor(0.5 * 1)) = 1
+  EXPECT_EQ(e.retained(0), 1u);
+  e.step(2);
+  EXPECT_EQ(e.retained(0), 1u);
 }
 
 TEST(Llama2Engine, UnknownPolicyIsRejected) {

@@ -18,15 +18,24 @@ namespace kvevict {
 /// `sinks` oldest retained tokens (attention sinks) plus the `k − sinks` most
 /// recent ones. Positions are kept as they were (kvevict never renumbers; the
 /// paper's re-indexing inside the cache is a different method). `sinks = 0` is
-/// plain sliding-window attention. Scores and the recent window `w` are
-/// ignored: the window is `k − sinks`.
+/// plain sliding-window attention. Scores are ignored. Its recent window is
+/// always `k − sinks` (derived from the budget), so the configuration's own
+/// recent window must be 0 (`RecentWindow::tokens(0)` or `ratio(0)`):
+/// `validate` rejects any other value rather than ignoring it.
 /// Entry points as for `RecentTopKSelection`.
 struct SinkRecentSelection {
   std::size_t sinks = 0;  ///< attention sinks kept at the start
 
-  /// Throws `std::invalid_argument` if `sinks > k`.
-  void validate(std::size_t k, std::size_t /*w*/) const {
+  /// Throws `std::invalid_argument` if `sinks > k`, or if a recent window
+  /// `w != 0` was configured (`w > k` is named as such).
+  void validate(std::size_t k, std::size_t w) const {
     detail::require(sinks <= k, "kvevict::SinkRecentSelection: sinks = ", sinks, " exceeds budget k = ", k);
+    detail::require(w <= k, "kvevict::SinkRecentSelection: recent window w = ", w, " exceeds budget k = ", k,
+                    " (StreamingLLM/window keep the sinks + the most recent k - sinks tokens; set the recent window "
+                    "to 0)");
+    detail::require(w == 0, "kvevict::SinkRecentSelection: recent window w = ", w, " with budget k = ", k,
+                    ": StreamingLLM/window always keep the most recent k - sinks = ", k - sinks,
+                    " tokens; set the recent window to 0");
   }
   /// Candidates in position order: the first `min(sinks, m)` and the last
   /// `m − min(sinks, m)`, `m = min(k, n)`. O(m).

@@ -6,25 +6,34 @@
 // A temperature schedule maps the step index `t` to τ_t: `t = 0` is prefill,
 // `t = 1, 2, …` are decode steps. It is a policy separate from the budget: τ
 // reshapes the score increments, it never changes how many tokens are kept.
-// `Cache` checks every τ it gets (finite, > 0) and throws
+// The valid range of τ is `[FLT_MIN, +inf)`: finite and at least the
+// smallest normal float (≈ 1.18e-38), so that `1 / τ` is finite and the
+// softmax `(x − max) / τ` never computes `0 · inf` (NaN). Schedules check their
+// parameters against it; `Cache` checks every τ it gets again and throws
 // `std::invalid_argument` otherwise, before changing any state.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 
 #include "kvevict/core/check.hpp"
 
 namespace kvevict {
 
 namespace detail {
+/// Whether τ is in the valid range `[FLT_MIN, +inf)` (finite, `1 / τ` finite).
+inline bool valid_tau(double tau) {
+  return std::isfinite(tau) && tau >= static_cast<double>(std::numeric_limits<float>::min());
+}
 inline void require_tau(double tau, const char* who, const char* what) {
-  require(std::isfinite(tau) && tau > 0.0, "kvevict::", who, ": ", what, " must be finite and > 0 (got ", tau, ")");
+  require(valid_tau(tau), "kvevict::", who, ": ", what, " must be finite and >= 1.17549435e-38 (FLT_MIN, so that 1/",
+          what, " is finite) (got ", tau, ")");
 }
 }  // namespace detail
 
-/// τ_t = τ for every step. Throws `std::invalid_argument` unless τ is finite and > 0.
+/// τ_t = τ for every step. Throws `std::invalid_argument` unless τ is in the valid range (finite, >= FLT_MIN).
 class ConstantTemperature {
  public:
   explicit ConstantTemperature(float tau = 1.0f) : tau_(tau) { detail::require_tau(tau, "ConstantTemperature", "tau"); }
@@ -38,7 +47,8 @@ class ConstantTemperature {
 /// Keyformer's schedule (§3.4): prefill uses τ_init; decode step t uses
 /// `τ_t = τ_init + t · (τ_end − τ_init) / T`, held at τ_end after step T
 /// (paper: τ_init = 1, τ_end = 2, T = number of tokens to generate).
-/// Throws `std::invalid_argument` if τ_init or τ_end is not finite and > 0, or T = 0.
+/// Throws `std::invalid_argument` if τ_init or τ_end is outside the valid
+/// range (finite, >= FLT_MIN), or T = 0. Every τ_t lies between them.
 class LinearTemperature {
  public:
   LinearTemperature(float tau_init, float tau_end, std::size_t horizon)
@@ -65,8 +75,8 @@ class LinearTemperature {
 };
 
 /// Fixed increment per step: `τ_t = τ_init + t · Δτ` (the Keyformer reference
-/// code's `temp += step`). Δτ may be negative; a step whose τ is not finite
-/// and > 0 makes the cache throw. Throws `std::invalid_argument` if τ_init is
+/// code's `temp += step`). Δτ may be negative; a step whose τ leaves the
+/// valid range (finite, >= FLT_MIN) makes the cache throw at that step. Throws `std::invalid_argument` if τ_init is
 /// invalid or Δτ is not finite.
 class IncrementTemperature {
  public:
