@@ -26,6 +26,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -335,11 +337,20 @@ struct Harness {
   template <class F>
   bool call(const char* op, F&& f) {
     const Snapshot before = snapshot(layer, *s.cache);
+    static const bool trace = std::getenv("KVFUZZ_TRACE") != nullptr;  // print every call (reproducing)
+    if (trace) {
+      std::fprintf(stderr, "%s %s: length %zu, positions", s.name.c_str(), op, layer.view.lengths[0]);
+      for (std::size_t i = 0; i < layer.view.lengths[0]; ++i)
+        std::fprintf(stderr, " %lld", static_cast<long long>(layer.view.head_positions(0)[i]));
+      std::fprintf(stderr, "\n");
+    }
     try {
       f();
       return true;
-    } catch (const std::invalid_argument&) {
-    } catch (const std::length_error&) {
+    } catch (const std::invalid_argument& e) {
+      if (trace) std::fprintf(stderr, "  -> invalid_argument: %s\n", e.what());
+    } catch (const std::length_error& e) {
+      if (trace) std::fprintf(stderr, "  -> length_error: %s\n", e.what());
     }
     KVFUZZ_CHECK(snapshot(layer, *s.cache) == before, where(), ": ", op, " threw but changed the state");
     return false;
@@ -423,12 +434,20 @@ struct Harness {
           }
           break;
         }
-        case 9:
+        case 9: {  // sorts the managed slots (before prefill: all); slots appended since the last step stay
+          const std::vector<std::int64_t> before = layer.pos;
+          const std::size_t sorted = prefilled ? managed : n;
           if (call("restore_position_order", [&] { s.cache->restore_position_order(); }))
-            for (std::size_t h = 0; h < layer.nkv; ++h)
-            KVFUZZ_CHECK(std::is_sorted(kv.head_positions(h), kv.head_positions(h) + n), where(),
-                         ": restore_position_order left head ", h, " unsorted");
+            for (std::size_t h = 0; h < layer.nkv; ++h) {
+              const std::int64_t* p = kv.head_positions(h);
+              const std::int64_t* q = before.data() + h * layer.cap;
+              KVFUZZ_CHECK(std::is_sorted(p, p + sorted), where(), ": restore_position_order left head ", h,
+                           " unsorted");
+              KVFUZZ_CHECK(std::equal(p + sorted, p + n, q + sorted), where(),
+                           ": restore_position_order moved a slot appended since the last step");
+            }
           break;
+        }
         case 10:
           call("reset", [&] { s.cache->reset(in.ConsumeIntegral<std::uint64_t>()); });
           KVFUZZ_CHECK(kv.lengths[0] == 0 && s.cache->step() == 0 && s.cache->budget() == 0, where(),
