@@ -26,8 +26,10 @@ kvevict::CacheConfig make_config(kvevict::Policy policy, const Shape& s) {
   cfg.n_q_heads = s.n_q();
   cfg.budget = kvevict::Budget::tokens(s.n);
   // Keyformer / H2O: recent window 30% of k; TOVA has none; StreamingLLM and
-  // window ignore it (their window is k - sinks).
-  cfg.recent = kvevict::RecentWindow::ratio(policy == kvevict::Policy::tova ? 0.0 : 0.3);
+  // window derive theirs from the budget (k - sinks), so theirs must be 0.
+  const bool no_window = policy == kvevict::Policy::tova || policy == kvevict::Policy::streaming_llm ||
+                         policy == kvevict::Policy::window;
+  cfg.recent = kvevict::RecentWindow::ratio(no_window ? 0.0 : 0.3);
   cfg.seed = kSeed;
   return cfg;
 }

@@ -29,7 +29,7 @@ out="${out:-$build_dir/bench-results/$grid}"
 
 if ((build)); then
   bash scripts/deps.sh
-  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_BENCH_NATIVE="${KVEVICT_BENCH_NATIVE:-ON}" >/dev/null
   cmake --build "$build_dir" -j"$(nproc)" --target kvevict_bench
 fi
 mkdir -p "$out"

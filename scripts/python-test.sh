@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the Python module kvevict (build/python) and the two C++ tools its tests compare with
+# (kvevict-replay, kvevict-generate), then runs the Python tests (tests/python) with pytest.
+# In CI (CI=true) it also installs python3-torch, so that the PyTorch example is tested.
+# Uses /usr/bin/python3, the Debian interpreter with NumPy, PyTorch and pytest (a python3 first
+# on PATH, e.g. pyenv's, may lack them); override with PYTHON=/path/to/python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-/usr/bin/python3}
+bash scripts/deps.sh
+missing=()
+packages=(pybind11-dev python3-dev python3-numpy python3-pytest)
+# CI runs the PyTorch example's test too (elsewhere it is skipped, saying so, without PyTorch).
+[ "${CI:-}" = true ] && packages+=(python3-torch)
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+BUILD=${KVEVICT_BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$PYTHON" >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target kvevict_python kvevict-replay kvevict-generate
+KVEVICT_BUILD_DIR="$(cd "$BUILD" && pwd)" PYTHONPATH="$(cd "$BUILD" && pwd)/python${PYTHONPATH:+:$PYTHONPATH}" \
+  "$PYTHON" -m pytest -q -p no:cacheprovider tests/python "$@"

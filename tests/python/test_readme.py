@@ -1,0 +1,27 @@
+"""The README's Python example runs as printed (with made-up K/V, logits and queries)."""
+import re
+
+import numpy as np
+
+from conftest import ROOT
+
+
+def test_readme_python_example_runs(capsys):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Python\n"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 16
+    rng = np.random.default_rng(0)
+    P, T = 12, 6
+    env = dict(P=P, T=T, k_rows=rng.standard_normal((P, 4, 64)).astype(np.float32),
+               v_rows=rng.standard_normal((P, 4, 64)).astype(np.float32),
+               prompt_logits=rng.standard_normal((8, P, P)).astype(np.float32),
+               k_new=np.ones((4, 64), np.float32), v_new=np.ones((4, 64), np.float32),
+               q=rng.standard_normal((8, 64)).astype(np.float32))
+    exec(compile(code, "README.md", "exec"), env)
+    cache = env["cache"]
+    assert cache.lengths == [6, 6, 6, 6] and cache.step == T and cache.budget == 6 and cache.recent_window == 1
+    assert cache.temperature == 2.0  # tau_end after T = horizon steps
+    kept = cache.retained_positions(0)
+    assert len(kept) == 6 and kept[-1] == P + T - 1
+    assert str(kept) in capsys.readouterr().out
