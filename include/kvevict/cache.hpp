@@ -237,6 +237,10 @@ class Cache final : public CacheInterface {
       std::fill(scores_.begin(), scores_.end(), 0.0f);
     }
 
+    // The newest prompt position, before compaction may evict it (w = 0): a decode step's token
+    // must come after every position of the prompt, kept or not.
+    const std::int64_t last_prompt_position = kv_.pos(0)[P - 1];
+
     // ---- nothing below can throw ----
     std::size_t m = 0;
     if (config_.shared_heads) {
@@ -254,7 +258,7 @@ class Cache final : public CacheInterface {
     ring_count_ = 0;
     ring_next_ = 0;
     for (std::size_t s = m - std::min(w, m); s < m; ++s) ring_push(kv_.pos(0)[s], s);
-    last_position_ = kv_.pos(0)[m - 1];
+    last_position_ = last_prompt_position;
     k_ = k;
     w_ = w;
     n_ = m;
