@@ -33,7 +33,7 @@ wall=$((SECONDS - start))
 # Combined table: one row per policy and KV layout; ΔNLL (paired, nats/token), KL(full || policy) (nats)
 # and top-1 agreement at r = 0.2 and 0.5, each ± its standard error over the 32 windows.
 {
-  head -n 2 "$out/shared-heads.md"
+  head -n 1 "$out/shared-heads.md"
   echo "Token- vs page-granular eviction (issue 11): r = 0.2 (k = 51) and r = 0.5 (k = 128); per KV head = the"
   echo "contiguous rows of quality_summary.csv (same windows and seeds); every other row selects once per layer."
   echo "Produced by \`bench/quality/run_paged.sh --threads 2\` (wall time ${wall} s on the shared 2-core machine)."
