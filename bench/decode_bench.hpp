@@ -25,6 +25,8 @@ struct Grid {
 void register_decode_benchmarks(const Grid& grid);
 void register_prefill_benchmarks(const Grid& grid);
 void register_bandwidth_benchmarks(const Grid& grid);
+/// Paged decode steps (PagedCache, page size 16, token and page unit), float, g = 1, n <= 32768.
+void register_paged_benchmarks(const Grid& grid);
 
 /// Checks that NaiveKeyformer keeps exactly the tokens kvevict's Keyformer keeps
 /// (same logits and injected noise by position, many steps, g = 1 and 4).

@@ -1,11 +1,12 @@
 // kvevict_bench: the Google Benchmark suite (see bench/README.md).
 //
-//   kvevict_bench [--full] [--verify] [Google Benchmark flags...]
+//   kvevict_bench [--full] [--verify] [--paged] [Google Benchmark flags...]
 //
 // Default: the quick grid (n in {1024, 4096, 32768}, d = 128, g in {1, 4},
 // float and half; prefill P in {512, 2048}, float). --full: the issue's whole grid
 // (n in {256, ..., 131072} plus 32768, d in {64, 128}, prefill P up to 8192).
 // --verify: only checks that the naive comparator keeps what kvevict keeps.
+// --paged: only the paged decode steps (issue 11; n in {1024, 4096, 32768}, d = 128, g = 1, float).
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -15,13 +16,15 @@
 #include "decode_bench.hpp"
 
 int main(int argc, char** argv) {
-  bool full = false, verify = false;
+  bool full = false, verify = false, paged = false;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0)
       full = true;
     else if (std::strcmp(argv[i], "--verify") == 0)
       verify = true;
+    else if (std::strcmp(argv[i], "--paged") == 0)
+      paged = true;
     else
       rest.push_back(argv[i]);
   }
@@ -52,14 +55,21 @@ int main(int argc, char** argv) {
   }
   // Prefill first: its P = 8192 logits (up to 8.6 GB) are allocated before any
   // decode layer is kept alive.
-  kvbench::register_bandwidth_benchmarks(grid);
-  kvbench::register_prefill_benchmarks(grid);
-  kvbench::register_decode_benchmarks(grid);
+  if (paged) {
+    grid.sizes = {1024, 4096, 32768};
+    grid.head_dims = {128};
+    grid.types = {"float"};
+    kvbench::register_paged_benchmarks(grid);
+  } else {
+    kvbench::register_bandwidth_benchmarks(grid);
+    kvbench::register_prefill_benchmarks(grid);
+    kvbench::register_decode_benchmarks(grid);
+  }
 
   int rc = static_cast<int>(rest.size());
   benchmark::Initialize(&rc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rc, rest.data())) return 1;
-  benchmark::AddCustomContext("kvevict_grid", full ? "full" : "quick");
+  benchmark::AddCustomContext("kvevict_grid", paged ? "paged" : full ? "full" : "quick");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

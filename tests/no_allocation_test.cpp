@@ -50,6 +50,64 @@ TEST(NoAllocation, DecodeStepsAllocateNothing) {
           << kvevict::policy_name(policy) << (shared ? " shared" : " per-head");
 }
 
+// Paged decode steps (token and page unit): the pool's free list is pre-sized, so neither
+// PagePool::append (which takes a new page every page_size tokens) nor the eviction (which
+// returns pages) allocates.
+long count_paged_decode_allocations(kvevict::Policy policy, kvevict::EvictUnit unit) {
+  const std::size_t n_kv = 4, g = 2, d = 32, k = 64, prompt = 96, steps = 1000, ps = 16;
+  const std::size_t max_pages = (prompt + steps) / ps + 2;
+  std::vector<float> kp(max_pages * ps * n_kv * d), vp(kp.size());
+  std::vector<std::int32_t> table(max_pages, kvevict::kNoPage);
+  std::vector<std::int64_t> positions(max_pages * ps);
+  std::size_t length = 0;
+  kvevict::PagedKVView<float> view;
+  view.k = kp.data();
+  view.v = vp.data();
+  view.num_pages = max_pages;
+  view.page_size = ps;
+  view.n_kv_heads = n_kv;
+  view.head_dim = d;
+  view.layout = kvevict::PageLayout::HND;
+  view.page_table = table.data();
+  view.max_pages = max_pages;
+  view.length = &length;
+  view.positions = positions.data();
+  kvevict::PagePool pool(max_pages);
+  kvevict::CacheConfig cfg;
+  cfg.n_q_heads = n_kv * g;
+  cfg.budget = kvevict::Budget::tokens(k);
+  const bool no_window = policy == kvevict::Policy::tova || policy == kvevict::Policy::streaming_llm ||
+                         policy == kvevict::Policy::window;
+  cfg.recent = kvevict::RecentWindow::tokens(no_window ? 0 : 16);
+  cfg.shared_heads = true;
+  kvevict::PagedEvictionConfig pc;
+  pc.unit = unit;
+  pc.start_pages = unit == kvevict::EvictUnit::page ? 1 : 0;
+  kvevict::PolicyParams params;
+  params.horizon = steps;
+  auto cache = kvevict::make_paged_cache(policy, cfg, pc, view, pool, params);
+  std::vector<float> rows(n_kv * d, 0.5f);
+  for (std::size_t p = 0; p < prompt; ++p) pool.append(view, static_cast<std::int64_t>(p), rows.data(), rows.data());
+  std::vector<float> logits(cfg.n_q_heads * prompt * prompt, 0.0f);
+  cache->prefill(logits.data(), prompt);
+  const long before = kvtest::allocation_count();
+  for (std::size_t t = 0; t < steps; ++t) {
+    pool.append(view, static_cast<std::int64_t>(prompt + t), rows.data(), rows.data());
+    const std::size_t n = length;
+    for (std::size_t i = 0; i < cfg.n_q_heads * n; ++i) logits[i] = static_cast<float>((i * 7 + t) % 13) * 0.1f;
+    cache->decode_step(logits.data(), n);
+  }
+  return kvtest::allocation_count() - before;
+}
+
+TEST(NoAllocation, PagedDecodeStepsAllocateNothing) {
+  for (auto policy : {kvevict::Policy::keyformer, kvevict::Policy::h2o, kvevict::Policy::streaming_llm,
+                      kvevict::Policy::window, kvevict::Policy::tova})
+    for (auto unit : {kvevict::EvictUnit::token, kvevict::EvictUnit::page})
+      EXPECT_EQ(count_paged_decode_allocations(policy, unit), 0)
+          << kvevict::policy_name(policy) << " " << kvevict::evict_unit_name(unit);
+}
+
 TEST(NoAllocation, CounterSeesAllocations) {
   const long before = kvtest::allocation_count();
   void* p = ::operator new(64);  // a direct call cannot be elided, unlike a new-expression

@@ -185,6 +185,22 @@ void EvictionFlags::validate() {
 
   // --seed
   if (!seed_text.empty()) seed = parse_count(seed_text, "--seed");
+
+  // --kv-layout, --page-size, --evict-unit (paged KV storage, issue 11)
+  if (!kv_layout_text.empty() && kv_layout_text != "contiguous" && kv_layout_text != "paged")
+    throw UsageError("--kv-layout", "unknown layout '" + kv_layout_text + "' (expected contiguous or paged)");
+  paged = kv_layout_text == "paged";
+  if (!page_size_text.empty()) {
+    if (!paged) throw UsageError("--page-size", "needs --kv-layout paged");
+    page_size = parse_count(page_size_text, "--page-size");
+    if (page_size < 1) throw UsageError("--page-size", "must be >= 1 (got " + page_size_text + ")");
+  }
+  if (!evict_unit_text.empty()) {
+    if (evict_unit_text != "token" && evict_unit_text != "page")
+      throw UsageError("--evict-unit", "unknown unit '" + evict_unit_text + "' (expected token or page)");
+    if (!paged) throw UsageError("--evict-unit", "needs --kv-layout paged");
+    evict_pages = evict_unit_text == "page";
+  }
 }
 
 void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& spec) {
@@ -224,6 +240,19 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
                    "seed of Keyformer's Gumbel noise (and of the sampler) (default " +
                        std::to_string(spec.default_seed) + ")")
         ->type_name("N");
+  if (spec.kv_layout) {
+    app.add_flag("--shared-heads", flags.shared_heads,
+                 "one selection per layer for all KV heads (scores summed over KV heads); implied by --kv-layout paged");
+    app.add_option("--kv-layout", flags.kv_layout_text,
+                   "KV storage: contiguous (default) or paged (pages from a per-layer pool, addressed by a page table)")
+        ->type_name("contiguous|paged");
+    app.add_option("--page-size", flags.page_size_text, "tokens per page with --kv-layout paged (default 16)")
+        ->type_name("N");
+    app.add_option("--evict-unit", flags.evict_unit_text,
+                   "with --kv-layout paged: token (default; equals --shared-heads on the contiguous layout) or page "
+                   "(whole pages of the middle go, no K/V moved)")
+        ->type_name("token|page");
+  }
 }
 
 void add_threads_option(CLI::App& app, std::string& text) {

@@ -77,6 +77,10 @@ struct EvictionFlags {
   std::string tau_init_text;       ///< --tau-init
   std::string tau_end_text;        ///< --tau-end
   std::string seed_text;           ///< --seed
+  bool shared_heads = false;       ///< --shared-heads (one selection for all KV heads of a layer)
+  std::string kv_layout_text;      ///< --kv-layout contiguous|paged (empty: contiguous)
+  std::string page_size_text;      ///< --page-size N (paged layout; empty: 16)
+  std::string evict_unit_text;     ///< --evict-unit token|page (paged layout; empty: token)
 
   // ---- validated by validate() ----
   std::string policy = "full";     ///< full, keyformer, h2o, streaming, window, tova
@@ -90,6 +94,9 @@ struct EvictionFlags {
   float tau_init = 1.0f;           ///< --tau-init (Keyformer, > 0, finite)
   float tau_end = 2.0f;            ///< --tau-end (Keyformer, > 0, finite)
   std::uint64_t seed = 0;          ///< --seed
+  bool paged = false;              ///< --kv-layout paged
+  std::size_t page_size = 16;      ///< --page-size (paged)
+  bool evict_pages = false;        ///< --evict-unit page (paged)
 
   // ---- set by add_eviction_options ----
   bool allow_full = true;          ///< "--policy full" is accepted
@@ -103,7 +110,10 @@ struct EvictionFlags {
   ///    silently ignored; a value that changes nothing, 0 or the default, is accepted so that scripts can
   ///    pass every flag to every policy);
   ///  - a token --recent larger than a token --budget is an error naming both;
-  ///  - --sinks larger than a token --budget (streaming) is an error naming both.
+  ///  - --sinks larger than a token --budget (streaming) is an error naming both;
+  ///  - --kv-layout is contiguous or paged; --page-size (an integer >= 1) and --evict-unit (token or
+  ///    page) need --kv-layout paged (the paged layout always shares one selection per layer, so
+  ///    --shared-heads is implied there and accepted).
   void validate();
 };
 
@@ -116,6 +126,7 @@ struct ToolSpec {
   bool seed = true;                 ///< declares --seed
   std::uint64_t default_seed = 0;
   bool tau = true;                  ///< declares --tau-init / --tau-end
+  bool kv_layout = false;           ///< declares --shared-heads, --kv-layout, --page-size, --evict-unit
 };
 
 /// Adds the shared eviction flags of `spec` to `app`, writing into `flags` (call `flags.validate()`

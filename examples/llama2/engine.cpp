@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -53,6 +54,24 @@ void softmax(float* x, std::size_t n) {
 }  // namespace
 
 Engine::Engine(const Model& model, CacheFactory make_cache) : model_(model), make_cache_(std::move(make_cache)) {
+  init();
+}
+
+Engine::Engine(const Model& model, const PagedKVOptions& paged, PagedCacheFactory make_cache)
+    : model_(model), paged_(true), paged_options_(paged), make_paged_cache_(std::move(make_cache)) {
+  if (paged.page_size == 0)
+    throw std::invalid_argument("llama2::Engine: page_size must be >= 1 (got 0)");
+  if (paged.layout != kvevict::PageLayout::NHD && paged.layout != kvevict::PageLayout::HND)
+    throw std::invalid_argument("llama2::Engine: unknown page layout " + std::to_string(static_cast<int>(paged.layout)));
+  const Config& c = model_.config();
+  // Shaped exactly like a contiguous block's buffer (capacity seq_len + 1), so that the attention
+  // runs on the same strides and the logits match the contiguous layout bit for bit.
+  gather_buffer_ = std::make_unique<kvevict::KVBuffer<float>>(c.n_kv_heads, c.seq_len + 1, c.head_dim());
+  gather_view_ = gather_buffer_->view();
+  init();
+}
+
+void Engine::init() {
   const Config& c = model_.config();
   const std::size_t hd = c.head_dim(), half = hd / 2;
   rope_cos_.resize(c.seq_len * half);
@@ -80,6 +99,36 @@ Engine::Engine(const Model& model, CacheFactory make_cache) : model_(model), mak
 
 void Engine::reset() {
   const Config& c = model_.config();
+  position_ = 0;
+  if (paged_) {
+    paged_caches_.clear();
+    paged_layers_.clear();
+    // seq_len + 1 slots, as the contiguous buffers: a budget k = seq_len stays valid.
+    const std::size_t ps = paged_options_.page_size, pages = (c.seq_len + 1 + ps - 1) / ps, hd = c.head_dim();
+    for (std::size_t l = 0; l < c.n_layers; ++l) {
+      auto pl = std::make_unique<PagedLayer>(pages);
+      pl->k.assign(pages * ps * c.n_kv_heads * hd, 0.0f);
+      pl->v.assign(pl->k.size(), 0.0f);
+      pl->table.assign(pages, kvevict::kNoPage);
+      pl->positions.assign(pages * ps, 0);
+      pl->view.k = pl->k.data();
+      pl->view.v = pl->v.data();
+      pl->view.num_pages = pages;
+      pl->view.page_size = ps;
+      pl->view.n_kv_heads = c.n_kv_heads;
+      pl->view.head_dim = hd;
+      pl->view.layout = paged_options_.layout;
+      pl->view.page_table = pl->table.data();
+      pl->view.max_pages = pages;
+      pl->view.length = &pl->length;
+      pl->view.positions = pl->positions.data();
+      pl->view.validate();
+      paged_layers_.push_back(std::move(pl));
+      PagedLayer& layer = *paged_layers_.back();
+      paged_caches_.push_back(make_paged_cache_ ? make_paged_cache_(l, layer.view, layer.pool) : nullptr);
+    }
+    return;
+  }
   buffers_.clear();
   views_.clear();
   caches_.clear();
@@ -96,7 +145,59 @@ void Engine::reset() {
 std::size_t Engine::kv_bytes_held() const {
   std::size_t bytes = 0;
   for (const auto& b : buffers_) bytes += b.live_kv_bytes();
+  for (const auto& pl : paged_layers_) bytes += pl->length * 2 * model_.config().kv_dim() * sizeof(float);
   return bytes;
+}
+
+const kvevict::KVView<float>& Engine::view(std::size_t layer) const {
+  if (paged_) throw std::logic_error("llama2::Engine::view: the engine is paged; use paged_view()");
+  return views_[layer];
+}
+
+const kvevict::PagedKVView<float>& Engine::paged_view(std::size_t layer) const {
+  if (!paged_) throw std::logic_error("llama2::Engine::paged_view: the engine's KV layout is contiguous");
+  return paged_layers_[layer]->view;
+}
+
+const kvevict::PagePool& Engine::page_pool(std::size_t layer) const {
+  if (!paged_) throw std::logic_error("llama2::Engine::page_pool: the engine's KV layout is contiguous");
+  return paged_layers_[layer]->pool;
+}
+
+std::size_t Engine::pages_in_use() const {
+  std::size_t n = 0;
+  for (const auto& pl : paged_layers_) n += pl->pool.used_pages();
+  return n;
+}
+
+std::size_t Engine::pages_freed() const {
+  std::size_t n = 0;
+  for (const auto& pl : paged_layers_) n += pl->pool.pages_released();
+  return n;
+}
+
+const kvevict::KVView<float>& Engine::gather(const kvevict::PagedKVView<float>& pv, std::size_t from) {
+  const std::size_t n = *pv.length, bytes = pv.head_dim * sizeof(float);
+  for (std::size_t h = 0; h < pv.n_kv_heads; ++h) {
+    for (std::size_t s = from; s < n; ++s) {
+      std::memcpy(gather_view_.k_row(h, s), pv.k_row(h, s), bytes);
+      std::memcpy(gather_view_.v_row(h, s), pv.v_row(h, s), bytes);
+    }
+    std::copy(pv.positions + from, pv.positions + n, gather_view_.head_positions(h) + from);
+    gather_view_.lengths[h] = n;
+  }
+  return gather_view_;
+}
+
+const kvevict::KVView<float>& Engine::append_kv(std::size_t layer, std::size_t pos, const float* k, const float* v,
+                                                bool incremental) {
+  if (!paged_) {
+    views_[layer].append(static_cast<std::int64_t>(pos), k, v);
+    return views_[layer];
+  }
+  PagedLayer& pl = *paged_layers_[layer];
+  pl.pool.append(pl.view, static_cast<std::int64_t>(pos), k, v);
+  return gather(pl.view, incremental ? pl.length - 1 : 0);
 }
 
 std::size_t Engine::kv_bytes_full() const {
@@ -155,8 +256,6 @@ const float* Engine::step(int token) {
   x_ = ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(token) * c.dim, dim);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
-    const kvevict::KVView<float>& view = views_[l];
-
     // Attention: q, k, v; RoPE; k and v join the cache once, at this position.
     rmsnorm(xb_.data(), x_.data(), w.rms_att, c.dim);
     q_.noalias() = ConstMatrixMap(w.wq, dim, dim) * xb_;
@@ -164,10 +263,14 @@ const float* Engine::step(int token) {
     v_.noalias() = ConstMatrixMap(w.wv, kv_dim, dim) * xb_;
     rope(q_.data(), c.n_heads, position_);
     rope(k_.data(), c.n_kv_heads, position_);
-    view.append(static_cast<std::int64_t>(position_), k_.data(), v_.data());
+    const kvevict::KVView<float>& view = append_kv(l, position_, k_.data(), v_.data(), false);
 
     attend(view, q_.data(), att_logits_.data(), xb2_.data());
-    if (caches_[l]) caches_[l]->decode_step(att_logits_.data(), view.length(0));
+    if (paged_) {
+      if (paged_caches_[l]) paged_caches_[l]->decode_step(att_logits_.data(), view.length(0));
+    } else if (caches_[l]) {
+      caches_[l]->decode_step(att_logits_.data(), view.length(0));
+    }
     x_.noalias() += ConstMatrixMap(w.wo, dim, dim) * xb2_;
 
     // Feed-forward: x += w2 (silu(w1 xb) * w3 xb).
@@ -216,8 +319,6 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
 
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
-    const kvevict::KVView<float>& view = views_[l];
-
     for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_att, c.dim);
     Q.noalias() = XB * ConstMatrixMap(w.wq, dim, dim).transpose();
     K.noalias() = XB * ConstMatrixMap(w.wk, kv_dim, dim).transpose();
@@ -228,13 +329,19 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
       const auto r = static_cast<Eigen::Index>(t);
       rope(Q.row(r).data(), c.n_heads, t);
       rope(K.row(r).data(), c.n_kv_heads, t);
-      view.append(static_cast<std::int64_t>(t), K.row(r).data(), V.row(r).data());
+      // Paged: the block's sequence is empty before t = 0 and nothing is evicted before the
+      // whole prompt is in, so the gather scratch only needs the new slot (t > 0).
+      const kvevict::KVView<float>& view = append_kv(l, t, K.row(r).data(), V.row(r).data(), t > 0);
       attend(view, Q.row(r).data(), att_logits_.data(), XB2.row(r).data());
       for (std::size_t h = 0; h < c.n_heads; ++h)
         std::copy_n(att_logits_.data() + h * (t + 1), t + 1, prefill_scores_.data() + (h * P + t) * P);
     }
     X.noalias() += XB2 * ConstMatrixMap(w.wo, dim, dim).transpose();
-    if (caches_[l]) caches_[l]->prefill(prefill_scores_.data(), P);
+    if (paged_) {
+      if (paged_caches_[l]) paged_caches_[l]->prefill(prefill_scores_.data(), P);
+    } else if (caches_[l]) {
+      caches_[l]->prefill(prefill_scores_.data(), P);
+    }
 
     for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim);
     H1.noalias() = XB * ConstMatrixMap(w.w1, hidden, dim).transpose();

@@ -13,6 +13,9 @@
 #include "kvevict/cache_interface.hpp"
 #include "kvevict/kv/kv_buffer.hpp"
 #include "kvevict/kv/kv_view.hpp"
+#include "kvevict/paged/page_pool.hpp"
+#include "kvevict/paged/paged_cache.hpp"
+#include "kvevict/paged/paged_kv_view.hpp"
 #include "llama2/model.hpp"
 
 namespace llama2 {
@@ -25,6 +28,21 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 /// `Engine` constructor and by `Engine::reset`.
 using CacheFactory =
     std::function<std::unique_ptr<kvevict::CacheInterface>(std::size_t layer, const kvevict::KVView<float>& view)>;
+
+/// Builds the paged eviction cache of block `layer` over that block's paged
+/// view and page pool, or returns `nullptr` to keep every token. Called once
+/// per layer by the paged `Engine` constructor and by `Engine::reset`.
+using PagedCacheFactory = std::function<std::unique_ptr<kvevict::PagedCacheInterface>(
+    std::size_t layer, const kvevict::PagedKVView<float>& view, kvevict::PagePool& pool)>;
+
+/// Paged KV storage of an `Engine` (issue 11): every block owns K and V page
+/// pools of `ceil((seq_len + 1) / page_size)` pages in `layout`, a `PagePool`
+/// over them and the sequence's page table (page unit: a budget k needs
+/// `k + page_size <= ` that many slots).
+struct PagedKVOptions {
+  std::size_t page_size = 16;                             ///< tokens per page, >= 1
+  kvevict::PageLayout layout = kvevict::PageLayout::NHD;  ///< NHD or HND
+};
 
 /// Single-sequence Llama-2 inference (RMSNorm, RoPE on interleaved pairs,
 /// grouped-query attention, SwiGLU, tied or separate classifier) in float32.
@@ -44,6 +62,14 @@ using CacheFactory =
 ///    `[q_head][n]` logits by slot (n = live slots including the new token) and
 ///    the cache evicts at most one slot per KV head.
 ///
+/// Paged layout (second constructor): each block's K/V live in pages taken
+/// from the block's `PagePool` by `PagePool::append`; attention gathers the
+/// sequence's rows, by logical slot, into one contiguous scratch view shaped
+/// like the contiguous layout's buffer (a real engine would run a paged
+/// attention kernel instead), so the logits, and with them every eviction
+/// decision, are bit for bit those of the contiguous layout with
+/// `shared_heads`. The caches are `kvevict::PagedCacheInterface`s.
+///
 /// The engine keeps a reference to `model`, which must outlive it. `step`
 /// does not allocate.
 class Engine {
@@ -51,6 +77,10 @@ class Engine {
   /// An engine at position 0 with empty caches. `make_cache` (optional) picks
   /// each block's eviction policy; empty = full cache everywhere.
   explicit Engine(const Model& model, CacheFactory make_cache = {});
+  /// An engine with paged KV storage (see above); `make_cache` (optional) picks
+  /// each block's paged eviction cache. Throws `std::invalid_argument` if
+  /// `paged.page_size` is 0 or the layout is unknown.
+  Engine(const Model& model, const PagedKVOptions& paged, PagedCacheFactory make_cache = {});
 
   /// Runs `tokens` (ids in `[0, vocab)`) at positions `0 .. P-1` with full
   /// causal attention, then lets each block's cache evict to its budget.
@@ -76,11 +106,27 @@ class Engine {
   /// Tokens processed so far (the position of the next token).
   std::size_t position() const { return position_; }
   /// Live KV entries of `kv_head` of block `layer` (no bounds check).
-  std::size_t retained(std::size_t layer, std::size_t kv_head = 0) const { return views_[layer].length(kv_head); }
-  /// The KV view of block `layer` (no bounds check).
-  const kvevict::KVView<float>& view(std::size_t layer) const { return views_[layer]; }
+  std::size_t retained(std::size_t layer, std::size_t kv_head = 0) const {
+    return paged_ ? paged_layers_[layer]->length : views_[layer].length(kv_head);
+  }
+  /// The KV view of block `layer` (no bounds check). Contiguous layout only:
+  /// throws `std::logic_error` for a paged engine (use `paged_view`).
+  const kvevict::KVView<float>& view(std::size_t layer) const;
+  /// The paged view of block `layer` (no bounds check). Paged layout only:
+  /// throws `std::logic_error` for a contiguous engine.
+  const kvevict::PagedKVView<float>& paged_view(std::size_t layer) const;
+  /// The page pool of block `layer` (paged layout only, else `std::logic_error`).
+  const kvevict::PagePool& page_pool(std::size_t layer) const;
   /// The eviction cache of block `layer`, or `nullptr` for a full cache.
-  const kvevict::CacheInterface* cache(std::size_t layer) const { return caches_[layer].get(); }
+  const kvevict::CacheInterface* cache(std::size_t layer) const {
+    return paged_ ? static_cast<const kvevict::CacheInterface*>(paged_caches_[layer].get()) : caches_[layer].get();
+  }
+  /// Whether the KV storage is paged.
+  bool paged() const { return paged_; }
+  /// Pages held now, all blocks (0 for the contiguous layout).
+  std::size_t pages_in_use() const;
+  /// Pages returned to the blocks' pools since the last `reset` (0 for the contiguous layout).
+  std::size_t pages_freed() const;
   /// Bytes of K and V rows currently held, all blocks.
   std::size_t kv_bytes_held() const;
   /// Bytes a full cache would hold at this position: `position * n_layers * 2 * kv_dim * 4`.
@@ -88,10 +134,27 @@ class Engine {
   const Config& config() const { return model_.config(); }
 
  private:
+  void init();
   const RowMatrix& run_prefill(const std::vector<int>& tokens);
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
   void attend(const kvevict::KVView<float>& view, const float* q, float* logits, float* out);
+  /// Copies slots `[from, length)` of `pv` into the gather scratch (lengths = length).
+  const kvevict::KVView<float>& gather(const kvevict::PagedKVView<float>& pv, std::size_t from);
+  /// Appends (k, v) at `pos` to block `layer`'s storage; returns the view to attend over.
+  const kvevict::KVView<float>& append_kv(std::size_t layer, std::size_t pos, const float* k, const float* v,
+                                          bool incremental);
+
+  /// One block's paged storage (paged layout), at a stable address.
+  struct PagedLayer {
+    std::vector<float> k, v;               // [num_pages][page] per PagedKVOptions::layout
+    std::vector<std::int32_t> table;       // [num_pages]
+    std::vector<std::int64_t> positions;   // [num_pages * page_size]
+    std::size_t length = 0;
+    kvevict::PagePool pool;
+    kvevict::PagedKVView<float> view;
+    explicit PagedLayer(std::size_t num_pages) : pool(num_pages) {}
+  };
 
   const Model& model_;
   CacheFactory make_cache_;
@@ -99,6 +162,15 @@ class Engine {
   std::vector<kvevict::KVView<float>> views_;
   std::vector<std::unique_ptr<kvevict::CacheInterface>> caches_;
   std::size_t position_ = 0;
+
+  // Paged layout.
+  bool paged_ = false;
+  PagedKVOptions paged_options_;
+  PagedCacheFactory make_paged_cache_;
+  std::vector<std::unique_ptr<PagedLayer>> paged_layers_;
+  std::vector<std::unique_ptr<kvevict::PagedCacheInterface>> paged_caches_;
+  std::unique_ptr<kvevict::KVBuffer<float>> gather_buffer_;  // [kv_head][seq_len][head_dim]
+  kvevict::KVView<float> gather_view_;
 
   std::vector<float> rope_cos_, rope_sin_;  // [seq_len][head_dim / 2]
 

@@ -3,8 +3,18 @@
 #include "llama2/eviction.hpp"
 
 #include <stdexcept>
+#include <string>
 
 namespace llama2 {
+
+KvLayout parse_kv_layout(const std::string& name) {
+  if (name == "contiguous") return KvLayout::contiguous;
+  if (name == "paged") return KvLayout::paged;
+  throw std::invalid_argument("llama2::parse_kv_layout: unknown KV layout '" + name +
+                              "' (expected contiguous or paged)");
+}
+
+const char* kv_layout_name(KvLayout layout) { return layout == KvLayout::paged ? "paged" : "contiguous"; }
 
 CacheFactory make_cache_factory(const EvictionSettings& settings, std::size_t n_q_heads) {
   if (n_q_heads == 0) throw std::invalid_argument("llama2::make_cache_factory: n_q_heads must be >= 1");
@@ -21,6 +31,54 @@ CacheFactory make_cache_factory(const EvictionSettings& settings, std::size_t n_
     config.seed = seed + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(layer);
     return kvevict::make_cache(policy, config, view, params);
   };
+}
+
+}  // namespace llama2
+
+namespace llama2 {
+
+PagedCacheFactory make_paged_cache_factory(const EvictionSettings& settings, std::size_t n_q_heads) {
+  if (n_q_heads == 0) throw std::invalid_argument("llama2::make_paged_cache_factory: n_q_heads must be >= 1");
+  if (settings.policy == "full") return {};
+  const kvevict::Policy policy = kvevict::parse_policy(settings.policy);
+  kvevict::CacheConfig config;
+  config.n_q_heads = n_q_heads;
+  config.budget = settings.budget;
+  config.recent = settings.recent;
+  config.shared_heads = true;
+  kvevict::PagedEvictionConfig paged;
+  paged.unit = settings.evict_unit;
+  paged.start_pages = settings.start_pages;
+  paged.page_score = settings.page_score;
+  const kvevict::PolicyParams params = settings.params;
+  const std::uint64_t seed = settings.seed;
+  return [policy, config, paged, params, seed](std::size_t layer, const kvevict::PagedKVView<float>& view,
+                                               kvevict::PagePool& pool) mutable {
+    config.seed = seed + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(layer);
+    return kvevict::make_paged_cache(policy, config, paged, view, pool, params);
+  };
+}
+
+std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& settings) {
+  const std::size_t n_q = model.config().n_heads;
+  if (settings.kv_layout == KvLayout::paged) {
+    if (settings.page_size == 0) throw std::invalid_argument("llama2::make_engine: page_size must be >= 1 (got 0)");
+    PagedKVOptions options;
+    options.page_size = settings.page_size;
+    options.layout = settings.page_layout;
+    return std::make_unique<Engine>(model, options, make_paged_cache_factory(settings, n_q));
+  }
+  if (settings.kv_layout != KvLayout::contiguous)
+    throw std::invalid_argument("llama2::make_engine: unknown kv_layout " +
+                                std::to_string(static_cast<int>(settings.kv_layout)));
+  if (settings.evict_unit != kvevict::EvictUnit::token)
+    throw std::invalid_argument("llama2::make_engine: evict_unit = page needs kv_layout = paged");
+  if (settings.start_pages != 0)
+    throw std::invalid_argument("llama2::make_engine: start_pages = " + std::to_string(settings.start_pages) +
+                                " needs kv_layout = paged and evict_unit = page");
+  if (settings.page_score != kvevict::PageScore::sum)
+    throw std::invalid_argument("llama2::make_engine: page_score = mean needs kv_layout = paged and evict_unit = page");
+  return std::make_unique<Engine>(model, make_cache_factory(settings, n_q));
 }
 
 }  // namespace llama2

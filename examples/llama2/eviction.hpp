@@ -4,13 +4,25 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "kvevict/budget.hpp"
+#include "kvevict/paged/paged_cache.hpp"
 #include "kvevict/policies.hpp"
 #include "llama2/engine.hpp"
 
 namespace llama2 {
+
+/// Where an `Engine` keeps K and V.
+enum class KvLayout {
+  contiguous,  ///< one `[kv_head][slot][head_dim]` buffer per block
+  paged        ///< pages from a per-block `kvevict::PagePool`, addressed by a page table
+};
+/// Parses "contiguous" or "paged"; throws `std::invalid_argument` naming the value otherwise.
+KvLayout parse_kv_layout(const std::string& name);
+/// "contiguous" or "paged".
+const char* kv_layout_name(KvLayout layout);
 
 /// What `make_cache_factory` builds for every block of an `Engine`.
 struct EvictionSettings {
@@ -21,8 +33,23 @@ struct EvictionSettings {
   kvevict::Budget budget = kvevict::Budget::ratio(0.5);
   /// Recent window `w`: tokens, or a fraction of `k`. TOVA requires 0.
   kvevict::RecentWindow recent = kvevict::RecentWindow::ratio(0.3);
-  /// `true`: every KV head of a block keeps the same tokens.
+  /// `true`: every KV head of a block keeps the same tokens (contiguous layout).
+  /// The paged layout always selects once per block (a page slot holds every KV
+  /// head's row), whatever this says; its token unit then equals the
+  /// contiguous layout with `shared_heads = true`, bit for bit.
   bool shared_heads = false;
+  /// Contiguous buffers (default) or pages.
+  KvLayout kv_layout = KvLayout::contiguous;
+  /// Paged layout: tokens per page (>= 1) and the page layout (NHD or HND).
+  std::size_t page_size = 16;
+  kvevict::PageLayout page_layout = kvevict::PageLayout::NHD;
+  /// Paged layout: evict tokens (default) or whole pages. `page` with the
+  /// contiguous layout is rejected.
+  kvevict::EvictUnit evict_unit = kvevict::EvictUnit::token;
+  /// Page unit: pages at the start never evicted, and sum / mean page score
+  /// (see `kvevict::PagedEvictionConfig`); other values with the token unit are rejected.
+  std::size_t start_pages = 0;
+  kvevict::PageScore page_score = kvevict::PageScore::sum;
   /// τ schedule, horizon T, Gumbel noise on/off, StreamingLLM sinks.
   kvevict::PolicyParams params;
   /// Noise seed; block `l` uses `seed + l * 0x9E3779B97F4A7C15` (wrapping) so
@@ -36,5 +63,19 @@ struct EvictionSettings {
 /// `n_q_heads == 0`; the factory itself throws what `kvevict::make_cache`
 /// throws (e.g. keyformer with `params.horizon == 0`, tova with a recent window).
 CacheFactory make_cache_factory(const EvictionSettings& settings, std::size_t n_q_heads);
+
+/// The paged counterpart of `make_cache_factory` (an empty factory for
+/// "full"): every block gets `kvevict::make_paged_cache` with the same
+/// `CacheConfig` (`shared_heads = true`), per-block seed and parameters, and
+/// `PagedEvictionConfig{evict_unit, start_pages, page_score}`. Throws
+/// `std::invalid_argument` as `make_cache_factory` does.
+PagedCacheFactory make_paged_cache_factory(const EvictionSettings& settings, std::size_t n_q_heads);
+
+/// An engine as `settings` describe it: contiguous (`make_cache_factory`) or
+/// paged (`PagedKVOptions{page_size, page_layout}`, `make_paged_cache_factory`).
+/// Throws `std::invalid_argument` for paged options with the contiguous layout
+/// (`evict_unit = page`, `start_pages != 0`, `page_score = mean`), `page_size == 0`,
+/// and whatever the factories throw.
+std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& settings);
 
 }  // namespace llama2

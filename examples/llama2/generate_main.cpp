@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   kvcli::ToolSpec spec;
   spec.default_policy = "full";
   spec.default_seed = 42;
+  spec.kv_layout = true;
   kvcli::add_eviction_options(app, flags, spec);
   app.add_flag("--no-noise", no_noise, "Keyformer without Gumbel noise (deterministic)");
   app.add_flag("--print-ids", print_ids, "print the generated token ids, one per line, instead of text");
@@ -102,6 +103,8 @@ int main(int argc, char** argv) {
       throw kvcli::UsageError("--dump-logits", "records the full cache's attention; use it with --policy full (got "
                                                "--policy " + flags.policy + ")");
     if (!dump_path.empty()) kvcli::check_output_prefix(dump_path, "--dump-logits");
+    if (!dump_path.empty() && flags.paged)
+      throw kvcli::UsageError("--dump-logits", "records a contiguous full cache; drop --kv-layout paged");
     const std::vector<int> given_ids = prompt_ids_text.empty() ? std::vector<int>() : parse_ids(prompt_ids_text);
 
     // ---- locate, recognise and load the model ----
@@ -179,9 +182,17 @@ int main(int argc, char** argv) {
     ev.params.gumbel_noise = !no_noise;
     ev.params.sinks = resolved.sinks;
     ev.seed = flags.seed;
+    ev.shared_heads = flags.shared_heads || flags.paged;
+    ev.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
+    ev.page_size = flags.page_size;
+    ev.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
     std::optional<llama2::LogitDump> dump;
     if (!dump_path.empty()) dump.emplace(dump_layer, cfg.n_heads, cfg.n_kv_heads);
-    llama2::Engine engine(model, dump ? dump->factory() : llama2::make_cache_factory(ev, cfg.n_heads));
+    llama2::PagedKVOptions paged_options;
+    paged_options.page_size = flags.page_size;
+    llama2::Engine engine = flags.paged
+                                ? llama2::Engine(model, paged_options, llama2::make_paged_cache_factory(ev, cfg.n_heads))
+                                : llama2::Engine(model, dump ? dump->factory() : llama2::make_cache_factory(ev, cfg.n_heads));
     llama2::Sampler sampler(temperature, flags.seed);
 
     // ---- generate ----
@@ -245,7 +256,11 @@ int main(int argc, char** argv) {
     summary << " of " << engine.position() << " | KV held " << format_bytes(engine.kv_bytes_held()) << " vs full "
             << format_bytes(engine.kv_bytes_full()) << " ("
             << 100.0 * static_cast<double>(engine.kv_bytes_held()) / static_cast<double>(engine.kv_bytes_full())
-            << "%) | stopped: " << stopped;
+            << "%)";
+    if (engine.paged())
+      summary << " | pages in use " << engine.pages_in_use() << ", freed " << engine.pages_freed() << " (page size "
+              << flags.page_size << ", " << (flags.evict_pages ? "page" : "token") << " unit)";
+    summary << " | stopped: " << stopped;
     std::cerr << summary.str() << std::endl;
     return kvcli::kExitOk;
   });

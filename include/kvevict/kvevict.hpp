@@ -9,6 +9,7 @@
 //                 (H2O), CurrentAttentionScore (TOVA), NoScore; the Gumbel sampler; the softmax kernel
 //   temperature/  τ per step: LinearTemperature, ConstantTemperature, IncrementTemperature
 //   kv/           KV storage: KVView (non-owning, strided), KVBuffer (owning), attention_logits
+//   paged/        page-table storage: PagedKVView (NHD/HND), PagePool, PagedCache (token or page unit)
 //   budget.hpp    k and w as counts or fractions
 //   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache
 //   policies.hpp  Keyformer, H2O, StreamingLLM, TOVA aliases and make_cache
@@ -20,6 +21,9 @@
 #include "kvevict/kv/attention_logits.hpp"
 #include "kvevict/kv/kv_buffer.hpp"
 #include "kvevict/kv/kv_view.hpp"
+#include "kvevict/paged/page_pool.hpp"
+#include "kvevict/paged/paged_cache.hpp"
+#include "kvevict/paged/paged_kv_view.hpp"
 #include "kvevict/policies.hpp"
 #include "kvevict/score/gumbel.hpp"
 #include "kvevict/score/score_policies.hpp"

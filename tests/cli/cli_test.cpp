@@ -355,3 +355,48 @@ TEST(CliQuality, TinyRunWritesEveryOutputAndNoTemporaryFile) {
 }
 
 }  // namespace
+
+// ---- paged KV layout (issue 11) ----
+
+namespace {
+
+TEST(CliGenerate, PagedTokenUnitPrintsTheIdsOfSharedHeadsForEveryPolicy) {
+  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) {
+    const std::string common = std::string("--model tiny.bin --policy ") + policy +
+                               " --budget 16 --temperature 0 --prompt-ids 1,5,9 --print-ids --steps 60";
+    const ToolRun shared = Workspace::get().run(KVEVICT_GENERATE_BIN, common + " --shared-heads");
+    const ToolRun paged =
+        Workspace::get().run(KVEVICT_GENERATE_BIN, common + " --kv-layout paged --page-size 16 --evict-unit token");
+    ASSERT_EQ(shared.exit_code, 0) << shared.err;
+    ASSERT_EQ(paged.exit_code, 0) << paged.err;
+    EXPECT_EQ(paged.out, shared.out) << policy;
+    EXPECT_EQ(paged.out_lines(), 60u) << policy;
+    EXPECT_NE(paged.err.find("| pages in use "), std::string::npos) << paged.err;
+    const ToolRun page_unit =
+        Workspace::get().run(KVEVICT_GENERATE_BIN, common + " --kv-layout paged --page-size 4 --evict-unit page");
+    ASSERT_EQ(page_unit.exit_code, 0) << page_unit.err;
+    EXPECT_NE(page_unit.err.find("(page size 4, page unit)"), std::string::npos) << page_unit.err;
+    EXPECT_EQ(page_unit.err.find("freed 0 "), std::string::npos) << page_unit.err;  // pages were freed
+  }
+}
+
+TEST(CliGenerate, PagedFlagsAreValidatedAndNamed) {
+  const std::string base = "--model tiny.bin --policy h2o --prompt-ids 1 --print-ids --steps 2 ";
+  const ToolRun no_layout = Workspace::get().run(KVEVICT_GENERATE_BIN, base + "--page-size 8");
+  EXPECT_EQ(no_layout.exit_code, 2);
+  EXPECT_NE(no_layout.err.find("--page-size: needs --kv-layout paged"), std::string::npos) << no_layout.err;
+  const ToolRun unit = Workspace::get().run(KVEVICT_GENERATE_BIN, base + "--evict-unit page");
+  EXPECT_EQ(unit.exit_code, 2);
+  EXPECT_NE(unit.err.find("--evict-unit: needs --kv-layout paged"), std::string::npos) << unit.err;
+  const ToolRun layout = Workspace::get().run(KVEVICT_GENERATE_BIN, base + "--kv-layout blocks");
+  EXPECT_EQ(layout.exit_code, 2);
+  EXPECT_NE(layout.err.find("--kv-layout: unknown layout 'blocks'"), std::string::npos) << layout.err;
+  const ToolRun bad_unit = Workspace::get().run(KVEVICT_GENERATE_BIN, base + "--kv-layout paged --evict-unit slab");
+  EXPECT_EQ(bad_unit.exit_code, 2);
+  EXPECT_NE(bad_unit.err.find("--evict-unit: unknown unit 'slab'"), std::string::npos) << bad_unit.err;
+  const ToolRun zero = Workspace::get().run(KVEVICT_GENERATE_BIN, base + "--kv-layout paged --page-size 0");
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_NE(zero.err.find("--page-size"), std::string::npos) << zero.err;
+}
+
+}  // namespace

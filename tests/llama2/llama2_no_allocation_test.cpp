@@ -28,7 +28,9 @@ TEST(Llama2NoAllocation, DecodeStepsAllocateNothing) {
     llama2::EvictionSettings s;
     s.policy = policy;
     s.budget = kvevict::Budget::tokens(8);
-    s.recent = kvevict::RecentWindow::tokens(std::string(policy) == "tova" ? 0 : 2);
+    // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
+    const std::string name = policy;
+    s.recent = kvevict::RecentWindow::tokens(name == "tova" || name == "streaming" || name == "window" ? 0 : 2);
     s.params.horizon = 40;
     llama2::Engine engine(model, llama2::make_cache_factory(s, model.config().n_heads));
     const long at_start = kvtest::allocation_count();
@@ -39,6 +41,32 @@ TEST(Llama2NoAllocation, DecodeStepsAllocateNothing) {
     EXPECT_EQ(kvtest::allocation_count() - before, 0) << policy;
     EXPECT_EQ(engine.retained(0), std::string(policy) == "full" ? 52u : 8u) << policy;
   }
+}
+
+TEST(Llama2NoAllocation, PagedDecodeStepsAllocateNothing) {
+  llama2_test::Header h;
+  h.seq_len = 64;
+  llama2_test::TempFile f("kvevict_noalloc_paged");
+  llama2_test::write_checkpoint(f.path, h, llama2_test::random_weights(h, 31));
+  const llama2::Model model = llama2::Model::load(f.path);
+  for (auto unit : {kvevict::EvictUnit::token, kvevict::EvictUnit::page})
+    for (const char* policy : {"full", "keyformer", "h2o", "streaming", "window", "tova"}) {
+      llama2::EvictionSettings s;
+      s.policy = policy;
+      s.budget = kvevict::Budget::tokens(8);
+      const std::string name = policy;
+      s.recent = kvevict::RecentWindow::tokens(name == "tova" || name == "streaming" || name == "window" ? 0 : 2);
+      s.params.horizon = 40;
+      s.kv_layout = llama2::KvLayout::paged;
+      s.page_size = 4;
+      s.evict_unit = unit;
+      auto engine = llama2::make_engine(model, s);
+      engine->prefill({1, 4, 9, 16, 25, 6, 17, 30, 11, 2, 13, 24});
+      const long before = kvtest::allocation_count();
+      for (int t = 0; t < 40; ++t) engine->step(t % 32);
+      EXPECT_EQ(kvtest::allocation_count() - before, 0) << policy << " " << kvevict::evict_unit_name(unit);
+      EXPECT_GT(engine->pages_in_use(), 0u);
+    }
 }
 
 }  // namespace
