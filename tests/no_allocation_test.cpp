@@ -19,7 +19,10 @@ long count_decode_allocations(kvevict::Policy policy, bool shared_heads) {
   kvevict::CacheConfig cfg;
   cfg.n_q_heads = n_kv * g;
   cfg.budget = kvevict::Budget::tokens(k);
-  cfg.recent = kvevict::RecentWindow::tokens(policy == kvevict::Policy::tova ? 0 : 16);
+  // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
+  const bool no_window = policy == kvevict::Policy::tova || policy == kvevict::Policy::streaming_llm ||
+                         policy == kvevict::Policy::window;
+  cfg.recent = kvevict::RecentWindow::tokens(no_window ? 0 : 16);
   cfg.shared_heads = shared_heads;
   kvevict::PolicyParams params;
   params.horizon = steps;

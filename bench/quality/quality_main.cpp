@@ -6,7 +6,8 @@
 // with BOS prefixed, ids concatenated) and cut into consecutive windows of
 // `--window` (512) tokens. In each window the first `--prompt` (256) tokens are
 // prefilled with full causal attention; then every layer's cache is cut to
-// `k = floor(r * prompt)` with `w = floor(0.3 * k)`, and the remaining tokens
+// `k = max(1, floor(r * prompt))` with `w = floor(0.3 * k)` (--recent; at least 1 when k >= 2; StreamingLLM:
+// k - sinks, window: k, TOVA: 0), and the remaining tokens
 // are teacher-forced with eviction at every step. For each decode step (token
 // t = prompt .. window-2 fed, token t+1 predicted; 255 predictions) we compare
 // the policy's next-token distribution q with the full cache's p:
@@ -28,16 +29,19 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cli/kvevict_cli.hpp"
 #include "llama2/engine.hpp"
 #include "llama2/eviction.hpp"
 #include "llama2/model.hpp"
@@ -52,6 +56,7 @@ struct Run {
   double ratio = 0.0;  // budget fraction of the prompt
   bool noise = true;
   std::uint64_t seed = 0;
+  kvcli::Resolved kws;  // k, w, sinks (resolved for the prompt length)
 };
 
 // Per-window result of one run.
@@ -190,66 +195,135 @@ std::string fmt_signed(double v, int prec) {
 int main(int argc, char** argv) {
   CLI::App app{"kvevict quality report: NLL, KL(full || policy) and top-1 agreement of every eviction policy "
                "against the full KV cache, on consecutive windows of a text."};
-  const char* shared_env = std::getenv("KVEVICT_SHARED_DIR");
-  const std::string shared = shared_env != nullptr && *shared_env != '\0' ? shared_env : "../shared";
-  std::string model_path = shared + "/models/stories260K/stories260K.bin";
-  std::string tokenizer_path = shared + "/models/stories260K/tok512.model";
-  std::string data_path = shared + "/data/tinystories-val/tinystories_val.txt";
-  std::string windows_opt = "32";
-  std::size_t window = 512, prompt = 256, seeds = 5, sinks = 4;
-  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<double> ratios{0.1, 0.2, 0.3, 0.5, 0.7, 0.9};
-  double recent_ratio = 0.3;
-  std::string out_prefix = "quality";
-  app.add_option("--model", model_path, "llama2.c checkpoint")->capture_default_str();
-  app.add_option("--tokenizer", tokenizer_path, "SentencePiece model")->capture_default_str();
-  app.add_option("--data", data_path, "validation text (paragraphs separated by blank lines)")->capture_default_str();
-  app.add_option("--windows", windows_opt, "number of windows from the start of the text, or 'all'")
-      ->capture_default_str();
-  app.add_option("--window", window, "tokens per window")->capture_default_str()->check(CLI::Range(4, 100000));
-  app.add_option("--prompt", prompt, "prompt tokens prefilled at full attention")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--ratios", ratios, "budget fractions r of the prompt: k = floor(r * prompt)")
-      ->capture_default_str()->delimiter(',')->check(CLI::Range(1e-9, 1.0));
-  app.add_option("--recent-ratio", recent_ratio, "recent window w = floor(q * k)")->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seeds", seeds, "Keyformer seeds (noise on)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--sinks", sinks, "StreamingLLM attention sinks")->capture_default_str();
-  app.add_option("--threads", threads, "worker threads (windows run in parallel)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--out", out_prefix, "output prefix: PREFIX.csv, PREFIX_summary.csv, PREFIX.gp")
-      ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  std::string model_path, tokenizer_path, data_path, windows_opt = "32", window_text = "512", prompt_text = "256",
+                                                     seeds_text = "5", threads_text, out_prefix = "quality";
+  std::vector<std::string> ratio_texts{"0.1", "0.2", "0.3", "0.5", "0.7", "0.9"};
+  kvcli::EvictionFlags flags;
+  app.add_option("--model", model_path,
+                 "llama2.c checkpoint, or a folder holding exactly one (default: $KVEVICT_MODEL_DIR, else "
+                 "$KVEVICT_SHARED_DIR/models/stories260K)");
+  app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (default: the .model beside the checkpoint)");
+  app.add_option("--data", data_path,
+                 "validation text, paragraphs separated by blank lines (default: "
+                 "$KVEVICT_SHARED_DIR/data/tinystories-val/tinystories_val.txt)");
+  app.add_option("--windows", windows_opt, "number of windows from the start of the text, or 'all' (default 32)");
+  app.add_option("--window", window_text, "tokens per window, >= 4 (default 512)");
+  app.add_option("--prompt", prompt_text, "prompt tokens prefilled at full attention, <= --window - 2 (default 256)");
+  app.add_option("--ratios", ratio_texts,
+                 "budget fractions r of the prompt, in (0, 1]: k = max(1, floor(r * prompt)) (default "
+                 "0.1,0.2,0.3,0.5,0.7,0.9)")
+      ->delimiter(',');
+  kvcli::ToolSpec spec;
+  spec.policy = false;  // every policy is run
+  spec.budget = false;  // --ratios sweeps the budget
+  spec.seed = false;    // --seeds: Keyformer runs with seeds 1..S
+  kvcli::add_eviction_options(app, flags, spec);
+  app.add_option("--seeds", seeds_text, "Keyformer seeds (noise on): 1..S (default 5)");
+  kvcli::add_threads_option(app, threads_text);
+  app.add_option("--out", out_prefix,
+                 "output prefix: PREFIX.csv, PREFIX_summary.csv, PREFIX_plot.dat, PREFIX.gp (default quality); its "
+                 "folder must exist; each file is written whole or not at all");
 
-  try {
-    if (prompt + 2 > window) throw std::invalid_argument("--prompt must be at most --window - 2");
-    const llama2::Model model = llama2::Model::load(model_path);
-    const llama2::Tokenizer tok(tokenizer_path);
-    const std::vector<int> ids = tokenize_corpus(tok, read_file(data_path));
-    const std::size_t available = ids.size() / window;
-    std::size_t n_windows = available;
-    if (windows_opt != "all") {
-      std::size_t used = 0;
-      n_windows = std::stoul(windows_opt, &used);
-      if (used != windows_opt.size() || n_windows == 0)
-        throw std::invalid_argument("--windows must be a positive number or 'all' (got '" + windows_opt + "')");
-      if (n_windows > available)
-        throw std::invalid_argument("--windows " + windows_opt + " exceeds the " + std::to_string(available) +
-                                    " windows of " + std::to_string(window) + " tokens in the text");
+  return kvcli::run_tool("kvevict-quality", app, argc, argv, [&]() -> int {
+    // ---- every flag first, then the output folder, then the files ----
+    flags.validate();
+    const std::size_t window = kvcli::parse_count(window_text, "--window", 4, 1u << 20);
+    const std::size_t prompt = kvcli::parse_count(prompt_text, "--prompt", 1, 1u << 20);
+    if (prompt + 2 > window)
+      throw kvcli::UsageError("--prompt", std::to_string(prompt) + " must be at most --window - 2 = " +
+                                              std::to_string(window - 2) + "; lower --prompt or raise --window");
+    const std::size_t seeds = kvcli::parse_count(seeds_text, "--seeds", 1, 1000);
+    const unsigned threads = kvcli::parse_threads(threads_text);
+    std::vector<double> ratios;
+    for (const std::string& t : ratio_texts) {
+      const float r = kvcli::parse_float(t, "--ratios");
+      if (!(r > 0.0f && r <= 1.0f)) throw kvcli::UsageError("--ratios", "each ratio must be in (0, 1] (got " + t + ")");
+      ratios.push_back(std::strtod(t.c_str(), nullptr));
     }
+    if (ratios.empty()) throw kvcli::UsageError("--ratios", "give at least one ratio, e.g. 0.5");
+    std::size_t n_windows_wanted = 0;  // 0 = all
+    if (windows_opt != "all") {
+      const bool digits = !windows_opt.empty() && windows_opt.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || windows_opt.size() > 9 || std::stoul(windows_opt) == 0)
+        throw kvcli::UsageError("--windows", "expected a positive integer or 'all', got '" + windows_opt + "'");
+      n_windows_wanted = std::stoul(windows_opt);
+    }
+    // k, w, sinks per policy and ratio, resolved as every kvevict tool resolves them (errors name the flags).
+    auto resolved_for = [&](const std::string& policy, double ratio) {
+      kvcli::EvictionFlags f = flags;
+      f.budget.is_ratio = true;
+      f.budget.ratio = ratio;
+      std::ostringstream typed;
+      typed << ratio;
+      f.budget.text = typed.str();
+      f.budget_given = true;
+      f.budget_flag = "--ratios";
+      return kvcli::resolve(f, prompt, policy);
+    };
+    for (double r : ratios)
+      for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) resolved_for(policy, r);
+    kvcli::check_output_prefix(out_prefix, "--out");
+
+    const std::string model_file = kvcli::find_checkpoint(model_path.empty() ? kvcli::model_dir() : model_path,
+                                                          "--model");
+    std::optional<llama2::Model> loaded;
+    try {
+      loaded.emplace(llama2::Model::load(model_file));
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw kvcli::UsageError("--model", kvcli::strip_origin(e.what()));
+    }
+    const llama2::Model& model = *loaded;
     if (window > model.config().seq_len)
-      throw std::invalid_argument("--window exceeds the model's context (" + std::to_string(model.config().seq_len) +
-                                  ")");
+      throw kvcli::UsageError("--window", std::to_string(window) + " exceeds the model's context of " +
+                                              std::to_string(model.config().seq_len) + " positions");
+    if (tokenizer_path.empty()) tokenizer_path = kvcli::find_tokenizer_beside(model_file);
+    if (tokenizer_path.empty() || !std::filesystem::is_regular_file(tokenizer_path))
+      throw kvcli::UsageError("--tokenizer", tokenizer_path.empty()
+                                                 ? "no SentencePiece tokenizer (*.model) beside '" + model_file +
+                                                       "'; give --tokenizer FILE.model"
+                                                 : "no file '" + tokenizer_path + "'");
+    std::optional<llama2::Tokenizer> tok_holder;
+    try {
+      tok_holder.emplace(tokenizer_path);
+    } catch (const std::exception&) {
+      throw kvcli::UsageError("--tokenizer", "'" + tokenizer_path + "' is not a SentencePiece model");
+    }
+    const llama2::Tokenizer& tok = *tok_holder;
+    if (static_cast<std::size_t>(tok.vocab_size()) != model.config().vocab_size)
+      throw kvcli::UsageError("--tokenizer", "'" + tokenizer_path + "' has " + std::to_string(tok.vocab_size()) +
+                                                 " pieces but the model '" + model_file + "' has vocab_size " +
+                                                 std::to_string(model.config().vocab_size) +
+                                                 "; pass the model's own tokenizer");
+    if (data_path.empty()) data_path = kvcli::shared_dir() + "/data/tinystories-val/tinystories_val.txt";
+    std::string text;
+    try {
+      text = read_file(data_path);
+    } catch (const std::runtime_error& e) {
+      throw kvcli::UsageError("--data", e.what());
+    }
+    const std::vector<int> ids = tokenize_corpus(tok, text);
+    const std::size_t available = ids.size() / window;
+    if (available == 0)
+      throw kvcli::UsageError("--data", "'" + data_path + "' has " + std::to_string(ids.size()) +
+                                            " tokens, less than one --window of " + std::to_string(window));
+    if (n_windows_wanted > available)
+      throw kvcli::UsageError("--windows", windows_opt + " exceeds the " + std::to_string(available) + " windows of " +
+                                               std::to_string(window) + " tokens in '" + data_path + "'");
+    const std::size_t n_windows = n_windows_wanted == 0 ? available : n_windows_wanted;
+    const std::string recent_desc = flags.recent ? flags.recent_flag + " " + flags.recent->text : "--recent 30%";
 
     // The sweep.
     std::vector<Run> runs;
     for (double r : ratios) {
-      for (std::size_t s = 1; s <= seeds; ++s) runs.push_back({"keyformer", "keyformer", r, true, s});
-      runs.push_back({"keyformer-nonoise", "keyformer", r, false, 0});
-      runs.push_back({"h2o", "h2o", r, false, 0});
-      runs.push_back({"streaming", "streaming", r, false, 0});
-      runs.push_back({"window", "window", r, false, 0});
-      runs.push_back({"tova", "tova", r, false, 0});
+      for (std::size_t s = 1; s <= seeds; ++s)
+        runs.push_back({"keyformer", "keyformer", r, true, s, resolved_for("keyformer", r)});
+      runs.push_back({"keyformer-nonoise", "keyformer", r, false, 0, resolved_for("keyformer", r)});
+      runs.push_back({"h2o", "h2o", r, false, 0, resolved_for("h2o", r)});
+      runs.push_back({"streaming", "streaming", r, false, 0, resolved_for("streaming", r)});
+      runs.push_back({"window", "window", r, false, 0, resolved_for("window", r)});
+      runs.push_back({"tova", "tova", r, false, 0, resolved_for("tova", r)});
     }
     std::cerr << "kvevict-quality: " << ids.size() << " tokens, " << n_windows << " of " << available
               << " windows of " << window << " (prompt " << prompt << "), " << runs.size() << " runs per window, "
@@ -269,13 +343,13 @@ int main(int argc, char** argv) {
         for (const Run& run : runs) {
           llama2::EvictionSettings s;
           s.policy = run.policy;
-          s.budget = kvevict::Budget::ratio(run.ratio);
-          // TOVA has no recent window; StreamingLLM/window derive theirs from the budget (k - sinks).
-          const bool no_window = run.policy == "tova" || run.policy == "streaming" || run.policy == "window";
-          s.recent = no_window ? kvevict::RecentWindow::tokens(0) : kvevict::RecentWindow::ratio(recent_ratio);
+          s.budget = kvevict::Budget::tokens(run.kws.k);
+          s.recent = kvevict::RecentWindow::tokens(run.policy == "keyformer" || run.policy == "h2o" ? run.kws.w : 0);
           s.params.horizon = window - prompt - 1;
           s.params.gumbel_noise = run.noise;
-          s.params.sinks = sinks;
+          s.params.sinks = run.kws.sinks;
+          s.params.tau_init = flags.tau_init;
+          s.params.tau_end = flags.tau_end;
           s.seed = run.seed;
           engines.push_back(std::make_unique<llama2::Engine>(
               model, llama2::make_cache_factory(s, model.config().n_heads)));
@@ -301,21 +375,22 @@ int main(int argc, char** argv) {
     for (auto& t : pool) t.join();
     if (!first_error.empty()) throw std::runtime_error(first_error);
 
+    // Every output is built in memory and written whole (temporary file + rename) at the end.
+    std::string long_csv, summary_csv, plot_dat, plot_gp;
     // Long-format CSV.
     {
-      std::ofstream csv(out_prefix + ".csv");
+      std::ostringstream csv;
       csv << "policy,ratio,k,w,seed,window,nll,kl,top1\n";
       for (std::size_t w = 0; w < n_windows; ++w)
-        csv << "full,1,256,0,0," << w << "," << fmt(full_nll[w], 6) << ",0,1\n";
+        csv << "full,1," << prompt << ",0,0," << w << "," << fmt(full_nll[w], 6) << ",0,1\n";
       for (std::size_t r = 0; r < runs.size(); ++r) {
-        const std::size_t k = static_cast<std::size_t>(std::floor(runs[r].ratio * static_cast<double>(prompt)));
-        const bool no_window = runs[r].policy == "tova" || runs[r].policy == "streaming" || runs[r].policy == "window";
-        const std::size_t wr = no_window ? 0 : static_cast<std::size_t>(std::floor(recent_ratio * k));
+        const std::size_t k = runs[r].kws.k, wr = runs[r].kws.w;
         for (std::size_t w = 0; w < n_windows; ++w)
           csv << runs[r].label << "," << runs[r].ratio << "," << k << "," << wr << "," << runs[r].seed << "," << w
               << "," << fmt(results[r][w].nll, 6) << "," << fmt(results[r][w].kl, 6) << ","
               << fmt(results[r][w].top1, 6) << "\n";
       }
+      long_csv = csv.str();
     }
 
     // Summary: per (label, ratio) over windows; Keyformer-with-noise: per-window mean over seeds,
@@ -353,31 +428,32 @@ int main(int argc, char** argv) {
       }
     const Stat full = mean_se(full_nll);
     {
-      std::ofstream csv(out_prefix + "_summary.csv");
+      std::ostringstream csv;
       csv << "policy,ratio,k,nll,nll_se,delta_nll,delta_nll_se,kl,kl_se,top1,top1_se,nll_seed_std\n";
       for (const auto& label : labels)
         for (double ratio : ratios) {
           const Cell& c = table[{label, ratio}];
-          csv << label << "," << ratio << "," << static_cast<std::size_t>(std::floor(ratio * double(prompt))) << ","
+          csv << label << "," << ratio << "," << resolved_for("h2o", ratio).k << ","
               << fmt(c.nll.mean, 6) << "," << fmt(c.nll.se, 6) << "," << fmt(c.dnll.mean, 6) << ","
               << fmt(c.dnll.se, 6) << "," << fmt(c.kl.mean, 6) << ","
               << fmt(c.kl.se, 6) << "," << fmt(c.top1.mean, 6) << "," << fmt(c.top1.se, 6) << ","
               << fmt(c.seed_std_nll, 6) << "\n";
         }
+      summary_csv = csv.str();
     }
 
     // Markdown tables.
     auto header = [&](const std::string& what) {
       std::cout << "\n" << what << "\n\n| policy |";
-      for (double r : ratios) std::cout << " r = " << r << " (k = " << std::size_t(std::floor(r * double(prompt))) << ") |";
+      for (double r : ratios) std::cout << " r = " << r << " (k = " << resolved_for("h2o", r).k << ") |";
       std::cout << "\n|---|";
       for (std::size_t i = 0; i < ratios.size(); ++i) std::cout << "---|";
       std::cout << "\n";
     };
     std::cout << "Windows: " << n_windows << " x " << window << " tokens (prompt " << prompt << ", "
-              << window - prompt - 1 << " scored predictions each); w = floor(" << recent_ratio
-              << " k); StreamingLLM sinks = " << sinks << "; Keyformer: " << seeds
-              << " seeds, tau 1 -> 2. Means over windows ± standard error.\n";
+              << window - prompt - 1 << " scored predictions each); w from " << recent_desc
+              << " of k; StreamingLLM sinks = " << flags.sinks << "; Keyformer: " << seeds
+              << " seeds, tau " << flags.tau_init << " -> " << flags.tau_end << ". Means over windows ± standard error.\n";
     std::cout << "Full cache NLL: " << fmt(full.mean, 4) << " ± " << fmt(full.se, 4) << " nats/token\n";
     header("Mean NLL (nats/token)");
     for (const auto& label : labels) {
@@ -413,7 +489,7 @@ int main(int argc, char** argv) {
 
     // gnuplot data (one block per policy) and script (run by bench/quality/run.sh).
     {
-      std::ofstream dat(out_prefix + "_plot.dat");
+      std::ostringstream dat;
       for (const auto& label : labels) {
         dat << "# " << label << "\n# ratio nll nll_se kl kl_se top1 top1_se delta_nll delta_nll_se\n";
         for (double r : ratios) {
@@ -424,7 +500,7 @@ int main(int argc, char** argv) {
         }
         dat << "\n\n";
       }
-      std::ofstream gp(out_prefix + ".gp");
+      std::ostringstream gp;
       gp << "set terminal pngcairo size 1200,480 font ',10'\nset output '" << out_prefix << ".png'\n"
          << "set multiplot layout 1,2 title 'stories260K on TinyStories-val: " << n_windows << " windows x "
          << window << " tokens, prompt " << prompt << "; error bars = standard error over windows'\n"
@@ -439,12 +515,17 @@ int main(int argc, char** argv) {
         gp << (i ? "," : "") << " '" << out_prefix << "_plot.dat' index " << i
            << " using 1:4:5 with yerrorlines lt " << i + 1 << " title '" << labels[i] << "' noenhanced";
       gp << "\nunset multiplot\n";
+      plot_dat = dat.str();
+      plot_gp = gp.str();
     }
+    kvcli::write_file_atomically(out_prefix + ".csv", long_csv);
+    kvcli::write_file_atomically(out_prefix + "_summary.csv", summary_csv);
+    kvcli::write_file_atomically(out_prefix + "_plot.dat", plot_dat);
+    kvcli::write_file_atomically(out_prefix + ".gp", plot_gp);
+    std::cout.flush();
+    if (!std::cout) throw std::runtime_error("stdout: write error");
     std::cerr << "wrote " << out_prefix << ".csv, " << out_prefix << "_summary.csv, " << out_prefix
               << "_plot.dat, " << out_prefix << ".gp\n";
-  } catch (const std::exception& e) {
-    std::cerr << "kvevict-quality: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return kvcli::kExitOk;
+  });
 }

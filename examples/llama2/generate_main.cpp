@@ -7,16 +7,17 @@
 //   kvevict-generate --prompt "Once upon a time" --dump-logits layer0.json --dump-layer 0   # a kvevict-replay trace
 //
 // stdout: the text (prompt + generation), or the generated ids one per line with --print-ids.
-// stderr: one summary line (tokens/s, retained KV entries per layer, KV bytes held vs full cache);
-//         with --dump-logits, a line naming the trace and its replay command comes first.
-// Exit codes: 0 ok, 1 bad input or runtime error, 2 model or tokenizer not found.
-#include <CLI/CLI.hpp>
-
+// stderr: one summary line (resolved k, w, sinks; tokens/s; retained KV entries per layer; KV bytes held vs
+//         full cache; why generation stopped); with --dump-logits, a line naming the trace and its replay
+//         command comes first.
+// The shared flags (--policy, --budget, --recent, --sinks, --tau-init, --tau-end, --seed), the environment
+// variables (KVEVICT_SHARED_DIR, KVEVICT_MODEL_DIR) and the exit codes are those of every kvevict tool
+// (examples/cli, README "Command-line tools"): 0 ok, 2 usage or input error (bad flag, model, tokenizer,
+// prompt), 1 failure at run time.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/kvevict_cli.hpp"
 #include "llama2/engine.hpp"
 #include "llama2/eviction.hpp"
 #include "llama2/logit_dump.hpp"
@@ -32,65 +34,19 @@
 #include "llama2/sampler.hpp"
 #include "llama2/tokenizer.hpp"
 
-namespace fs = std::filesystem;
-
 namespace {
-
-constexpr int kExitMissingModel = 2;
-constexpr const char* kDefaultModelDir = "../shared/models/stories260K";
-
-// The model directory: $KVEVICT_MODEL_DIR, else ../shared/models/stories260K (relative to the CWD).
-std::string default_model_dir() {
-  const char* env = std::getenv("KVEVICT_MODEL_DIR");
-  return (env != nullptr && *env != '\0') ? env : kDefaultModelDir;
-}
-
-// The first file (by name) in `dir` with extension `ext` whose name does not start with `skip_prefix`.
-std::optional<fs::path> find_in_dir(const fs::path& dir, const std::string& ext, const std::string& skip_prefix) {
-  std::vector<fs::path> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file() && entry.path().extension() == ext &&
-        (skip_prefix.empty() || name.rfind(skip_prefix, 0) != 0))
-      found.push_back(entry.path());
-  }
-  if (found.empty()) return std::nullopt;
-  return *std::min_element(found.begin(), found.end());
-}
-
-[[noreturn]] void missing(const std::string& what, const std::string& path) {
-  std::cerr << "kvevict-generate: no " << what << " at '" << path << "'.\n"
-            << "Download stories260K.bin and tok512.model from Hugging Face karpathy/tinyllamas (folder stories260K,\n"
-            << "https://huggingface.co/karpathy/tinyllamas) into " << kDefaultModelDir
-            << " (relative to the working directory),\n"
-            << "or point --model/--tokenizer or the environment variable KVEVICT_MODEL_DIR at a llama2.c model.\n";
-  std::exit(kExitMissingModel);
-}
-
-// "50%" -> fraction 0.5; "64" -> 64 tokens (kvevict::TokenAmount::parse), as a CLI error naming the flag.
-kvevict::TokenAmount parse_amount(const std::string& text, const std::string& option) {
-  try {
-    const kvevict::TokenAmount a = kvevict::TokenAmount::parse(text, option);
-    if (!a.is_none()) return a;
-  } catch (const std::invalid_argument&) {
-  }
-  throw CLI::ValidationError(option, "expected a token count such as 64 or a percentage such as 50%, got '" + text + "'");
-}
 
 std::vector<int> parse_ids(const std::string& text) {
   std::vector<int> ids;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    try {
-      std::size_t used = 0;
-      ids.push_back(std::stoi(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      throw CLI::ValidationError("--prompt-ids", "expected comma-separated integers such as 1,403,261, got '" + text + "'");
-    }
+    const bool digits = !item.empty() && item.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || item.size() > 9)
+      throw kvcli::UsageError("--prompt-ids", "expected comma-separated token ids such as 1,403,261, got '" + text + "'");
+    ids.push_back(std::stoi(item));
   }
+  if (ids.empty()) throw kvcli::UsageError("--prompt-ids", "is empty; give token ids such as 1,403,261");
   return ids;
 }
 
@@ -104,130 +60,129 @@ std::string format_bytes(std::size_t bytes) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Generate text with a llama2.c model whose KV cache is managed by kvevict."};
-  std::string model_path, tokenizer_path, prompt, prompt_ids_text, policy = "full", budget_text = "50%", recent_text;
-  std::size_t steps = 256, sinks = 4;
-  float temperature = 0.8f, tau_init = 1.0f, tau_end = 2.0f;
-  std::uint64_t seed = 42;
+  std::string model_path, tokenizer_path, prompt, prompt_ids_text, steps_text = "256", temperature_text = "0.8";
+  std::string dump_path, dump_layer_text = "0";
   bool print_ids = false, no_noise = false;
+  kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
-                 "llama2.c .bin checkpoint, or a directory holding one (default: $KVEVICT_MODEL_DIR or " +
-                     std::string(kDefaultModelDir) + ")");
+                 "llama2.c .bin checkpoint, or a folder holding exactly one (default: $KVEVICT_MODEL_DIR, else "
+                 "$KVEVICT_SHARED_DIR/models/stories260K, else ../shared/models/stories260K)");
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece .model (default: the .model beside the checkpoint)");
-  app.add_option("--prompt", prompt, "prompt text (BOS is prepended)");
+  auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text (BOS is prepended)");
   app.add_option("--prompt-ids", prompt_ids_text, "prompt as token ids, e.g. 1,403,261 (used as given: include BOS = 1)")
-      ->excludes(app.get_option("--prompt"));
-  // Counts are unsigned: CLI11 would wrap "-1" to 2^64 - 1, so reject a sign before conversion.
-  const CLI::Validator count(
-      [](std::string& v) {
-        const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-        if (!digits) return "expected a non-negative integer, got '" + v + "'";
-        try {
-          (void)std::stoull(v);
-        } catch (const std::out_of_range&) {
-          return "'" + v + "' exceeds 2^64 - 1";
-        }
-        return std::string();
-      },
-      "UINT");
-  app.add_option("--steps", steps, "tokens to generate at most (stops early at BOS or the end of the context)")
-      ->check(count)
-      ->capture_default_str();
-  app.add_option("--temperature", temperature, "sampling temperature; 0 = greedy")->capture_default_str();
-  app.add_option("--seed", seed, "seed of the sampler and of Keyformer's Gumbel noise")
-      ->check(count)
-      ->capture_default_str();
-  app.add_option("--policy", policy, "KV-cache policy")
-      ->check(CLI::IsMember({"full", "keyformer", "h2o", "streaming", "window", "tova"}))
-      ->capture_default_str();
-  app.add_option("--budget", budget_text, "KV entries kept per head: tokens (64) or percent of the prompt (50%)")
-      ->capture_default_str();
-  app.add_option("--recent", recent_text,
-                 "recent window: tokens (8) or percent of the budget (30%); default 30%, 0 for tova");
-  app.add_option("--sinks", sinks, "StreamingLLM attention sinks")->check(count)->capture_default_str();
-  app.add_option("--tau-init", tau_init, "Keyformer temperature at prefill")->capture_default_str();
-  app.add_option("--tau-end", tau_end, "Keyformer temperature after the last step")->capture_default_str();
+      ->excludes(prompt_opt);
+  app.add_option("--steps", steps_text,
+                 "tokens to generate at most (default 256); stops early at the end-of-story token (BOS) or when the "
+                 "token predicted at the model's last position is out");
+  app.add_option("--temperature", temperature_text, "sampling temperature, >= 0; 0 = greedy (default 0.8)");
+  kvcli::ToolSpec spec;
+  spec.default_policy = "full";
+  spec.default_seed = 42;
+  kvcli::add_eviction_options(app, flags, spec);
   app.add_flag("--no-noise", no_noise, "Keyformer without Gumbel noise (deterministic)");
   app.add_flag("--print-ids", print_ids, "print the generated token ids, one per line, instead of text");
-  std::string dump_path;
-  std::size_t dump_layer = 0;
   auto* dump_opt = app.add_option("--dump-logits", dump_path,
                                   "write block --dump-layer's attention logits for the whole run (full cache) as a "
                                   "kvevict-replay trace: FILE.npy (float32 [H_q, N, N]) or JSON");
-  app.add_option("--dump-layer", dump_layer, "block whose logits --dump-logits writes")
-      ->check(count)
-      ->needs(dump_opt)
-      ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    // One line, the tool's prefix, and exit code 1 like every other bad input.
-    std::cerr << "kvevict-generate: " << e.what() << " (see --help)\n";
-    return 1;
-  }
+  app.add_option("--dump-layer", dump_layer_text, "block whose logits --dump-logits writes (default 0)")
+      ->needs(dump_opt);
 
-  try {
-    // ---- locate and load the model (exit 2 when it is not there) ----
-    if (model_path.empty()) model_path = default_model_dir();
-    fs::path model_file = model_path;
-    if (fs::is_directory(model_file)) {
-      const auto found = find_in_dir(model_file, ".bin", "tok");
-      if (!found) missing("llama2.c checkpoint (*.bin)", model_path);
-      model_file = *found;
+  return kvcli::run_tool("kvevict-generate", app, argc, argv, [&]() -> int {
+    // ---- every flag first (no file is read before the flags are known to be good) ----
+    flags.validate();
+    std::size_t steps = kvcli::parse_count(steps_text, "--steps");
+    const float temperature = kvcli::parse_float(temperature_text, "--temperature");
+    if (temperature < 0.0f)
+      throw kvcli::UsageError("--temperature", "must be >= 0 (got " + temperature_text + "); 0 = greedy");
+    const std::size_t dump_layer = kvcli::parse_count(dump_layer_text, "--dump-layer");
+    if (no_noise && flags.policy != "keyformer")
+      throw kvcli::UsageError("--no-noise", "only --policy keyformer adds Gumbel noise (the policy is " + flags.policy +
+                                                "); drop --no-noise");
+    if (!dump_path.empty() && flags.policy != "full")
+      throw kvcli::UsageError("--dump-logits", "records the full cache's attention; use it with --policy full (got "
+                                               "--policy " + flags.policy + ")");
+    if (!dump_path.empty()) kvcli::check_output_prefix(dump_path, "--dump-logits");
+    const std::vector<int> given_ids = prompt_ids_text.empty() ? std::vector<int>() : parse_ids(prompt_ids_text);
+
+    // ---- locate, recognise and load the model ----
+    const std::string model_flag = "--model";
+    const std::string model_file = kvcli::find_checkpoint(model_path.empty() ? kvcli::model_dir() : model_path,
+                                                          model_flag);
+    std::optional<llama2::Model> loaded;
+    try {
+      loaded.emplace(llama2::Model::load(model_file));
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw kvcli::UsageError(model_flag, kvcli::strip_origin(e.what()));
     }
-    if (!fs::is_regular_file(model_file)) missing("model", model_file.string());
-    const llama2::Model model = llama2::Model::load(model_file.string());
+    const llama2::Model& model = *loaded;
     const llama2::Config& cfg = model.config();
 
-    std::optional<llama2::Tokenizer> tokenizer;
-    if (tokenizer_path.empty()) {
-      if (const auto found = find_in_dir(model_file.parent_path().empty() ? "." : model_file.parent_path(), ".model", ""))
-        tokenizer_path = found->string();
-    }
+    // ---- tokenizer: needed for --prompt and for text output ----
     const bool need_tokenizer = prompt_ids_text.empty() || !print_ids;
-    if (!tokenizer_path.empty() && fs::is_regular_file(tokenizer_path)) {
-      tokenizer.emplace(tokenizer_path);
-    } else if (need_tokenizer) {
-      missing("SentencePiece tokenizer (*.model)", tokenizer_path.empty() ? model_file.parent_path().string() : tokenizer_path);
+    std::optional<llama2::Tokenizer> tokenizer;
+    const bool tokenizer_given = !tokenizer_path.empty();
+    if (!tokenizer_given) tokenizer_path = kvcli::find_tokenizer_beside(model_file);
+    // --tokenizer is read when the prompt or the output is text; with --prompt-ids --print-ids it is not used.
+    if (need_tokenizer || (tokenizer_given && std::filesystem::is_regular_file(tokenizer_path))) {
+      if (tokenizer_path.empty())
+        throw kvcli::UsageError("--tokenizer", "no SentencePiece tokenizer (*.model) beside '" + model_file +
+                                                   "'; give --tokenizer FILE.model (or --prompt-ids with --print-ids)");
+      if (!std::filesystem::is_regular_file(tokenizer_path))
+        throw kvcli::UsageError("--tokenizer", "no file '" + tokenizer_path + "'");
+      try {
+        tokenizer.emplace(tokenizer_path);
+      } catch (const std::exception&) {
+        throw kvcli::UsageError("--tokenizer", "'" + tokenizer_path +
+                                                   "' is not a SentencePiece model (llama2.c's tok*.bin tokenizers "
+                                                   "are not supported; use the .model file)");
+      }
+      if (static_cast<std::size_t>(tokenizer->vocab_size()) != cfg.vocab_size)
+        throw kvcli::UsageError("--tokenizer", "'" + tokenizer_path + "' has " +
+                                                   std::to_string(tokenizer->vocab_size()) + " pieces but the model '" +
+                                                   model_file + "' has vocab_size " + std::to_string(cfg.vocab_size) +
+                                                   "; pass the model's own tokenizer");
     }
-    if (tokenizer && static_cast<std::size_t>(tokenizer->vocab_size()) != cfg.vocab_size)
-      throw std::runtime_error("tokenizer '" + tokenizer_path + "' has " + std::to_string(tokenizer->vocab_size()) +
-                               " pieces but the model's vocab_size is " + std::to_string(cfg.vocab_size));
 
     // ---- prompt ----
     const int bos = tokenizer ? tokenizer->bos_id() : 1;
-    const std::vector<int> prompt_ids = prompt_ids_text.empty() ? tokenizer->encode(prompt, true) : parse_ids(prompt_ids_text);
-    if (prompt_ids.empty()) throw std::runtime_error("the prompt is empty");
-    if (prompt_ids.size() >= cfg.seq_len)
-      throw std::runtime_error("the prompt has " + std::to_string(prompt_ids.size()) +
-                               " tokens; the model's context is " + std::to_string(cfg.seq_len));
-    steps = std::min(steps, cfg.seq_len - prompt_ids.size());
+    const std::string prompt_flag = prompt_ids_text.empty() ? "--prompt" : "--prompt-ids";
+    const std::vector<int> prompt_ids = prompt_ids_text.empty() ? tokenizer->encode(prompt, true) : given_ids;
+    for (int id : prompt_ids)
+      if (id < 0 || static_cast<std::size_t>(id) >= cfg.vocab_size)
+        throw kvcli::UsageError("--prompt-ids", "token id " + std::to_string(id) +
+                                                    " is outside the model's vocabulary [0, " +
+                                                    std::to_string(cfg.vocab_size) + ")");
+    if (prompt_ids.size() > cfg.seq_len)
+      throw kvcli::UsageError(prompt_flag, "the prompt has " + std::to_string(prompt_ids.size()) +
+                                               " tokens; the model's context is " + std::to_string(cfg.seq_len) +
+                                               " positions; give a shorter prompt");
+    if (dump_layer >= cfg.n_layers)
+      throw kvcli::UsageError("--dump-layer", std::to_string(dump_layer) + " is out of range: the model has " +
+                                                  std::to_string(cfg.n_layers) + " layers (0.." +
+                                                  std::to_string(cfg.n_layers - 1) + ")");
+    // The prompt fills positions 0..P-1; the token predicted at the last position seq_len - 1 is the
+    // (seq_len - P + 1)-th generated token, and it needs no position of its own (llama2.c does the same).
+    const std::size_t context_limit = cfg.seq_len - prompt_ids.size() + 1;
+    steps = std::min(steps, context_limit);
 
-    // ---- eviction policy ----
+    // ---- eviction policy: k, w, sinks resolved as every kvevict tool resolves them ----
+    const kvcli::Resolved resolved = kvcli::resolve(flags, prompt_ids.size());
     llama2::EvictionSettings ev;
-    ev.policy = policy;
-    ev.budget = kvevict::Budget::from(parse_amount(budget_text, "--budget"));
-    // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
-    if (recent_text.empty())
-      recent_text = (policy == "tova" || policy == "streaming" || policy == "window") ? "0" : "30%";
-    ev.recent = kvevict::RecentWindow::from(parse_amount(recent_text, "--recent"));
-    ev.params.tau_init = tau_init;
-    ev.params.tau_end = tau_end;
+    ev.policy = flags.policy;
+    ev.budget = kvevict::Budget::tokens(std::max<std::size_t>(resolved.k, 1));
+    ev.recent = kvevict::RecentWindow::tokens((flags.policy == "keyformer" || flags.policy == "h2o") ? resolved.w : 0);
+    ev.params.tau_init = flags.tau_init;
+    ev.params.tau_end = flags.tau_end;
     ev.params.horizon = std::max<std::size_t>(steps, 1);
     ev.params.gumbel_noise = !no_noise;
-    ev.params.sinks = sinks;
-    ev.seed = seed;
+    ev.params.sinks = resolved.sinks;
+    ev.seed = flags.seed;
     std::optional<llama2::LogitDump> dump;
-    if (!dump_path.empty()) {
-      if (policy != "full")
-        throw std::runtime_error("--dump-logits records the full cache's attention; use it with --policy full");
-      if (dump_layer >= cfg.n_layers)
-        throw std::runtime_error("--dump-layer " + std::to_string(dump_layer) + " is out of range: the model has " +
-                                 std::to_string(cfg.n_layers) + " layers");
-      dump.emplace(dump_layer, cfg.n_heads, cfg.n_kv_heads);
-    }
+    if (!dump_path.empty()) dump.emplace(dump_layer, cfg.n_heads, cfg.n_kv_heads);
     llama2::Engine engine(model, dump ? dump->factory() : llama2::make_cache_factory(ev, cfg.n_heads));
-    llama2::Sampler sampler(temperature, seed);
+    llama2::Sampler sampler(temperature, flags.seed);
 
     // ---- generate ----
     using Clock = std::chrono::steady_clock;
@@ -236,9 +191,19 @@ int main(int argc, char** argv) {
     const float* logits = prompt_logits.row(prompt_logits.rows() - 1).data();
     const auto t1 = Clock::now();
     std::vector<int> generated;
-    while (generated.size() < steps) {
+    std::string stopped;
+    while (stopped.empty()) {
+      if (generated.size() == steps) {
+        stopped = steps == context_limit
+                      ? "the model's context of " + std::to_string(cfg.seq_len) + " positions is reached"
+                      : "--steps " + std::to_string(steps) + " tokens generated";
+        break;
+      }
       const int next = sampler.sample(logits, cfg.vocab_size);
-      if (next == bos) break;  // llama2.c convention: BOS ends the story
+      if (next == bos) {  // llama2.c convention: BOS ends the story
+        stopped = "end-of-story token (BOS = " + std::to_string(bos) + ")";
+        break;
+      }
       generated.push_back(next);
       if (generated.size() < steps) logits = engine.step(next);
     }
@@ -247,7 +212,7 @@ int main(int argc, char** argv) {
       std::vector<int> ran(prompt_ids.begin(), prompt_ids.end());
       ran.insert(ran.end(), generated.begin(), generated.end());
       ran.resize(engine.position());
-      dump->write(dump_path, model_file.string(), ran);
+      dump->write(dump_path, model_file, ran);
       const bool npy = dump_path.size() >= 4 && dump_path.compare(dump_path.size() - 4, 4, ".npy") == 0;
       std::cerr << "kvevict-generate: wrote layer " << dump_layer << "'s logits for " << engine.position()
                 << " tokens; replay them with: kvevict-replay "
@@ -263,14 +228,16 @@ int main(int argc, char** argv) {
     } else {
       std::vector<int> all(prompt_ids.begin(), prompt_ids.end());
       all.insert(all.end(), generated.begin(), generated.end());
-      std::cout << tokenizer->decode(all) << std::endl;
+      std::cout << tokenizer->decode(all) << '\n';
     }
+    std::cout.flush();
+    if (!std::cout) throw std::runtime_error("stdout: write error");
     const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
     const double decode_s = std::chrono::duration<double>(t2 - t1).count();
     std::ostringstream summary;
     summary.precision(1);
-    summary << std::fixed << "[" << policy;
-    if (policy != "full") summary << " budget=" << budget_text << " recent=" << recent_text;
+    summary << std::fixed << "[" << flags.policy;
+    if (flags.policy != "full") summary << ' ' << resolved.describe();
     summary << "] prompt " << prompt_ids.size() << " tok (" << prefill_s * 1e3 << " ms), generated " << generated.size()
             << " tok, " << (decode_s > 0 ? static_cast<double>(generated.size()) / decode_s : 0.0)
             << " tok/s | retained per layer:";
@@ -278,14 +245,8 @@ int main(int argc, char** argv) {
     summary << " of " << engine.position() << " | KV held " << format_bytes(engine.kv_bytes_held()) << " vs full "
             << format_bytes(engine.kv_bytes_full()) << " ("
             << 100.0 * static_cast<double>(engine.kv_bytes_held()) / static_cast<double>(engine.kv_bytes_full())
-            << "%)";
+            << "%) | stopped: " << stopped;
     std::cerr << summary.str() << std::endl;
-    return 0;
-  } catch (const CLI::ValidationError& e) {
-    std::cerr << "kvevict-generate: " << e.what() << '\n';
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "kvevict-generate: " << e.what() << '\n';
-    return 1;
-  }
+    return kvcli::kExitOk;
+  });
 }

@@ -14,11 +14,12 @@ rc=$?
 [ "$rc" -eq 2 ] || fail "missing model: exit code $rc, expected 2 ($out)"
 echo "$out" | grep -q 'karpathy/tinyllamas' || fail "missing model: the message does not say where to get it: $out"
 
-# Bad arguments: exit 1 with one line naming the option (a negative count must not wrap to 2^64 - 1).
+# Bad arguments: exit 2 (usage error, as in every kvevict tool) with one line naming the option (a negative
+# count must not wrap to 2^64 - 1).
 for args in "--steps -1" "--steps abc" "--policy bogus" "--sinks -1"; do
   out=$("$gen" --prompt-ids 1 $args 2>&1)
   rc=$?
-  [ "$rc" -eq 1 ] || fail "'$args': exit code $rc, expected 1 ($out)"
+  [ "$rc" -eq 2 ] || fail "'$args': exit code $rc, expected 2 ($out)"
   opt=${args%% *}
   [ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "^kvevict-generate: $opt" ||
     fail "'$args': expected one line naming $opt: $out"

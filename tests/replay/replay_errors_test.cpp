@@ -218,12 +218,30 @@ TEST(ReplayInput, EntriesAboveTheDiagonalAreIgnored) {
   EXPECT_EQ(npy.out, npy_inf.out);
 }
 
+TEST(ReplayInput, ARatioBudgetResolvesToAtLeastOneToken) {
+  // Issue 8 point 3 / issue 9: k = max(1, floor(r * P)); 10% of P = 2 keeps one token (it used to
+  // be an error), the same with --budget 10% and --budget-ratio 0.1, and the summary says k = 1.
+  rtest::TempDir dir;
+  const std::string file = dir.write("t.json", trace_json(kFields));
+  const auto pct = rtest::run_replay(dir, file + " --policy h2o --budget 10%");
+  const auto ratio = rtest::run_replay(dir, file + " --policy h2o --budget-ratio 0.1");
+  ASSERT_EQ(pct.exit_code, 0) << pct.err;
+  ASSERT_EQ(ratio.exit_code, 0) << ratio.err;
+  EXPECT_EQ(pct.out, ratio.out);
+  const auto lines = pct.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["kept"][0].size(), 1u);
+  EXPECT_EQ(lines[1]["kept"][0].size(), 1u);
+  EXPECT_NE(pct.err.find("[h2o k=1 w=0 sinks=0]"), std::string::npos) << pct.err;
+}
+
 TEST(ReplayInput, MinusInfinityMasksAnEntry) {
   // Row 1 = {-inf, 0.5}: position 1 takes the whole row. Row 2 = {0.5, 0.75, 1} adds its softmax
   // (0.25428, 0.32650, 0.41923): scores 1.25428, 1.32650, 0.41923; k = 2 keeps 0 and 1.
   rtest::TempDir dir;
   const auto run = rtest::run_replay(
-      dir, "--logits " + npy_with(dir, "x.npy", 1, 0, -rtest::kInf) + " --prompt-len 3 --policy h2o --budget 2");
+      dir, "--logits " + npy_with(dir, "x.npy", 1, 0, -rtest::kInf) +
+               " --prompt-len 3 --policy h2o --budget 2 --recent 0");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto lines = run.lines();
   ASSERT_EQ(lines.size(), 1u);

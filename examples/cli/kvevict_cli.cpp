@@ -1,0 +1,479 @@
+// kvevict example — cli/kvevict_cli.cpp: the command-line layer shared by the three tools.
+// SPDX-License-Identifier: Apache-2.0
+#include "cli/kvevict_cli.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <new>
+#include <sstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace kvcli {
+namespace {
+
+constexpr double kMaxTokens = 9007199254740992.0;  // 2^53: counts beyond cannot be represented exactly
+
+bool all_digits(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
+
+bool is_eviction_policy(const std::string& p) {
+  return p == "keyformer" || p == "h2o" || p == "streaming" || p == "window" || p == "tova";
+}
+
+// "--budget 50%" / "--budget-ratio 0.5" as the user typed it, for messages.
+std::string typed(const std::string& flag, const Amount& a) { return flag + " " + a.text; }
+
+}  // namespace
+
+UsageError::UsageError(const std::string& flag, const std::string& problem)
+    : std::runtime_error(problem.empty() ? flag : flag + ": " + problem), flag_(flag) {}
+
+Amount parse_amount(const std::string& text, const std::string& flag) {
+  Amount a;
+  a.text = text;
+  if (!text.empty() && text.back() == '%') {
+    const std::string number = text.substr(0, text.size() - 1);
+    const bool ok = !number.empty() && number.find_first_not_of("0123456789.") == std::string::npos &&
+                    std::count(number.begin(), number.end(), '.') <= 1 && number != ".";
+    if (!ok)
+      throw UsageError(flag, "expected a percentage such as 50%, got '" + text + "'");
+    a.is_ratio = true;
+    a.ratio = std::strtod(number.c_str(), nullptr) / 100.0;
+    if (!std::isfinite(a.ratio)) throw UsageError(flag, "the percentage '" + text + "' is not finite");
+    return a;
+  }
+  if (!all_digits(text))
+    throw UsageError(flag, "expected a non-negative integer, got '" + text +
+                               "' (give a token count such as 64 or a percentage such as 50%)");
+  const double value = std::strtod(text.c_str(), nullptr);
+  if (value > kMaxTokens) throw UsageError(flag, "k = " + text + " exceeds 2^53; give a smaller count");
+  a.tokens = static_cast<std::size_t>(std::strtoull(text.c_str(), nullptr, 10));
+  return a;
+}
+
+std::uint64_t parse_count(const std::string& text, const std::string& flag, std::uint64_t min, std::uint64_t max) {
+  const std::string range = max == UINT64_MAX ? "an integer >= " + std::to_string(min)
+                                              : "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  if (!all_digits(text)) throw UsageError(flag, "expected " + range + ", got '" + text + "'");
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || v < min || v > max) throw UsageError(flag, "expected " + range + ", got '" + text + "'");
+  return v;
+}
+
+float parse_float(const std::string& text, const std::string& flag) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = text.empty() ? 0.0 : std::strtod(begin, &end);
+  if (text.empty() || end != begin + text.size() || text.find_first_of(" \t\n") != std::string::npos)
+    throw UsageError(flag, "expected a number, got '" + text + "'");
+  if (!std::isfinite(v) || std::fabs(v) > 3.0e38) throw UsageError(flag, "must be finite (got '" + text + "')");
+  return static_cast<float>(v);
+}
+
+void EvictionFlags::validate() {
+  // --policy
+  if (!policy_text.empty()) {
+    if (policy_text != "full" && !is_eviction_policy(policy_text) && policy_text != "streamingllm")
+      throw UsageError("--policy", "unknown policy '" + policy_text +
+                                       "' (expected keyformer, h2o, streaming, window or tova" +
+                                       (allow_full ? std::string(", or full") : std::string()) + ")");
+    if (policy_text == "full" && !allow_full)
+      throw UsageError("--policy", "'full' keeps every token; this tool replays an eviction policy (expected "
+                                   "keyformer, h2o, streaming, window or tova)");
+    policy = policy_text == "streamingllm" ? "streaming" : policy_text;
+  }
+  const bool any = sweep;  // the tool runs every policy: policy-specific flags all apply
+  const bool evicts = any || is_eviction_policy(policy);
+  const std::string for_policy = "--policy " + policy;
+
+  // --budget / --budget-ratio
+  if (!budget_ratio_text.empty()) {
+    const float r = parse_float(budget_ratio_text, "--budget-ratio");
+    if (!(r > 0.0f)) throw UsageError("--budget-ratio", "must be finite and > 0 (got " + budget_ratio_text + ")");
+    budget.is_ratio = true;
+    budget.ratio = r;
+    budget.text = budget_ratio_text;
+    budget_given = true;
+    budget_flag = "--budget-ratio";
+  } else if (!budget_text.empty()) {
+    budget = parse_amount(budget_text, "--budget");
+    budget_given = true;
+    budget_flag = "--budget";
+    if (!budget.is_ratio && budget.tokens == 0) throw UsageError("--budget", "must be >= 1 (got 0)");
+    if (budget.is_ratio && !(budget.ratio > 0.0))
+      throw UsageError("--budget", "must be > 0% (got " + budget_text + "); give a percentage such as 50% or a count");
+  } else {
+    budget = parse_amount("50%", "--budget");
+  }
+  if (budget_given && !evicts)
+    throw UsageError(budget_flag, "--policy full keeps every token and has no budget; drop " + budget_flag +
+                                      " or choose an eviction policy (--policy keyformer)");
+
+  // --recent / --recent-ratio
+  recent.reset();
+  if (!recent_ratio_text.empty()) {
+    const float q = parse_float(recent_ratio_text, "--recent-ratio");
+    if (!(q >= 0.0f && q <= 1.0f))
+      throw UsageError("--recent-ratio", "must be in [0, 1] (got " + recent_ratio_text + ")");
+    Amount a;
+    a.is_ratio = true;
+    a.ratio = q;
+    a.text = recent_ratio_text;
+    recent = a;
+    recent_flag = "--recent-ratio";
+  } else if (!recent_text.empty()) {
+    recent = parse_amount(recent_text, "--recent");
+    recent_flag = "--recent";
+    if (recent->is_ratio && recent->ratio > 1.0)
+      throw UsageError("--recent", "a percentage of the budget must be in [0%, 100%] (got " + recent_text + ")");
+  }
+  if (recent && !any) {
+    const bool zero = recent->is_ratio ? recent->ratio == 0.0 : recent->tokens == 0;
+    if (!evicts)
+      throw UsageError(recent_flag, "--policy full keeps every token and has no recent window; drop " + recent_flag);
+    if (policy == "tova" && !zero)
+      throw UsageError(recent_flag, "tova has no recent window; it must be 0 (got " + recent->text + "); drop " +
+                                        recent_flag);
+    if ((policy == "streaming" || policy == "window") && !zero)
+      throw UsageError(recent_flag, "streaming and window keep the most recent k - sinks tokens (window: sinks = 0); "
+                                    "their recent window is not set separately (" + for_policy + "): drop " +
+                                        recent_flag + " and set the size with --budget");
+  }
+  if (recent && !recent->is_ratio && budget_given && !budget.is_ratio && recent->tokens > budget.tokens)
+    throw UsageError(recent_flag, "w = " + std::to_string(recent->tokens) + " exceeds the budget k = " +
+                                      std::to_string(budget.tokens) + " (" + typed(budget_flag, budget) +
+                                      "); lower " + recent_flag + " or raise " + budget_flag);
+
+  // --sinks
+  if (!sinks_text.empty()) {
+    sinks = static_cast<std::size_t>(parse_count(sinks_text, "--sinks", 0, 1u << 30));
+    sinks_given = true;
+    if (!any && policy != "streaming" && sinks != 4)  // the default changes nothing: accepted
+      throw UsageError("--sinks", "only --policy streaming has attention sinks (the policy is " + policy +
+                                      "); drop --sinks");
+    if (budget_given && !budget.is_ratio && sinks > budget.tokens)
+      throw UsageError("--sinks", "S = " + std::to_string(sinks) + " exceeds the budget k = " +
+                                      std::to_string(budget.tokens) + " (" + typed(budget_flag, budget) +
+                                      "); lower --sinks or raise " + budget_flag);
+  }
+
+  // --tau-init / --tau-end
+  for (auto [text, flag, value] : {std::tuple<const std::string&, const char*, float*>{tau_init_text, "--tau-init", &tau_init},
+                                   std::tuple<const std::string&, const char*, float*>{tau_end_text, "--tau-end", &tau_end}}) {
+    if (text.empty()) continue;
+    const float v = parse_float(text, flag);
+    if (!(v >= 1e-6f && v <= 1e6f))
+      throw UsageError(flag, "must be finite and > 0, in [1e-6, 1e6] (got " + text + ")");
+    if (!any && policy != "keyformer" && v != *value)  // the default changes nothing: accepted
+      throw UsageError(flag, std::string("only --policy keyformer has a temperature schedule (the policy is ") +
+                                 policy + "); drop " + flag);
+    *value = v;
+  }
+
+  // --seed
+  if (!seed_text.empty()) seed = parse_count(seed_text, "--seed");
+}
+
+void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& spec) {
+  flags.allow_full = spec.allow_full;
+  flags.sweep = !spec.policy;
+  flags.policy = spec.default_policy;
+  flags.seed = spec.default_seed;
+  if (spec.policy)
+    app.add_option("--policy", flags.policy_text,
+                   std::string("KV-cache policy: keyformer, h2o, streaming, window, tova") +
+                       (spec.allow_full ? ", or full (no eviction)" : "") + " (default " + spec.default_policy + ")")
+        ->type_name("NAME");
+  if (spec.budget) {
+    auto* budget = app.add_option("--budget", flags.budget_text,
+                                  "budget k, KV entries kept per KV head: tokens (64) or percent of the prompt "
+                                  "length P (50%: k = max(1, floor(0.5 P))); default 50%, at least sinks + 1 for "
+                                  "streaming")
+                      ->type_name("K|N%");
+    app.add_option("--budget-ratio", flags.budget_ratio_text, "same as --budget R*100% (e.g. 0.5 = 50%)")
+        ->type_name("R")
+        ->excludes(budget);
+  }
+  auto* recent = app.add_option("--recent", flags.recent_text,
+                                "recent window w (keyformer, h2o): tokens (8) or percent of k (30%: w = floor(0.3 k), "
+                                "at least 1 when k >= 2); default 30%; tova: 0; streaming/window have none")
+                     ->type_name("W|N%");
+  app.add_option("--recent-ratio", flags.recent_ratio_text, "same as --recent Q*100% (e.g. 0.3 = 30%)")
+      ->type_name("Q")
+      ->excludes(recent);
+  app.add_option("--sinks", flags.sinks_text, "attention sinks of --policy streaming (default 4)")->type_name("S");
+  if (spec.tau) {
+    app.add_option("--tau-init", flags.tau_init_text, "Keyformer temperature at prefill (default 1)")->type_name("TAU");
+    app.add_option("--tau-end", flags.tau_end_text, "Keyformer temperature after the last step (default 2)")->type_name("TAU");
+  }
+  if (spec.seed)
+    app.add_option("--seed", flags.seed_text,
+                   "seed of Keyformer's Gumbel noise (and of the sampler) (default " +
+                       std::to_string(spec.default_seed) + ")")
+        ->type_name("N");
+}
+
+void add_threads_option(CLI::App& app, std::string& text) {
+  app.add_option("--threads", text, "worker threads, >= 1 (default: the number of hardware threads)")->type_name("N");
+}
+
+unsigned parse_threads(const std::string& text) {
+  if (text.empty()) return std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<unsigned>(parse_count(text, "--threads", 1, 1024));
+}
+
+std::string Resolved::describe() const {
+  return "k=" + std::to_string(k) + " w=" + std::to_string(w) + " sinks=" + std::to_string(sinks);
+}
+
+Resolved resolve(const EvictionFlags& f, std::size_t prompt_len, const std::string& policy_override) {
+  const std::string& policy = policy_override.empty() ? f.policy : policy_override;
+  Resolved r;
+  if (!is_eviction_policy(policy)) return r;
+  const double P = static_cast<double>(prompt_len);
+  if (f.budget.is_ratio) {
+    const double k = std::floor(f.budget.ratio * P);
+    if (k > kMaxTokens)
+      throw UsageError(f.budget_flag, typed(f.budget_flag, f.budget) + " of a " + std::to_string(prompt_len) +
+                                          "-token prompt is above 2^53 tokens; give a smaller value");
+    r.k = std::max<std::size_t>(1, static_cast<std::size_t>(k));
+  } else {
+    r.k = f.budget.tokens;
+  }
+  const std::string budget_desc =
+      f.budget_given ? typed(f.budget_flag, f.budget) +
+                           (f.budget.is_ratio ? " of a " + std::to_string(prompt_len) + "-token prompt" : std::string())
+                     : "the default --budget 50% of a " + std::to_string(prompt_len) + "-token prompt";
+  if (policy == "streaming") {
+    r.sinks = f.sinks;
+    if (!f.budget_given) r.k = std::max(r.k, f.sinks + 1);  // documented floor of the default budget
+    if (r.sinks > r.k)
+      throw UsageError("--sinks", "S = " + std::to_string(r.sinks) + " exceeds the budget k = " + std::to_string(r.k) +
+                                      " (" + budget_desc + "); lower --sinks or raise " + f.budget_flag);
+    r.w = r.k - r.sinks;
+    return r;
+  }
+  if (policy == "window") {
+    r.w = r.k;
+    return r;
+  }
+  if (policy == "tova") return r;  // w = 0
+  // keyformer, h2o
+  const Amount recent = f.recent ? *f.recent : parse_amount("30%", "--recent");
+  if (recent.is_ratio) {
+    r.w = static_cast<std::size_t>(std::floor(recent.ratio * static_cast<double>(r.k)));
+    if (recent.ratio > 0.0 && r.k >= 2) r.w = std::max<std::size_t>(r.w, 1);
+  } else {
+    r.w = recent.tokens;
+  }
+  if (r.w > r.k)
+    throw UsageError(f.recent_flag, "w = " + std::to_string(r.w) + " exceeds the budget k = " + std::to_string(r.k) +
+                                        " (" + budget_desc + "); lower " + f.recent_flag + " or raise " + f.budget_flag);
+  return r;
+}
+
+Resolved resolve(const EvictionFlags& flags, std::size_t prompt_len) { return resolve(flags, prompt_len, ""); }
+
+// ---- environment and files -----------------------------------------------------------------------
+
+std::string shared_dir() {
+  const char* env = std::getenv("KVEVICT_SHARED_DIR");
+  return env != nullptr && *env != '\0' ? env : "../shared";
+}
+
+std::string model_dir() {
+  const char* env = std::getenv("KVEVICT_MODEL_DIR");
+  return env != nullptr && *env != '\0' ? env : shared_dir() + "/models/stories260K";
+}
+
+std::string help_footer() {
+  return "Environment (all kvevict tools):\n"
+         "  KVEVICT_SHARED_DIR  data root with models/ and data/ (default ../shared, relative to the working "
+         "directory)\n"
+         "  KVEVICT_MODEL_DIR   model folder: the llama2.c .bin checkpoint and the SentencePiece .model beside it\n"
+         "                      (default $KVEVICT_SHARED_DIR/models/stories260K); --model/--tokenizer override it\n"
+         "Exit codes: 0 success, 2 usage or input error (a bad flag, file, trace or model), 1 failure at run time.";
+}
+
+void check_llama2_checkpoint(const std::string& path, const std::string& flag) {
+  const std::string who = flag + " '" + path + "'";
+  std::error_code ec;
+  const std::uint64_t size = fs::file_size(path, ec);
+  if (ec) throw UsageError(flag, "'" + path + "': cannot read (" + ec.message() + ")");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(flag, "'" + path + "': cannot open (" + std::strerror(errno) + ")");
+  unsigned char head[28] = {};
+  in.read(reinterpret_cast<char*>(head), sizeof head);
+  const std::size_t got = static_cast<std::size_t>(in.gcount());
+  auto not_ckpt = [&](const std::string& why) {
+    return UsageError(flag, "'" + path + "' is not a llama2.c checkpoint (" + why + ")");
+  };
+  if (got >= 4 && std::memcmp(head, "GGUF", 4) == 0)
+    throw not_ckpt("it is a GGUF file; GGUF is not supported (yet): use the llama2.c .bin export of the model, e.g. "
+                   "stories260K.bin");
+  if (got >= 4 && std::memcmp(head, "ak42", 4) == 0)
+    throw not_ckpt("it is a newer llama2.c export (magic \"ak42\"); only the legacy format (export.py --version 0, as "
+                   "in karpathy/tinyllamas) is supported");
+  const std::string ext = fs::path(path).extension().string();
+  if (ext == ".model" || (got >= 2 && head[0] == 0x0a && std::memchr(head, 0xe2, got) != nullptr))
+    throw not_ckpt("it looks like a SentencePiece tokenizer model; pass it as --tokenizer");
+  if (got < 28) throw not_ckpt(std::to_string(size) + " bytes, shorter than the 28-byte header");
+  bool text = true;
+  for (unsigned char c : head) text = text && (c == '\n' || c == '\r' || c == '\t' || (c >= 0x20 && c < 0x7f));
+  if (text) throw not_ckpt("it looks like a text file");
+  std::int32_t h[7];
+  std::memcpy(h, head, sizeof h);
+  const char* names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
+  std::ostringstream desc;
+  for (int i = 0; i < 7; ++i) desc << (i ? " " : "") << names[i] << "=" << h[i];
+  for (int i = 0; i < 7; ++i) {
+    const bool ok = i == 5 ? h[i] != 0 && h[i] > -(1 << 24) && h[i] < (1 << 24) : h[i] > 0 && h[i] < (1 << 24);
+    if (!ok) throw not_ckpt("implausible header: " + desc.str());
+  }
+  if (h[0] % h[3] != 0 || h[3] % h[4] != 0 || (h[0] / h[3]) % 2 != 0)
+    throw not_ckpt("inconsistent header: " + desc.str());
+  // Size the header implies (all factors < 2^24, so the products fit in 64 bits with room to spare).
+  const std::uint64_t d = static_cast<std::uint64_t>(h[0]), hid = static_cast<std::uint64_t>(h[1]),
+                      L = static_cast<std::uint64_t>(h[2]), hd = d / static_cast<std::uint64_t>(h[3]),
+                      kv = hd * static_cast<std::uint64_t>(h[4]),
+                      V = static_cast<std::uint64_t>(h[5] < 0 ? -std::int64_t{h[5]} : h[5]),
+                      T = static_cast<std::uint64_t>(h[6]);
+  const std::uint64_t floats = V * d + L * d * 2 + L * d * d * 2 + L * kv * d * 2 + L * hid * d * 3 + d + T * hd +
+                               (h[5] < 0 ? V * d : 0);
+  const std::uint64_t expected = 28 + 4 * floats;
+  if (size != expected)
+    throw not_ckpt("the header (" + desc.str() + ") implies " + std::to_string(expected) + " bytes, the file has " +
+                   std::to_string(size) + (size < expected ? "; a truncated download?" : ""));
+}
+
+std::string find_checkpoint(const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  const std::string where =
+      "download stories260K.bin and tok512.model from https://huggingface.co/karpathy/tinyllamas (folder "
+      "stories260K) into ../shared/models/stories260K, or point --model or KVEVICT_MODEL_DIR at a llama2.c model";
+  if (!fs::exists(path, ec)) throw UsageError(flag, "no model at '" + path + "'; " + where);
+  if (fs::is_directory(path, ec)) {
+    std::vector<std::string> found;
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_regular_file() && e.path().extension() == ".bin" && name.rfind("tok", 0) != 0)
+        found.push_back(e.path().string());
+    }
+    std::sort(found.begin(), found.end());
+    if (found.empty())
+      throw UsageError(flag, "no llama2.c checkpoint (*.bin) in the folder '" + path + "'; " + where);
+    if (found.size() > 1) {
+      std::string list;
+      for (const auto& f : found) list += (list.empty() ? "" : ", ") + f;
+      throw UsageError(flag, "the folder '" + path + "' holds several checkpoints (" + list +
+                                 "); name one with --model FILE");
+    }
+    check_llama2_checkpoint(found.front(), flag);
+    return found.front();
+  }
+  if (!fs::is_regular_file(path, ec)) throw UsageError(flag, "'" + path + "' is not a regular file");
+  check_llama2_checkpoint(path, flag);
+  return path;
+}
+
+std::string find_tokenizer_beside(const std::string& checkpoint) {
+  fs::path dir = fs::path(checkpoint).parent_path();
+  if (dir.empty()) dir = ".";
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().extension() == ".model") found.push_back(e.path().string());
+  std::sort(found.begin(), found.end());
+  return found.empty() ? std::string() : found.front();
+}
+
+void check_output_prefix(const std::string& prefix, const std::string& flag) {
+  fs::path dir = fs::path(prefix).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw UsageError(flag, "cannot write '" + prefix + "': the folder '" + dir.string() +
+                               "' does not exist; create it or choose another " + flag);
+  const std::string probe = (dir / (".kvevict-probe." + std::to_string(::getpid()))).string();
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  if (f == nullptr)
+    throw UsageError(flag, "cannot write in the folder '" + dir.string() + "' (" + std::strerror(errno) +
+                               "); choose another " + flag);
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << contents;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error("cannot write '" + path + "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write '" + path + "' (rename: " + why + ")");
+  }
+}
+
+std::string strip_origin(const std::string& message) {
+  std::string m = message;
+  // "llama2::Model::load: ..." / "kvevict::Budget: ..." -> "..."
+  while ((m.rfind("llama2::", 0) == 0 || m.rfind("kvevict::", 0) == 0) && m.find(": ") != std::string::npos)
+    m = m.substr(m.find(": ") + 2);
+  return m;
+}
+
+int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  auto report = [&tool](const std::string& message, int code) {
+    std::string line = message;
+    for (char& c : line)
+      if (c == '\n' || c == '\r') c = ' ';
+    std::cerr << tool << ": " << line << std::endl;
+    return code;
+  };
+  app.footer(help_footer());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    return report(std::string(e.what()) + " (see --help)", kExitUsage);
+  }
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    return report(e.what(), kExitUsage);
+  } catch (const std::invalid_argument& e) {
+    return report(strip_origin(e.what()), kExitUsage);
+  } catch (const std::length_error& e) {
+    return report(strip_origin(e.what()), kExitUsage);
+  } catch (const std::out_of_range& e) {
+    return report(strip_origin(e.what()), kExitUsage);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory", kExitFailure);
+  } catch (const std::exception& e) {
+    return report(strip_origin(e.what()), kExitFailure);
+  } catch (...) {
+    return report("unknown failure", kExitFailure);
+  }
+}
+
+}  // namespace kvcli

@@ -1,0 +1,357 @@
+// tests/cli — the three command-line tools (kvevict-generate, kvevict-replay, kvevict-quality) driven
+// as a user would: every case of issue 9 (and issue 8 point 4, the last position of the context)
+// asserts the exit code and that stderr names the flag the user typed, in one line.
+//
+// Generate cases run on synthetic llama2.c checkpoints written here (context 128); the cases that need
+// the real stories260K model, its tokenizers or TinyStories (tokenizer vs model, the end-of-story
+// token, a quality run) look in $KVEVICT_SHARED_DIR and are skipped without it, unless
+// KVEVICT_REQUIRE_MODELS=1 (CI), which makes them fail.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../llama2/test_support.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using llama2_test::Header;
+
+struct ToolRun {
+  int exit_code = -1;
+  std::string out, err;
+  std::size_t out_lines() const {
+    std::size_t n = 0;
+    for (char c : out) n += c == '\n';
+    return n;
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+/// The folder every case runs in: synthetic checkpoints and files, created once.
+class Workspace {
+ public:
+  static Workspace& get() {
+    static Workspace w;
+    return w;
+  }
+  const std::string& dir() const { return dir_; }
+  std::string file(const std::string& name) const { return dir_ + "/" + name; }
+
+  /// Runs `binary args` in the workspace with `env` prepended (e.g. "KVEVICT_MODEL_DIR=x").
+  ToolRun run(const std::string& binary, const std::string& args, const std::string& env = "") const {
+    static int counter = 0;
+    const std::string out = file("out." + std::to_string(counter)), err = file("err." + std::to_string(counter));
+    ++counter;
+    const std::string cmd = "cd '" + dir_ + "' && env " + env + " '" + binary + "' " + args + " > '" + out +
+                            "' 2> '" + err + "' < /dev/null";
+    const int status = std::system(cmd.c_str());
+    ToolRun r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+ private:
+  Workspace() {
+    dir_ = (fs::temp_directory_path() / ("kvevict-cli-test." + std::to_string(::getpid()))).string();
+    fs::create_directories(dir_);
+    // tiny.bin: context 128, vocab 32. The weight seed is chosen so that greedy decoding from BOS never
+    // predicts BOS (id 1) in 128 tokens: runs then end at --steps or at the end of the context.
+    Header h;
+    h.seq_len = 128;
+    llama2_test::write_checkpoint(file("tiny.bin"), h, llama2_test::random_weights(h, kTinySeed));
+    // A folder with two checkpoints, one with none, and a shared-dir layout for the environment variables.
+    fs::create_directories(file("two"));
+    fs::copy_file(file("tiny.bin"), file("two/a.bin"));
+    fs::copy_file(file("tiny.bin"), file("two/b.bin"));
+    fs::create_directories(file("none"));
+    spit(file("none/notes.txt"), "nothing here\n");
+    fs::create_directories(file("root/models/stories260K"));
+    fs::copy_file(file("tiny.bin"), file("root/models/stories260K/tiny.bin"));
+    // Files that are not checkpoints (in their own folder: none of them is beside tiny.bin).
+    fs::create_directories(file("junk"));
+    spit(file("junk/fake.gguf"), std::string("GGUF\x03\x00\x00\x00", 8) + std::string(64, '\0'));
+    spit(file("junk/fake.model"), std::string("\x0a\x0b\x0a\x05<unk>\x15\x00\x00\x00\x00", 14) + std::string(40, 'x'));
+    spit(file("junk/README.md"), "# A model card\n\nThis is not a checkpoint, it is text.\n");
+    const std::string whole = slurp(file("tiny.bin"));
+    spit(file("junk/truncated.bin"), whole.substr(0, whole.size() - 100));
+    spit(file("junk/garbage.tok"), std::string(200, '\x7f'));
+    // A replay trace: H_q = 1, N = 4, P = 3.
+    spit(file("t.json"),
+         "{\"prompt_len\": 3, \"logits\": [[[0, null, null, null], [0.5, 0, null, null], [1, 0, -1, null], "
+         "[0.2, 0.4, 0.6, 0.8]]]}");
+    spit(file("overflow.json"), "{\"prompt_len\": 1, \"logits\": [[[1e999]]]}");
+  }
+  ~Workspace() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  static constexpr std::uint32_t kTinySeed = KVEVICT_CLI_TINY_SEED;
+  std::string dir_;
+};
+
+enum class Tool { generate, replay, quality };
+
+const char* binary(Tool t) {
+  switch (t) {
+    case Tool::generate: return KVEVICT_GENERATE_BIN;
+    case Tool::replay: return KVEVICT_REPLAY_BIN;
+    case Tool::quality:
+#ifdef KVEVICT_QUALITY_BIN
+      return KVEVICT_QUALITY_BIN;
+#else
+      return "";  // not built (-DKVEVICT_BUILD_BENCH=OFF): its cases are skipped
+#endif
+  }
+  return "";
+}
+
+std::string shared() { return llama2_test::shared_dir().string(); }
+
+/// One bad (or edge) input: tool, arguments ({W} = the workspace, {S} = the shared folder), environment,
+/// expected exit code and the substrings stderr must contain.
+struct Case {
+  const char* name;
+  Tool tool;
+  std::string args;
+  int exit_code;
+  std::vector<std::string> err;  // each must appear in stderr
+  bool needs_shared = false;
+  std::string env;
+  Case(const char* n, Tool t, std::string a, int rc, std::vector<std::string> e, bool shared_data = false,
+       std::string environment = "")
+      : name(n), tool(t), args(std::move(a)), exit_code(rc), err(std::move(e)), needs_shared(shared_data),
+        env(std::move(environment)) {}
+};
+
+std::string expand(std::string s) {
+  for (std::size_t at; (at = s.find("{W}")) != std::string::npos;) s.replace(at, 3, Workspace::get().dir());
+  for (std::size_t at; (at = s.find("{S}")) != std::string::npos;) s.replace(at, 3, shared());
+  return s;
+}
+
+const std::string kTiny = "--model {W}/tiny.bin ";
+const std::string kSmall = "--model {S}/models/stories260K/stories260K.bin ";
+
+std::vector<Case> cases() {
+  const Tool G = Tool::generate, R = Tool::replay, Q = Tool::quality;
+  return {
+      // ---- kvevict-generate: issue 9 case 3 (defaults on a short prompt) ----
+      {"GenStreamingDefaultBudgetUsesTheSinksFloor", G, kTiny + "--policy streaming --prompt-ids 1,5,6,7,8 --print-ids --steps 4",
+       0, {"[streaming k=5 w=1 sinks=4]", "stopped: --steps 4 tokens generated"}},
+      {"GenKeyformerShortPromptPrintsK", G, kTiny + "--policy keyformer --prompt-ids 1,5,6,7,8 --print-ids --steps 40",
+       0, {"[keyformer k=2 w=1 sinks=0]"}},
+      {"GenStreamingSinksAboveBudget", G, kTiny + "--policy streaming --budget 3 --sinks 4 --prompt-ids 1",
+       2, {"kvevict-generate: --sinks: S = 4 exceeds the budget k = 3", "--budget"}},
+      {"GenStreamingSinksAbovePercentBudget", G, kTiny + "--policy streaming --budget 50% --prompt-ids 1,2,3,4 --print-ids",
+       2, {"--sinks: S = 4 exceeds the budget k = 2", "--budget 50%"}},
+      // ---- case 4: errors name the flag, not a library class ----
+      {"GenRecentAboveBudget", G, kTiny + "--policy h2o --budget 10 --recent 20 --prompt-ids 1",
+       2, {"--recent: w = 20 exceeds the budget k = 10", "--budget"}},
+      {"GenTovaWithRecent", G, kTiny + "--policy tova --recent 3 --prompt-ids 1", 2, {"--recent: tova has no recent window"}},
+      {"GenBudgetZero", G, kTiny + "--policy h2o --budget 0 --prompt-ids 1", 2, {"--budget: must be >= 1 (got 0)"}},
+      {"GenTemperatureNegative", G, kTiny + "--temperature -1 --prompt-ids 1", 2, {"--temperature: must be >= 0"}},
+      {"GenTauInitZero", G, kTiny + "--policy keyformer --tau-init 0 --prompt-ids 1", 2, {"--tau-init: must be finite and > 0"}},
+      {"GenTauEndNotANumber", G, kTiny + "--policy keyformer --tau-end fast --prompt-ids 1", 2, {"--tau-end: expected a number"}},
+      {"GenPromptIdOutsideVocab", G, kTiny + "--prompt-ids 1,99999 --print-ids", 2, {"--prompt-ids: token id 99999", "[0, 32)"}},
+      {"GenTokenizerNotSentencePiece", G, kTiny + "--tokenizer {W}/junk/garbage.tok --prompt-ids 1", 2,
+       {"--tokenizer: '", "is not a SentencePiece model"}},
+      {"GenTokenizerTok512Bin", G, kSmall + "--tokenizer {S}/models/stories260K/tok512.bin --prompt-ids 1", 2,
+       {"--tokenizer:", "is not a SentencePiece model"}, true},
+      // ---- case 5: --recent is never silently ignored ----
+      {"GenWindowWithRecent", G, kTiny + "--policy window --recent 3 --prompt-ids 1", 2, {"--recent: streaming and window keep the most recent k - sinks tokens", "--policy window"}},
+      {"GenStreamingWithRecent", G, kTiny + "--policy streaming --recent 30% --prompt-ids 1", 2, {"--recent: streaming and window keep", "--policy streaming"}},
+      {"GenSinksWithH2O", G, kTiny + "--policy h2o --sinks 2 --prompt-ids 1", 2, {"--sinks: only --policy streaming"}},
+      {"GenTauWithH2O", G, kTiny + "--policy h2o --tau-end 3 --prompt-ids 1", 2, {"--tau-end: only --policy keyformer"}},
+      {"GenNoNoiseWithTova", G, kTiny + "--policy tova --no-noise --prompt-ids 1", 2, {"--no-noise: only --policy keyformer"}},
+      {"GenValuesThatChangeNothingAreAccepted", G, kTiny + "--policy window --budget 4 --recent 0 --sinks 4 --tau-init 1 --tau-end 2 --prompt-ids 1 --print-ids --steps 2",
+       0, {"[window k=4 w=4 sinks=0]"}},
+      {"GenStreamingRecentZeroAccepted", G, kTiny + "--policy streaming --budget 6 --recent 0% --prompt-ids 1 --print-ids --steps 2",
+       0, {"[streaming k=6 w=2 sinks=4]"}},
+      {"GenBudgetWithFull", G, kTiny + "--budget 64 --prompt-ids 1", 2, {"--budget: --policy full keeps every token"}},
+      // ---- case 7 / issue 8 point 4: why generation stopped ----
+      {"GenStopsAtTheEndOfTheContext", G, kTiny + "--policy keyformer --budget 16 --temperature 0 --prompt-ids 1 --print-ids --steps 600",
+       0, {"[keyformer k=16 w=4 sinks=0]", "generated 128 tok", "stopped: the model's context of 128 positions is reached"}},
+      {"GenStopsAtSteps", G, kTiny + "--prompt-ids 1 --print-ids --steps 7 --temperature 0", 0, {"generated 7 tok", "stopped: --steps 7 tokens generated"}},
+      {"GenStopsAtTheEndOfStoryToken", G, kSmall + "--prompt-ids 1 --print-ids --steps 511 --temperature 0", 0,
+       {"generated 345 tok", "stopped: end-of-story token (BOS = 1)"}, true},
+      {"GenPromptFillsTheContext", G, kTiny + "--prompt-ids " + [] {
+         std::string ids = "1";
+         for (int i = 1; i < 128; ++i) ids += ",2";
+         return ids;
+       }() + " --print-ids --temperature 0", 0, {"prompt 128 tok", "generated 1 tok", "context of 128 positions"}},
+      {"GenPromptLongerThanTheContext", G, kTiny + "--prompt-ids " + [] {
+         std::string ids = "1";
+         for (int i = 1; i < 129; ++i) ids += ",2";
+         return ids;
+       }() + " --print-ids", 2, {"--prompt-ids: the prompt has 129 tokens; the model's context is 128"}},
+      // ---- case 8: model files are recognised ----
+      {"GenModelGguf", G, "--model {W}/junk/fake.gguf --prompt-ids 1", 2, {"--model: '", "not a llama2.c checkpoint", "GGUF is not supported"}},
+      {"GenModelRealGguf", G, "--model {S}/models/stories260K/stories260K.gguf --prompt-ids 1", 2,
+       {"--model:", "not a llama2.c checkpoint", "GGUF"}, true},
+      {"GenModelIsATokenizer", G, "--model {W}/junk/fake.model --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint", "SentencePiece"}},
+      {"GenModelIsText", G, "--model {W}/junk/README.md --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint (it looks like a text file)"}},
+      {"GenModelTruncated", G, "--model {W}/junk/truncated.bin --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint", "truncated"}},
+      {"GenModelFolderWithTwoCheckpoints", G, "--model {W}/two --prompt-ids 1", 2, {"--model:", "several checkpoints", "a.bin", "b.bin"}},
+      {"GenModelFolderWithoutCheckpoint", G, "--model {W}/none --prompt-ids 1", 2, {"--model:", "no llama2.c checkpoint (*.bin)"}},
+      {"GenModelMissing", G, "--prompt-ids 1", 2, {"--model: no model at '/nonexistent/kvevict'", "karpathy/tinyllamas"}, false,
+       "KVEVICT_MODEL_DIR=/nonexistent/kvevict"},
+      {"GenModelFromSharedDir", G, "--prompt-ids 1 --print-ids --steps 3", 0, {"generated 3 tok"}, false,
+       "-u KVEVICT_MODEL_DIR KVEVICT_SHARED_DIR={W}/root"},
+      // ---- case 2 for kvevict-generate: tokenizer vs model ----
+      {"GenTokenizerOfAnotherModel", G, kSmall + "--tokenizer {S}/models/babyllama-char105/tok105.model --prompt Hi", 2,
+       {"--tokenizer: '", "has 105 pieces but the model", "vocab_size 512"}, true},
+      // ---- syntax shared by all tools ----
+      {"GenBudgetPercent", G, kTiny + "--policy h2o --budget 50% --prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0, {"[h2o k=4 w=1 sinks=0]"}},
+      {"GenRecentPercent", G, kTiny + "--policy keyformer --budget 10 --recent 30% --prompt-ids 1 --print-ids --steps 2", 0, {"[keyformer k=10 w=3 sinks=0]"}},
+      {"GenRecentRatioAlias", G, kTiny + "--policy h2o --budget 10 --recent-ratio 0.5 --prompt-ids 1 --print-ids --steps 2", 0, {"[h2o k=10 w=5 sinks=0]"}},
+      {"GenBudgetNotANumber", G, kTiny + "--policy h2o --budget lots --prompt-ids 1", 2, {"--budget: expected a non-negative integer, got 'lots'", "50%"}},
+      {"GenBudgetNegativePercent", G, kTiny + "--policy h2o --budget -5% --prompt-ids 1", 2, {"--budget: expected a percentage"}},
+      {"GenRecentAbove100Percent", G, kTiny + "--policy h2o --recent 150% --prompt-ids 1", 2, {"--recent: a percentage of the budget must be in [0%, 100%]"}},
+      {"GenStepsNegative", G, kTiny + "--steps -1 --prompt-ids 1", 2, {"--steps: expected an integer >= 0, got '-1'"}},
+      {"GenSeedNotANumber", G, kTiny + "--seed x --prompt-ids 1", 2, {"--seed: expected an integer >= 0, got 'x'"}},
+      {"GenUnknownPolicy", G, kTiny + "--policy lru --prompt-ids 1", 2, {"--policy: unknown policy 'lru'"}},
+      {"GenPromptIdsNotNumbers", G, kTiny + "--prompt-ids 1,a", 2, {"--prompt-ids: expected comma-separated token ids"}},
+      {"GenPromptAndPromptIds", G, kTiny + "--prompt hi --prompt-ids 1", 2, {"--prompt", "excludes"}},
+      {"GenDumpWithEviction", G, kTiny + "--policy h2o --dump-logits {W}/d.json --prompt-ids 1", 2, {"--dump-logits: records the full cache's attention"}},
+      {"GenDumpLayerOutOfRange", G, kTiny + "--dump-logits {W}/d.json --dump-layer 9 --prompt-ids 1 --print-ids", 2, {"--dump-layer: 9 is out of range: the model has 2 layers"}},
+      {"GenDumpFolderMissing", G, kTiny + "--dump-logits /nonexistent/dir/d.json --prompt-ids 1 --print-ids", 2,
+       {"--dump-logits: cannot write '/nonexistent/dir/d.json': the folder '/nonexistent/dir' does not exist"}},
+      {"GenUnknownFlag", G, kTiny + "--budgett 3", 2, {"--budgett"}},
+      // ---- kvevict-replay: the same flags ----
+      {"ReplayBudgetPercent", R, "{W}/t.json --policy h2o --budget 67%", 0, {"[h2o k=2 w=1 sinks=0]"}},
+      {"ReplayDefaultRecentIs30Percent", R, "{W}/t.json --policy h2o --budget 3", 0, {"[h2o k=3 w=1 sinks=0]"}},
+      {"ReplayStreamingDefaultSinks", R, "{W}/t.json --policy streaming --budget 3 --sinks 1", 0, {"[streaming k=3 w=2 sinks=1]"}},
+      {"ReplayRecentAboveBudget", R, "{W}/t.json --policy h2o --budget 2 --recent 3", 2, {"kvevict-replay: --recent: w = 3 exceeds the budget k = 2"}},
+      {"ReplayRecentPercentWithStreaming", R, "{W}/t.json --policy streaming --recent 30%", 2, {"--recent: streaming and window keep", "--policy streaming"}},
+      {"ReplaySinksWithH2O", R, "{W}/t.json --policy h2o --sinks 1", 2, {"--sinks: only --policy streaming"}},
+      {"ReplayPolicyFull", R, "{W}/t.json --policy full", 2, {"--policy: 'full' keeps every token"}},
+      {"ReplaySeedNegative", R, "{W}/t.json --seed -1", 2, {"--seed: expected an integer >= 0, got '-1'"}},
+      {"ReplayPromptLenNotANumber", R, "{W}/t.json --prompt-len three", 2, {"--prompt-len: expected an integer"}},
+      {"ReplayJsonNumberOverflow", R, "{W}/overflow.json --policy h2o --budget 1", 2, {"kvevict-replay: "}},
+      {"ReplayBudgetAbove2To53", R, "{W}/t.json --budget 18446744073709551615", 2, {"--budget: k = 18446744073709551615 exceeds 2^53"}},
+      // ---- kvevict-quality: cases 1, 2 and 6 ----
+      {"QualityOutFolderMissing", Q, "--windows 1 --ratios 0.5 --seeds 1 --out /nonexistent/dir/x", 2,
+       {"kvevict-quality: --out: cannot write '/nonexistent/dir/x': the folder '/nonexistent/dir' does not exist"}},
+      {"QualityWindowsNotANumber", Q, "--windows abc", 2, {"--windows: expected a positive integer or 'all', got 'abc'"}},
+      {"QualityWindowsNegative", Q, "--windows -1", 2, {"--windows: expected a positive integer or 'all', got '-1'"}},
+      {"QualitySeedsZero", Q, "--seeds 0", 2, {"--seeds: expected an integer in [1, 1000], got '0'"}},
+      {"QualityThreadsZero", Q, "--threads 0", 2, {"--threads: expected an integer in [1, 1024], got '0'"}},
+      {"QualityRatioAboveOne", Q, "--ratios 0.5,2", 2, {"--ratios: each ratio must be in (0, 1] (got 2)"}},
+      {"QualityPromptTooLong", Q, "--window 64 --prompt 63", 2, {"--prompt: 63 must be at most --window - 2 = 62"}},
+      {"QualitySinksAboveSmallestBudget", Q, "--ratios 0.01 --prompt 256", 2, {"--sinks: S = 4 exceeds the budget k = 2", "--ratios 0.01"}},
+      {"QualityTauNotANumber", Q, "--tau-init warm", 2, {"--tau-init: expected a number, got 'warm'"}},
+      {"QualityModelGguf", Q, "--model {W}/junk/fake.gguf --out {W}/q", 2, {"--model:", "GGUF is not supported"}},
+      {"QualityTokenizerOfAnotherModel", Q, kSmall + "--tokenizer {S}/models/babyllama-char105/tok105.model --windows 1 --out {W}/q", 2,
+       {"--tokenizer: '", "has 105 pieces but the model"}, true},
+      {"QualityTooManyWindows", Q, kSmall + "--data {S}/data/tinystories-val/tinystories_val.txt --windows 100000 --out {W}/q", 2, {"--windows: 100000 exceeds the", "windows of 512 tokens"}, true},
+      {"QualityDataMissing", Q, kSmall + "--data {W}/missing.txt --out {W}/q", 2, {"--data: cannot read"}, true},
+      {"QualityUnknownFlag", Q, "--ratio 0.5", 2, {"--ratio"}},
+  };
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class Cli : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Cli, ExitCodeAndOneStderrLineNamingTheFlag) {
+  const Case& c = GetParam();
+  if (*binary(c.tool) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  if (c.needs_shared) KVEVICT_REQUIRE_SHARED_FILE(shared() + "/models/stories260K/stories260K.bin");
+  const ToolRun run = Workspace::get().run(binary(c.tool), expand(c.args), expand(c.env));
+  EXPECT_EQ(run.exit_code, c.exit_code) << run.err;
+  for (const auto& needle : c.err) EXPECT_NE(run.err.find(expand(needle)), std::string::npos) << "stderr: " << run.err << "expected: " << needle;
+  EXPECT_EQ(run.err.find("kvevict::"), std::string::npos) << "a library class name reached the user: " << run.err;
+  EXPECT_EQ(run.err.find("llama2::"), std::string::npos) << "an engine class name reached the user: " << run.err;
+  EXPECT_EQ(run.err.find("[json.exception"), std::string::npos) << "a parser message reached the user: " << run.err;
+  if (c.exit_code == 2) {
+    EXPECT_EQ(run.out, "");
+    ASSERT_FALSE(run.err.empty());
+    EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << "more than one line: " << run.err;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tools, Cli, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// Issue 8 point 4: on an unseen checkpoint with context 128, a lone BOS and --steps 128 give 128 ids;
+// the 128th is predicted from position 127 and needs no position 128 (llama2.c prints 128 too).
+TEST(CliGenerate, GeneratesUpToTheTokenPredictedAtTheLastPosition) {
+  const ToolRun run = Workspace::get().run(KVEVICT_GENERATE_BIN,
+                                       "--model tiny.bin --policy full --temperature 0 --prompt-ids 1 --print-ids --steps 128");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out_lines(), 128u);
+  EXPECT_NE(run.err.find("generated 128 tok"), std::string::npos) << run.err;
+  // Positions 0..127 hold the BOS and the first 127 generated tokens; the 128th is never fed.
+  EXPECT_NE(run.err.find("retained per layer: 128 128 of 128 |"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("stopped: the model's context of 128 positions is reached"), std::string::npos) << run.err;
+  // The first 127 ids are the same as those of a run asked for 127 (which stops at --steps).
+  const ToolRun shorter = Workspace::get().run(KVEVICT_GENERATE_BIN,
+                                           "--model tiny.bin --policy full --temperature 0 --prompt-ids 1 --print-ids --steps 127");
+  ASSERT_EQ(shorter.exit_code, 0) << shorter.err;
+  EXPECT_EQ(run.out.substr(0, shorter.out.size()), shorter.out);
+  EXPECT_NE(shorter.err.find("stopped: --steps 127 tokens generated"), std::string::npos) << shorter.err;
+}
+
+TEST(CliAll, HelpNamesTheEnvironmentVariablesAndExitCodes) {
+  for (Tool t : {Tool::generate, Tool::replay, Tool::quality}) {
+    if (*binary(t) == '\0') continue;  // kvevict-quality not built
+    const ToolRun run = Workspace::get().run(binary(t), "--help");
+    EXPECT_EQ(run.exit_code, 0) << binary(t);
+    for (const char* needle : {"KVEVICT_SHARED_DIR", "KVEVICT_MODEL_DIR", "Exit codes: 0 success, 2 usage or input error",
+                               "--budget", "--recent", "--sinks"})
+      if (t != Tool::quality || std::string(needle) != "--budget") {
+        EXPECT_NE(run.out.find(needle), std::string::npos) << binary(t) << " --help lacks " << needle;
+      }
+  }
+}
+
+// Issue 9 case 1: a quality run writes every output whole, through temporary files that it renames.
+TEST(CliQuality, TinyRunWritesEveryOutputAndNoTemporaryFile) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  const std::string out = Workspace::get().file("qrun");
+  fs::create_directories(out);
+  const ToolRun run = Workspace::get().run(binary(Tool::quality),
+                                       expand(kSmall) +
+                                           "--data " + shared() + "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 --seeds 1 "
+                                           "--window 64 --prompt 32 --threads 1 "
+                                           "--out " + out + "/q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(out)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"q.csv", "q.gp", "q_plot.dat", "q_summary.csv"}));
+  const std::string csv = slurp(out + "/q.csv");
+  EXPECT_EQ(csv.rfind("policy,ratio,k,w,seed,window,nll,kl,top1\nfull,1,32,0,0,0,", 0), 0u) << csv;
+  // k = floor(0.5 * 32) = 16; w = floor(0.3 * 16) = 4; streaming keeps 4 sinks + the last 12; window the last 16.
+  EXPECT_NE(csv.find("\nh2o,0.5,16,4,0,0,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nstreaming,0.5,16,12,0,0,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nwindow,0.5,16,16,0,0,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\ntova,0.5,16,0,0,0,"), std::string::npos) << csv;
+}
+
+}  // namespace
