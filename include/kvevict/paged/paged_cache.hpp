@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kvevict/budget.hpp"
-#include "kvevict/cache.hpp"  // CacheConfig, detail::has_victim_flagged
+#include "kvevict/cache.hpp"  // CacheConfig
 #include "kvevict/cache_interface.hpp"
 #include "kvevict/core/check.hpp"
 #include "kvevict/paged/page_pool.hpp"
@@ -567,10 +567,8 @@ class PagedCache final : public PagedCacheInterface {
     }
   }
   std::size_t pick_victim(const float* scores, std::size_t n, std::int64_t recent_from) const {
-    if constexpr (detail::has_victim_flagged<Selection>::value)
-      return selection_.victim_flagged(scores, recent_flag_.data(), kv_.positions, n);
-    else
-      return selection_.victim(scores, kv_.positions, n, recent_from);
+    (void)recent_from;  // the window is the per-slot flags
+    return selection_.victim(scores, recent_flag_.data(), kv_.positions, n);
   }
   void ring_push(std::int64_t position, std::size_t slot) {
     if (ring_size_ == 0) return;
