@@ -2,7 +2,7 @@
 # Installs the Debian/Ubuntu packages kvevict's build, tests, examples and
 # benchmarks need, if any is missing. Uses sudo when not root.
 set -euo pipefail
-packages=(build-essential cmake clang libeigen3-dev googletest libgtest-dev libbenchmark-dev
+packages=(build-essential cmake clang libclang-rt-14-dev libeigen3-dev googletest libgtest-dev libbenchmark-dev
           libsentencepiece-dev libcli11-dev nlohmann-json3-dev gnuplot-nox python3)
 missing=()
 for p in "${packages[@]}"; do

@@ -306,6 +306,10 @@ class PagedCache final : public PagedCacheInterface {
       std::fill(scores_.begin(), scores_.end(), 0.0f);
     }
 
+    // The newest prompt position, before compaction may evict it (w = 0): a decode step's token
+    // must come after every position of the prompt, kept or not (as in Cache).
+    const std::int64_t last_prompt_position = kv_.positions[P - 1];
+
     // ---- nothing below can throw ----
     sum_scores_over_heads(P);
     std::size_t m = P;
@@ -324,7 +328,7 @@ class PagedCache final : public PagedCacheInterface {
       for (std::size_t e = 0; e < evictions; ++e) page_mark_[lowest_page(hi)] = 1;
       m = remove_marked_pages(P);
     }
-    last_position_ = kv_.positions[m - 1];
+    last_position_ = last_prompt_position;
     k_ = k;
     w_ = w;
     n_ = m;
