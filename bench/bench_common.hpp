@@ -28,7 +28,7 @@ inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-constexpr std::size_t kKVHeads = 8;  // every shape of the issue has 8 KV heads
+constexpr std::size_t kKVHeads = 8;  // every benchmarked shape has 8 KV heads
 
 /// One benchmark shape: `n` retained tokens per KV head (the budget k), head
 /// dimension `d`, GQA group `g` (query heads = 8 g).

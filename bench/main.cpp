@@ -3,7 +3,7 @@
 //   kvevict_bench [--full] [--verify] [--paged] [Google Benchmark flags...]
 //
 // Default: the quick grid (n in {1024, 4096, 32768}, d = 128, g in {1, 4},
-// float and half; prefill P in {512, 2048}, float). --full: the issue's whole grid
+// float and half; prefill P in {512, 2048}, float). --full: the whole grid
 // (n in {256, ..., 131072} plus 32768, d in {64, 128}, prefill P up to 8192).
 // --verify: only checks that the naive comparator keeps what kvevict keeps.
 // --paged: only the paged decode steps (issue 11; n in {1024, 4096, 32768}, d = 128, g = 1, float).

@@ -170,7 +170,7 @@ def main():
         out("")
 
     # ---- targets ------------------------------------------------------------------------------
-    out("### Targets (issue 4)")
+    out("### Targets")
     out("")
     groups = defaultdict(list)
     for what, val, lim, ok, txt in checks:

@@ -3,7 +3,7 @@
 #
 #   bash bench/run.sh            quick grid (n in {1024, 4096, 32768}, d = 128, g in {1, 4},
 #                                float and half; prefill P in {512, 2048}): ~10 min on 2 cores
-#   bash bench/run.sh --full     the whole grid of issue 4 (n up to 131072, d in {64, 128},
+#   bash bench/run.sh --full     the whole grid (n up to 131072, d in {64, 128},
 #                                P up to 8192): a few hours on 2 cores, peak memory ~10 GB
 #
 # Options: --out DIR (default build-bench/bench-results/<quick|full>), --build-dir DIR

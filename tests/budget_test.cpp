@@ -1,6 +1,7 @@
 // Tests of the budget k and recent window w resolution.
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -50,6 +51,63 @@ TEST(RecentWindow, TokensAndRatioOfBudget) {
   EXPECT_EQ(kvevict::RecentWindow::ratio(1.0).resolve(12), 12u);
   EXPECT_THROW(kvevict::RecentWindow::ratio(1.5), std::invalid_argument);
   EXPECT_THROW(kvevict::RecentWindow::ratio(-0.1), std::invalid_argument);
+}
+
+TEST(RecentWindow, NoneIsExplicitAndEqualToZeroTokensOrRatioZero) {
+  EXPECT_EQ(kvevict::RecentWindow::none().resolve(100), 0u);
+  EXPECT_TRUE(kvevict::RecentWindow::none().is_none());
+  EXPECT_TRUE(kvevict::RecentWindow::tokens(0).is_none());
+  EXPECT_TRUE(kvevict::RecentWindow::ratio(0.0).is_none());
+  EXPECT_FALSE(kvevict::RecentWindow::tokens(1).is_none());
+  EXPECT_FALSE(kvevict::RecentWindow::ratio(0.01).is_none());  // resolves to 0 only for k < 100
+  EXPECT_FALSE(kvevict::RecentWindow::none().is_ratio());
+  EXPECT_EQ(kvevict::RecentWindow::none().ratio_value(), 0.0);
+  EXPECT_EQ(kvevict::RecentWindow::tokens(3).ratio_value(), 0.0);  // no marker values: 0 when not a ratio
+  EXPECT_EQ(kvevict::RecentWindow::ratio(0.25).ratio_value(), 0.25);
+}
+
+TEST(TokenAmount, KindsValuesAndResolution) {
+  using A = kvevict::TokenAmount;
+  EXPECT_TRUE(A().is_none());
+  EXPECT_EQ(A::none().kind(), A::Kind::none);
+  EXPECT_EQ(A::count(7).kind(), A::Kind::count);
+  EXPECT_EQ(A::count(7).count_value(), 7u);
+  EXPECT_EQ(A::count(7).fraction_value(), 0.0);
+  EXPECT_EQ(A::fraction(0.25).kind(), A::Kind::fraction);
+  EXPECT_EQ(A::fraction(0.25).fraction_value(), 0.25);
+  EXPECT_EQ(A::fraction(0.25).count_value(), 0u);
+  EXPECT_EQ(A::fraction(0.3).of(7), 2.0);  // floor(2.1)
+  EXPECT_EQ(A::count(5).of(1000), 5.0);
+  EXPECT_EQ(A::none().of(1000), 0.0);
+  // Budget and RecentWindow are built on it.
+  EXPECT_EQ(kvevict::Budget::from(A::count(7)).resolve(100), 7u);
+  EXPECT_EQ(kvevict::Budget::from(A::fraction(0.5)).resolve(10), 5u);
+  EXPECT_EQ(kvevict::Budget::ratio(0.5).amount().kind(), A::Kind::fraction);
+  EXPECT_THROW(kvevict::Budget::from(A::none()), std::invalid_argument);
+  EXPECT_THROW(kvevict::Budget::from(A::count(0)), std::invalid_argument);
+  EXPECT_THROW(kvevict::Budget::from(A::fraction(-1.0)), std::invalid_argument);
+  EXPECT_TRUE(kvevict::RecentWindow::from(A::none()).is_none());
+  EXPECT_EQ(kvevict::RecentWindow::from(A::count(3)).resolve(10), 3u);
+  EXPECT_EQ(kvevict::RecentWindow::from(A::fraction(0.3)).resolve(128), 38u);
+  EXPECT_THROW(kvevict::RecentWindow::from(A::fraction(1.5)), std::invalid_argument);
+}
+
+TEST(TokenAmount, ParsesCountsPercentagesAndNone) {
+  using A = kvevict::TokenAmount;
+  EXPECT_EQ(A::parse("64", "--budget").count_value(), 64u);
+  EXPECT_TRUE(A::parse("64", "--budget").is_count());
+  EXPECT_EQ(A::parse("50%", "--budget").fraction_value(), 0.5);
+  EXPECT_EQ(A::parse("12.5%", "--budget").fraction_value(), 0.125);
+  EXPECT_TRUE(A::parse("none", "--recent").is_none());
+  for (const char* bad : {"", "abc", "5%x", "-3", "1e3", "%", "99999999999999999999999"}) {
+    try {
+      (void)A::parse(bad, "--budget");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("--budget: expected a token count such as 64 or a percentage such "
+                                                   "as 50%, got '") + bad + "'");
+    }
+  }
 }
 
 }  // namespace

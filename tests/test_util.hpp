@@ -18,7 +18,7 @@ inline float k_value(std::int64_t p, std::size_t h, std::size_t i) {
 }
 
 template <class T>
-void append_token(const kvevict::KVView<T>& kv, std::int64_t p) {
+void append_token(kvevict::KVView<T> kv, std::int64_t p) {
   std::vector<T> k(kv.n_kv_heads * kv.head_dim), v(k.size());
   for (std::size_t h = 0; h < kv.n_kv_heads; ++h)
     for (std::size_t i = 0; i < kv.head_dim; ++i) {

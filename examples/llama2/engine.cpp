@@ -228,7 +228,7 @@ void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
 
 // All query heads against the live slots [0, n) of the view (n = every KV head's length):
 // logits[h][s] = q_h·k_s / sqrt(head_dim) (kvevict::attention_logits), out_h = sum_s softmax(logits[h])_s v_s.
-void Engine::attend(const kvevict::KVView<float>& view, const float* q, float* logits, float* out) {
+void Engine::attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out) {
   const Config& c = model_.config();
   const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
   kvevict::attention_logits(view, q, c.n_heads, logits, 1.0f / std::sqrt(static_cast<float>(hd)));
@@ -315,7 +315,7 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
   for (std::size_t t = 0; t < P; ++t)
     X.row(static_cast<Eigen::Index>(t)) =
         ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(tokens[t]) * c.dim, dim).transpose();
-  prefill_scores_.assign(c.n_heads * P * P, 0.0f);
+  prompt_attention_logits_.assign(c.n_heads * P * P, 0.0f);
 
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
@@ -334,13 +334,13 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
       const kvevict::KVView<float>& view = append_kv(l, t, K.row(r).data(), V.row(r).data(), t > 0);
       attend(view, Q.row(r).data(), att_logits_.data(), XB2.row(r).data());
       for (std::size_t h = 0; h < c.n_heads; ++h)
-        std::copy_n(att_logits_.data() + h * (t + 1), t + 1, prefill_scores_.data() + (h * P + t) * P);
+        std::copy_n(att_logits_.data() + h * (t + 1), t + 1, prompt_attention_logits_.data() + (h * P + t) * P);
     }
     X.noalias() += XB2 * ConstMatrixMap(w.wo, dim, dim).transpose();
     if (paged_) {
-      if (paged_caches_[l]) paged_caches_[l]->prefill(prefill_scores_.data(), P);
+      if (paged_caches_[l]) paged_caches_[l]->prefill(prompt_attention_logits_.data(), P);
     } else if (caches_[l]) {
-      caches_[l]->prefill(prefill_scores_.data(), P);
+      caches_[l]->prefill(prompt_attention_logits_.data(), P);
     }
 
     for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim);

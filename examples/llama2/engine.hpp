@@ -138,7 +138,7 @@ class Engine {
   const RowMatrix& run_prefill(const std::vector<int>& tokens);
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
-  void attend(const kvevict::KVView<float>& view, const float* q, float* logits, float* out);
+  void attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out);
   /// Copies slots `[from, length)` of `pv` into the gather scratch (lengths = length).
   const kvevict::KVView<float>& gather(const kvevict::PagedKVView<float>& pv, std::size_t from);
   /// Appends (k, v) at `pos` to block `layer`'s storage; returns the view to attend over.
@@ -181,7 +181,7 @@ class Engine {
 
   // Prefill storage, grown on demand.
   RowMatrix prefill_logits_;           // [P][vocab]
-  std::vector<float> prefill_scores_;  // [n_heads][P][P], one block at a time
+  std::vector<float> prompt_attention_logits_;   // [n_heads][P][P], one block at a time
 };
 
 }  // namespace llama2

@@ -77,7 +77,7 @@ Plan make_plan(const Trace& trace, const Options& o) {
                                    "window is not set separately (it must be 0)");
   if (w > k)
     throw InputError(recent_field, "w = " + std::to_string(w) + " exceeds the budget k = " + std::to_string(k));
-  if (plan.policy == kvevict::Policy::tova && plan.config.recent.resolve(std::size_t{1} << 30) != 0)
+  if (plan.policy == kvevict::Policy::tova && !plan.config.recent.is_none())
     throw InputError(recent_field, "tova has no recent window; it must be 0");
   if (plan.policy == kvevict::Policy::streaming_llm && o.sinks > k)
     throw InputError("--sinks", "S = " + std::to_string(o.sinks) + " exceeds the budget k = " + std::to_string(k));
@@ -176,7 +176,7 @@ void replay(const Trace& trace, const Options& options, std::ostream& out) {
 
   // One layer with head_dim 1: only positions and scores matter to selection.
   kvevict::KVBuffer<float> store(n_kv, N, 1);
-  const kvevict::KVView<float> kv = store.view();
+  kvevict::KVView<float> kv = store.view();
   const std::unique_ptr<kvevict::CacheInterface> cache = kvevict::make_cache(plan.policy, plan.config, kv, plan.params);
   const std::vector<float> zero_row(n_kv, 0.0f);
   LineWriter writer(out, n_kv, N);

@@ -3,28 +3,32 @@
 //
 // kvevict.hpp — umbrella header: includes the whole library.
 //
-// Architecture (one concept per header):
-//   selection/    which tokens stay: select_keep, RecentTopKSelection, SinkRecentSelection
+// Architecture (one concept per folder; includes point down this list only):
+//   presets.hpp   Keyformer, H2O, StreamingLLM, TOVA aliases; Policy, parse_policy, make_cache
+//   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache (orchestration)
+//   concepts.hpp  the Score / Temperature / Selection contracts, as text and as static_asserts
+//   budget.hpp    k and w as a token count, a fraction, or none
 //   score/        what a token's score is: GumbelLogitScore (Keyformer), AccumulatedAttentionScore
 //                 (H2O), CurrentAttentionScore (TOVA), NoScore; the Gumbel sampler; the softmax kernel
 //   temperature/  τ per step: LinearTemperature, ConstantTemperature, IncrementTemperature
-//   kv/           KV storage: KVView (non-owning, strided), KVBuffer (owning), attention_logits
+//   selection/    which tokens stay: select_keep, RecentTopKSelection, SinkRecentSelection
+//   attention/    attention_logits, for engines whose attention never materialises the logits
+//   kv/           KV storage: KVView (non-owning, strided; KVView<const T> read-only), KVBuffer (owning)
+//   core/         argument checks, float bits, fast log/exp, the random generator
 //   paged/        page-table storage: PagedKVView (NHD/HND), PagePool, PagedCache (token or page unit)
-//   budget.hpp    k and w as counts or fractions
-//   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache
-//   policies.hpp  Keyformer, H2O, StreamingLLM, TOVA aliases and make_cache
 #pragma once
 
+#include "kvevict/attention/attention_logits.hpp"
 #include "kvevict/budget.hpp"
 #include "kvevict/cache.hpp"
 #include "kvevict/cache_interface.hpp"
-#include "kvevict/kv/attention_logits.hpp"
+#include "kvevict/concepts.hpp"
 #include "kvevict/kv/kv_buffer.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_cache.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
-#include "kvevict/policies.hpp"
+#include "kvevict/presets.hpp"
 #include "kvevict/score/gumbel.hpp"
 #include "kvevict/score/score_policies.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"

@@ -14,6 +14,16 @@
 
 namespace kvevict {
 
+namespace detail {
+/// Offset of the row of (kv_head `h`, slot `s`) from the start of K (or V):
+/// `h · head_stride + s · slot_stride`, in whatever unit the strides are in
+/// (elements for `KVView`, bytes for `detail::ErasedKV`). The one place the
+/// strided layout's arithmetic lives. O(1).
+constexpr std::size_t row_offset(std::size_t h, std::size_t s, std::size_t head_stride, std::size_t slot_stride) {
+  return h * head_stride + s * slot_stride;
+}
+}  // namespace detail
+
 /// Non-owning view of one transformer layer's KV cache: keys, values,
 /// position IDs and a length per KV head.
 ///
@@ -42,15 +52,27 @@ namespace kvevict {
 ///
 /// `T` is the KV element type: `float`, `Eigen::half` or `Eigen::bfloat16`
 /// (any trivially copyable type works: rows are moved with `memcpy`).
+/// `KVView<T>` is the writable view a `Cache` works on and an engine appends
+/// to; `KVView<const T>` is the read-only view attention reads (K, V, position
+/// IDs and lengths all `const`; every `KVView<T>` converts to it implicitly),
+/// in the style of `Eigen::Map<const …>`. Constness is shallow, as for a
+/// pointer or `std::span`: the members that write through the view (`append`)
+/// are non-`const` and exist only for a writable view.
 /// The view owns nothing; copying it is cheap and aliases the same storage.
 template <class T>
 struct KVView {
-  static_assert(std::is_trivially_copyable<T>::value, "KV element type must be trivially copyable");
+  static_assert(std::is_trivially_copyable<T>::value, "kvevict::KVView: KV element type must be trivially copyable");
+
+  using element_type = T;                               ///< `const U` for a read-only view
+  using value_type = std::remove_const_t<T>;            ///< the stored type `U`
+  static constexpr bool is_read_only = std::is_const<T>::value;
+  using position_type = std::conditional_t<is_read_only, const std::int64_t, std::int64_t>;
+  using length_type = std::conditional_t<is_read_only, const std::size_t, std::size_t>;
 
   T* k = nullptr;                    ///< keys, see layout above
   T* v = nullptr;                    ///< values, same strides as `k`
-  std::int64_t* positions = nullptr; ///< position IDs, `[kv_head][capacity]`
-  std::size_t* lengths = nullptr;    ///< live slots per KV head, `[kv_head]`
+  position_type* positions = nullptr;///< position IDs, `[kv_head][capacity]`
+  length_type* lengths = nullptr;    ///< live slots per KV head, `[kv_head]`
   std::size_t n_kv_heads = 0;        ///< number of KV heads
   std::size_t capacity = 0;          ///< slots per KV head
   std::size_t head_dim = 0;          ///< elements per K or V row
@@ -61,8 +83,8 @@ struct KVView {
   /// caller storage of at least `n_kv_heads * capacity * head_dim` elements
   /// for `k` and `v`, `n_kv_heads * capacity` for `positions` and `n_kv_heads`
   /// for `lengths`. Throws `std::invalid_argument` via `validate()`.
-  static KVView contiguous(T* k, T* v, std::int64_t* positions, std::size_t* lengths,
-                           std::size_t n_kv_heads, std::size_t capacity, std::size_t head_dim) {
+  static KVView contiguous(T* k, T* v, position_type* positions, length_type* lengths, std::size_t n_kv_heads,
+                           std::size_t capacity, std::size_t head_dim) {
     KVView view;
     view.k = k;
     view.v = v;
@@ -75,6 +97,26 @@ struct KVView {
     view.slot_stride = head_dim;
     view.validate();
     return view;
+  }
+
+  /// The read-only view of the same storage. O(1).
+  KVView<const value_type> read_only() const {
+    KVView<const value_type> ro;
+    ro.k = k;
+    ro.v = v;
+    ro.positions = positions;
+    ro.lengths = lengths;
+    ro.n_kv_heads = n_kv_heads;
+    ro.capacity = capacity;
+    ro.head_dim = head_dim;
+    ro.head_stride = head_stride;
+    ro.slot_stride = slot_stride;
+    return ro;
+  }
+  /// Implicit conversion of a writable view to the read-only view (`read_only()`).
+  template <class U = T, std::enable_if_t<!std::is_const<U>::value, int> = 0>
+  operator KVView<const U>() const {  // NOLINT(google-explicit-constructor): like T* -> const T*
+    return read_only();
   }
 
   /// Checks pointers, sizes and that rows of distinct (head, slot) pairs do
@@ -98,12 +140,13 @@ struct KVView {
                       " exceeds capacity ", capacity);
   }
 
-  /// K row of (head, slot): `head_dim` contiguous elements. No bounds check.
-  T* k_row(std::size_t head, std::size_t slot) const { return k + head * head_stride + slot * slot_stride; }
+  /// K row of (head, slot): `head_dim` contiguous elements at
+  /// `k + detail::row_offset(head, slot, head_stride, slot_stride)`. No bounds check.
+  T* k_row(std::size_t head, std::size_t slot) const { return k + detail::row_offset(head, slot, head_stride, slot_stride); }
   /// V row of (head, slot): `head_dim` contiguous elements. No bounds check.
-  T* v_row(std::size_t head, std::size_t slot) const { return v + head * head_stride + slot * slot_stride; }
+  T* v_row(std::size_t head, std::size_t slot) const { return v + detail::row_offset(head, slot, head_stride, slot_stride); }
   /// Position IDs of `head`, `[capacity]`; the first `length(head)` are live.
-  std::int64_t* head_positions(std::size_t head) const { return positions + head * capacity; }
+  position_type* head_positions(std::size_t head) const { return positions + head * capacity; }
   /// Live slots of `head`.
   std::size_t length(std::size_t head) const { return lengths[head]; }
 
@@ -112,7 +155,9 @@ struct KVView {
   /// `lengths[h]` with position ID `position`, then increments `lengths[h]`.
   /// All-or-nothing: throws `std::length_error` (nothing written) if any head
   /// is full and `std::invalid_argument` if a pointer is null. O(n_kv_heads * head_dim).
-  void append(std::int64_t position, const T* k_new, const T* v_new) const {
+  /// Writable views only (not `const`: it writes the storage).
+  void append(std::int64_t position, const value_type* k_new, const value_type* v_new) {
+    static_assert(!is_read_only, "kvevict::KVView::append: a read-only KVView<const T> cannot be appended to");
     detail::require(k_new != nullptr && v_new != nullptr, "kvevict::KVView::append: k_new and v_new must be non-null");
     for (std::size_t h = 0; h < n_kv_heads; ++h)
       if (lengths[h] >= capacity)
@@ -125,15 +170,6 @@ struct KVView {
       head_positions(h)[s] = position;
       lengths[h] = s + 1;
     }
-  }
-
-  /// Copies the K row, V row and position ID of slot `from` of `head` onto slot
-  /// `to` (no-op when equal). O(head_dim). No bounds check; lengths untouched.
-  void move_slot(std::size_t head, std::size_t from, std::size_t to) const {
-    if (from == to) return;
-    std::memcpy(k_row(head, to), k_row(head, from), head_dim * sizeof(T));
-    std::memcpy(v_row(head, to), v_row(head, from), head_dim * sizeof(T));
-    head_positions(head)[to] = head_positions(head)[from];
   }
 };
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kvevict/budget.hpp"
-#include "kvevict/cache.hpp"  // CacheConfig, detail::has_victim_flagged
+#include "kvevict/cache.hpp"  // CacheConfig
 #include "kvevict/cache_interface.hpp"
 #include "kvevict/core/check.hpp"
 #include "kvevict/paged/page_pool.hpp"
@@ -306,6 +306,10 @@ class PagedCache final : public PagedCacheInterface {
       std::fill(scores_.begin(), scores_.end(), 0.0f);
     }
 
+    // The newest prompt position, before compaction may evict it (w = 0): a decode step's token
+    // must come after every position of the prompt, kept or not (as in Cache).
+    const std::int64_t last_prompt_position = kv_.positions[P - 1];
+
     // ---- nothing below can throw ----
     sum_scores_over_heads(P);
     std::size_t m = P;
@@ -324,7 +328,7 @@ class PagedCache final : public PagedCacheInterface {
       for (std::size_t e = 0; e < evictions; ++e) page_mark_[lowest_page(hi)] = 1;
       m = remove_marked_pages(P);
     }
-    last_position_ = kv_.positions[m - 1];
+    last_position_ = last_prompt_position;
     k_ = k;
     w_ = w;
     n_ = m;
@@ -567,10 +571,8 @@ class PagedCache final : public PagedCacheInterface {
     }
   }
   std::size_t pick_victim(const float* scores, std::size_t n, std::int64_t recent_from) const {
-    if constexpr (detail::has_victim_flagged<Selection>::value)
-      return selection_.victim_flagged(scores, recent_flag_.data(), kv_.positions, n);
-    else
-      return selection_.victim(scores, kv_.positions, n, recent_from);
+    (void)recent_from;  // the window is the per-slot flags
+    return selection_.victim(scores, recent_flag_.data(), kv_.positions, n);
   }
   void ring_push(std::int64_t position, std::size_t slot) {
     if (ring_size_ == 0) return;

@@ -4,21 +4,9 @@
 // score/score_policies.hpp — what a token's score is: the score policies.
 //
 // A score policy is a small traits struct; `Cache` runs the shared softmax
-// kernel as the traits say. This is the whole interface a custom score policy
-// implements (all members required):
-//   static constexpr bool kUsesLogits       the policy reads attention logits at
-//                                           all (false: logits may be nullptr,
-//                                           scores stay 0);
-//   static constexpr bool kAccumulates      scores persist and grow over steps
-//                                           (false: each step replaces them, TOVA);
-//   static constexpr bool kUsesTemperature  divide by the schedule's τ (false: τ = 1);
-//   static constexpr bool kPrefillLastRow   prefill scores with the last prompt
-//                                           row only (TOVA) instead of summing
-//                                           every causal row;
-//   bool noisy() const                      add Gumbel noise ζ each step (drawn
-//                                           from the cache's generator, or injected).
-// A temperature schedule is any copyable callable `float operator()(std::size_t t) const`
-// (t = 0 prefill, t >= 1 decode steps); see temperature/temperature_schedules.hpp.
+// kernel as the traits say. The contract a custom score policy (and a custom
+// temperature schedule) implements is written, and checked, in
+// kvevict/concepts.hpp.
 #pragma once
 
 namespace kvevict {

@@ -1,7 +1,8 @@
 // kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
 // SPDX-License-Identifier: Apache-2.0
 //
-// score/softmax_accumulate.hpp — the one numeric kernel every score policy uses.
+// score/softmax_accumulate.hpp — the one numeric kernel every score policy uses:
+// softmax of a logits row (with optional noise and temperature) added into scores.
 #pragma once
 
 #include <algorithm>
@@ -11,14 +12,15 @@
 
 #include <Eigen/Core>
 
-#include "kvevict/score/fast_math.hpp"
+#include "kvevict/core/fast_math.hpp"
 #include "kvevict/score/gumbel.hpp"
 
 namespace kvevict {
 
 namespace detail {
 
-/// Where the noise ζ of a row comes from.
+/// Where the noise ζ of a row comes from: none, injected (`GivenNoise`), or
+/// drawn from the cache's generator (`DrawnNoise`).
 struct NoNoise {};
 struct GivenNoise {
   const float* zeta;  ///< `[n]`, any values (validated through `x + ζ`)
@@ -27,75 +29,19 @@ struct DrawnNoise {
   Xoshiro256pp* gen;  ///< draws exactly as `fill_gumbel(*gen, ζ, n)` would
 };
 
-constexpr std::size_t kChunk = 512;  // L1-sized piece; even, so Gumbel draw pairs stay aligned
+/// L1-sized piece of a row (floats); even, so Gumbel draw pairs stay aligned.
+/// `inline constexpr`: one object in every translation unit (no ODR hazard when
+/// inline functions bind it by reference, e.g. through `std::min`).
+inline constexpr std::size_t kChunk = 512;
 
 /// max of v[0, len) with NaN propagation (Eigen, vectorised); -inf if empty.
 inline float max_propagate_nan(const float* v, std::size_t len) {
   if (len == 0) return -std::numeric_limits<float>::infinity();
   return Eigen::Map<const Eigen::ArrayXf>(v, static_cast<Eigen::Index>(len)).maxCoeff<Eigen::PropagateNaN>();
 }
-/// The larger of two maxima, NaN if either is NaN.
-inline float max_nan(float a, float b) { return (a != a || b != b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b); }
-
-/// Pass 1 of a row: `y = x + ζ` written to `y_out` (noisy rows only) and
-/// `*max` = max of `y`, NaN if some `y` is NaN. Returns the array holding `y`
-/// (`x` itself when noise-free).
-inline const float* row_values(const float* x, NoNoise, std::size_t n, float* /*y_out*/, float* max) {
-  *max = max_propagate_nan(x, n);
-  return x;
-}
-inline const float* row_values(const float* x, GivenNoise noise, std::size_t n, float* y_out, float* max) {
-  for (std::size_t i = 0; i < n; ++i) y_out[i] = x[i] + noise.zeta[i];
-  *max = max_propagate_nan(y_out, n);
-  return y_out;
-}
-inline const float* row_values(const float* x, DrawnNoise noise, std::size_t n, float* y_out, float* max) {
-  float z[kChunk];
-  float m = -std::numeric_limits<float>::infinity();
-  for (std::size_t c0 = 0; c0 < n; c0 += kChunk) {
-    const std::size_t len = std::min(kChunk, n - c0);
-    fill_uniform_open(*noise.gen, z, len);
-    gumbel_from_uniform(z, len);
-    float* y = y_out + c0;
-    const float* xc = x + c0;
-    for (std::size_t i = 0; i < len; ++i) y[i] = xc[i] + z[i];
-    m = max_nan(m, max_propagate_nan(y, len));
-  }
-  *max = m;
-  return y_out;
-}
-
-/// The softmax numerators of one row: with `y = x + ζ` (ζ per `noise`),
-/// writes `e[i] = exp((y[i] − max y) · inv_tau)` (0 where `y[i] = -inf`) and
-/// `*inv_sum = 1 / Σ e`, so that `softmax(y / τ) = e · inv_sum`. A fully masked
-/// row gives `e = 0`, `*inv_sum = 0`. Returns `false` (nothing meaningful
-/// written, noise already drawn) if some `y[i]` is NaN or `+inf`.
-/// Two streaming passes (ζ, `y` and max; exp and sum), worked in L1-sized
-/// chunks; `e` must not alias `x`. O(n), no allocation.
-template <class Noise>
-bool softmax_numerators(const float* x, Noise noise, std::size_t n, float inv_tau, float* e, float* inv_sum) {
-  float m = 0.0f;
-  const float* y = row_values(x, noise, n, e, &m);
-  if (m != m || m == std::numeric_limits<float>::infinity()) return false;  // NaN or +inf somewhere
-  if (m == -std::numeric_limits<float>::infinity()) {                      // fully masked (or n = 0)
-    std::fill_n(e, n, 0.0f);
-    *inv_sum = 0.0f;
-    return true;
-  }
-  float sum = 0.0f;
-  for (std::size_t c0 = 0; c0 < n; c0 += kChunk) {
-    const std::size_t len = std::min(kChunk, n - c0);
-    const float* yc = y + c0;
-    float* ec = e + c0;
-    for (std::size_t i = 0; i < len; ++i) ec[i] = exp_nonpositive((yc[i] - m) * inv_tau);  // -inf -> 0
-    sum += Eigen::Map<const Eigen::ArrayXf>(ec, static_cast<Eigen::Index>(len)).sum();
-  }
-  *inv_sum = 1.0f / sum;  // sum >= 1: the max entry contributes exp(0)
-  return true;
-}
 
 /// Chunks of `kChunk` elements in a row of `n`.
-inline std::size_t chunk_count(std::size_t n) { return (n + kChunk - 1) / kChunk; }
+inline constexpr std::size_t chunk_count(std::size_t n) { return (n + kChunk - 1) / kChunk; }
 
 /// `y = x + ζ` of chunk `[c0, c0 + len)` of a row: a pointer into `x` when
 /// noise-free, else `buf` filled (noise drawn in the generator's order).
@@ -177,30 +123,39 @@ inline void add_chunks(const float* e, const float* f, std::size_t n, float* acc
 
 }  // namespace detail
 
+/// Floats of scratch space `accumulate_softmax` needs for a row of `n`:
+/// `n` for the numerators plus `2 · ceil(n / 512)` for the per-chunk factors.
+inline constexpr std::size_t softmax_scratch_size(std::size_t n) { return n + 2 * detail::chunk_count(n); }
+
 /// Adds `p = softmax((x + ζ) / τ)` over one attention row into `acc`
 /// (Keyformer Eq. 7 with noise; H2O's accumulated attention with `ζ = 0`, τ = 1).
+/// This is the kernel `Cache` runs for every query row (`detail::softmax_chunks`
+/// followed by `detail::add_chunks`), so its tests test the shipped code.
 ///
 ///  - `x[0, n)`: pre-softmax logits of one query row (q·k/√d plus any additive
 ///    bias). `-inf` marks a masked entry: it receives `p = 0`. A row whose every
 ///    entry is `-inf` adds nothing and is not an error.
 ///  - `zeta[0, n)`: Gumbel noise, or `nullptr` for none.
-///  - `inv_tau = 1 / τ`, τ > 0 (checked by the caller).
+///  - `inv_tau = 1 / τ`, finite and > 0 (checked by the caller).
 ///  - `acc[0, n)`: accumulator, `acc[i] += p[i]`.
-///  - `scratch[0, n)`: work space; overwritten.
+///  - `scratch[0, softmax_scratch_size(n))`: work space; overwritten; must not
+///    alias `x`, `zeta` or `acc`.
 ///
-/// Returns `false`, leaving `acc` untouched, if the row contains NaN or `+inf`
-/// (the softmax is undefined); the caller turns that into an exception.
-/// Numerically stable (max subtracted before `exp`); `exp` is
+/// Returns `false`, leaving `acc` untouched, if some `x[i] + ζ[i]` is NaN or
+/// `+inf` (the softmax is undefined); the caller turns that into an exception.
+/// Numerically stable (online softmax: the max of each 512-element chunk is
+/// subtracted before `exp`, chunks are rescaled to the row max); `exp` is
 /// `detail::exp_nonpositive` (relative error below 1.2e-7; terms below 1e-38
-/// of the max count as 0). O(n), three vectorised passes, no allocation.
+/// of the max count as 0). O(n), one streaming pass over `x` plus one over the
+/// numerators, no allocation.
 inline bool accumulate_softmax(const float* x, const float* zeta, std::size_t n, float inv_tau, float* acc,
                                float* scratch) {
-  float r = 0.0f;
-  const bool ok = zeta != nullptr
-                      ? detail::softmax_numerators(x, detail::GivenNoise{zeta}, n, inv_tau, scratch, &r)
-                      : detail::softmax_numerators(x, detail::NoNoise{}, n, inv_tau, scratch, &r);
+  float* e = scratch;
+  float* f = scratch + n;
+  const bool ok = zeta != nullptr ? detail::softmax_chunks(x, detail::GivenNoise{zeta}, n, inv_tau, e, f)
+                                  : detail::softmax_chunks(x, detail::NoNoise{}, n, inv_tau, e, f);
   if (!ok) return false;
-  for (std::size_t i = 0; i < n; ++i) acc[i] += scratch[i] * r;
+  detail::add_chunks(e, f, n, acc, false);
   return true;
 }
 

@@ -14,6 +14,11 @@
 
 namespace kvevict {
 
+namespace detail {
+inline std::size_t select_keep_unchecked(const float* scores, std::size_t n, std::size_t k, std::size_t w,
+                                         std::size_t* out) noexcept;
+}  // namespace detail
+
 /// Keyformer / H2O selection rule (Keyformer §3.3 and Algorithm 1; H2O §4):
 /// of `n` candidates in original order (index 0 = oldest), each with one score,
 /// keep `m = min(k, n)` of them:
@@ -41,7 +46,17 @@ inline std::size_t select_keep(const float* scores, std::size_t n, std::size_t k
   detail::require(scores != nullptr && out != nullptr, "kvevict::select_keep: scores and out must be non-null");
   for (std::size_t i = 0; i < n; ++i)
     detail::require(!std::isnan(scores[i]), "kvevict::select_keep: scores[", i, "] is NaN");
+  return detail::select_keep_unchecked(scores, n, k, w, out);
+}
 
+namespace detail {
+/// The rule of `select_keep` without its argument checks, for callers that
+/// guarantee them (`k >= 1`, `w <= k`, non-null pointers when `n > 0`, no NaN
+/// score): `RecentTopKSelection::prefill_keep`, which must not throw.
+/// Same result, complexity and memory use as `select_keep`.
+inline std::size_t select_keep_unchecked(const float* scores, std::size_t n, std::size_t k, std::size_t w,
+                                         std::size_t* out) noexcept {
+  if (n == 0) return 0;
   const std::size_t m = std::min(k, n);
   const std::size_t r = std::min(w, n);
   const std::size_t pool = n - r;   // candidates [0, pool) compete for key slots
@@ -64,6 +79,7 @@ inline std::size_t select_keep(const float* scores, std::size_t n, std::size_t k
   for (std::size_t i = pool; i < n; ++i) out[count++] = i;
   return count;
 }
+}  // namespace detail
 
 /// Allocating convenience overload of the rule above: returns the kept indices
 /// in ascending order. Same semantics, complexity and exceptions.

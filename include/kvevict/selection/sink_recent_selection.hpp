@@ -22,7 +22,7 @@ namespace kvevict {
 /// always `k − sinks` (derived from the budget), so the configuration's own
 /// recent window must be 0 (`RecentWindow::tokens(0)` or `ratio(0)`):
 /// `validate` rejects any other value rather than ignoring it.
-/// Entry points as for `RecentTopKSelection`.
+/// Implements the selection-policy contract of `kvevict/concepts.hpp`.
 struct SinkRecentSelection {
   std::size_t sinks = 0;  ///< attention sinks kept at the start
 
@@ -40,7 +40,7 @@ struct SinkRecentSelection {
   /// Candidates in position order: the first `min(sinks, m)` and the last
   /// `m − min(sinks, m)`, `m = min(k, n)`. O(m).
   std::size_t prefill_keep(const float* /*scores*/, std::size_t n, std::size_t k, std::size_t /*w*/,
-                           std::size_t* out) const {
+                           std::size_t* out) const noexcept {
     const std::size_t m = std::min(k, n);
     const std::size_t s = std::min(sinks, m);
     std::size_t c = 0;
@@ -53,8 +53,9 @@ struct SinkRecentSelection {
   /// smallest positions seen so far in a small sorted array (on the stack up to
   /// 64 sinks); the common case is one compare per slot. O(n · (1 + sinks ·
   /// insertions / n)), no allocation.
-  std::size_t victim(const float* /*scores*/, const std::int64_t* positions, std::size_t n,
-                     std::int64_t /*recent_from*/) const {
+  /// Scores and the recent flags are not read.
+  std::size_t victim(const float* /*scores*/, const std::uint8_t* /*recent*/, const std::int64_t* positions,
+                     std::size_t n) const noexcept {
     constexpr std::size_t kMaxTracked = 65;
     if (sinks + 1 > kMaxTracked || n == 0) return victim_by_rounds(positions, n);
     const std::size_t want = std::min(sinks + 1, n);  // n > sinks in a decode step; be safe anyway
@@ -79,7 +80,7 @@ struct SinkRecentSelection {
 
  private:
   /// Same result for very many sinks: raise a floor `sinks + 1` times. O(n · (sinks + 1)).
-  std::size_t victim_by_rounds(const std::int64_t* positions, std::size_t n) const {
+  std::size_t victim_by_rounds(const std::int64_t* positions, std::size_t n) const noexcept {
     std::int64_t floor = std::numeric_limits<std::int64_t>::min();
     std::size_t best = 0;
     for (std::size_t round = 0; round <= sinks && round < n; ++round) {

@@ -1,0 +1,63 @@
+// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
+// SPDX-License-Identifier: Apache-2.0
+//
+// attention/attention_logits.hpp — logits for engines whose fused attention never
+// materialises them.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include "kvevict/core/check.hpp"
+#include "kvevict/kv/kv_view.hpp"
+
+namespace kvevict {
+
+/// Computes the decode-step logits `x[h][s] = scale · (q[h] · K[h / g][s]) (+ bias[h][s])`
+/// for one query per query head against every live slot of the view.
+///
+///  - `q`: `[n_q_heads][head_dim]` row-major, float (RoPE already applied);
+///  - `out`: `[n_q_heads][n]` row-major, `n = kv.length(0)` (every KV head
+///    must hold `n` slots), indexed by slot as `Cache::decode_step` expects;
+///  - `scale`: usually `1 / sqrt(head_dim)`;
+///  - `bias`: optional additive bias `[n_q_heads][n]` (ALiBi, masks with `-inf`), or `nullptr`.
+/// `g = n_q_heads / kv.n_kv_heads`. K rows of type `T` are converted to float
+/// on the fly (`Eigen::half`, `Eigen::bfloat16`). O(n_q_heads · n · head_dim),
+/// Eigen matrix–vector products, no allocation.
+/// Reads the view only (`KVView<const T>`; a writable `KVView<T>` converts).
+/// Throws `std::invalid_argument` if `n_q_heads` is not a positive multiple of
+/// `kv.n_kv_heads`, a pointer is null or heads hold different lengths.
+template <class T>
+void attention_logits(const KVView<const T>& kv, const float* q, std::size_t n_q_heads, float* out, float scale,
+                      const float* bias = nullptr) {
+  detail::require(n_q_heads >= 1 && n_q_heads % kv.n_kv_heads == 0, "kvevict::attention_logits: n_q_heads (",
+                  n_q_heads, ") must be a positive multiple of n_kv_heads (", kv.n_kv_heads, ")");
+  detail::require(q != nullptr && out != nullptr, "kvevict::attention_logits: q and out must be non-null");
+  const std::size_t n = kv.length(0);
+  for (std::size_t j = 1; j < kv.n_kv_heads; ++j)
+    detail::require(kv.length(j) == n, "kvevict::attention_logits: KV head ", j, " holds ", kv.length(j),
+                    " slots, KV head 0 holds ", n);
+  const std::size_t g = n_q_heads / kv.n_kv_heads;
+  const auto rows = static_cast<Eigen::Index>(n), d = static_cast<Eigen::Index>(kv.head_dim);
+  using KMat = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
+                          Eigen::OuterStride<>>;
+  for (std::size_t h = 0; h < n_q_heads; ++h) {
+    KMat K(kv.k_row(h / g, 0), rows, d, Eigen::OuterStride<>(static_cast<Eigen::Index>(kv.slot_stride)));
+    Eigen::Map<const Eigen::VectorXf> qv(q + h * kv.head_dim, d);
+    Eigen::Map<Eigen::VectorXf> x(out + h * n, rows);
+    x.noalias() = K.template cast<float>() * qv;
+    x *= scale;
+    if (bias != nullptr) x += Eigen::Map<const Eigen::VectorXf>(bias + h * n, rows);
+  }
+}
+
+/// `attention_logits` on a writable view: reads it through `kv.read_only()`.
+template <class T, std::enable_if_t<!std::is_const<T>::value, int> = 0>
+void attention_logits(const KVView<T>& kv, const float* q, std::size_t n_q_heads, float* out, float scale,
+                      const float* bias = nullptr) {
+  attention_logits<T>(kv.read_only(), q, n_q_heads, out, scale, bias);
+}
+
+}  // namespace kvevict

@@ -1,0 +1,70 @@
+// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
+// SPDX-License-Identifier: Apache-2.0
+//
+// core/fast_math.hpp — the element-wise log and exp of the score kernels,
+// restricted to the ranges the kernels feed them, written as branch-free scalar
+// code that g++ and clang++ vectorise (SSE2, AVX2/FMA with -march=native).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kvevict/core/bits.hpp"
+
+namespace kvevict {
+namespace detail {
+
+/// Natural logarithm of a finite, normal `x > 0` (no checks: 0, negatives,
+/// denormals, inf and NaN give meaningless results). Cephes `logf`: the
+/// argument is split as `2^e · m`, `m` in [√½, √2), by integer arithmetic on the
+/// bits, then `log(m) = f − f²/2 + f³ P(f)`, `f = m − 1`, degree-8 `P`. Relative
+/// error below 1.1e-7 (about 1 ulp) over the whole range, in particular near
+/// `x = 1` where `log x ≈ x − 1` is tiny. About 20 operations, vectorisable.
+inline float log_positive(float x) {
+  const std::uint32_t ix = float_bits(x) - 0x3f3504f3u;  // bits of √½: m lands in [√½, √2)
+  const float e = static_cast<float>(static_cast<std::int32_t>(ix) >> 23);
+  const float f = bits_float((ix & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
+  const float f2 = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  const float r = (p * f) * f2 - 0.5f * f2 + f;
+  return (r + e * -2.12194440e-4f) + e * 0.693359375f;  // e · ln 2 in two parts
+}
+
+/// `exp(x)` for `x <= 0`, including `x = -inf` (gives exactly 0). Cephes
+/// `expf`: `x = n ln 2 + r`, `|r| <= ln 2 / 2`, degree-5 polynomial, `2^n` built in
+/// the exponent bits. Relative error below 1.2e-7 for `x >= -87.3`; below about
+/// -87.7 the result is flushed to 0 (the true value is under 1.2e-38, the
+/// smallest normal float), and in between it may be a denormal. Positive `x` or
+/// NaN give meaningless results. About 15 operations, vectorisable.
+inline float exp_nonpositive(float x) {
+  // Clamp to >= -88 (then n = -127 and the scale is +0: -inf and underflow give
+  // 0). Done on the bits: for x <= 0 larger magnitude means larger bits; a float
+  // compare would let the compiler split the loop into branches and not vectorise.
+  x = bits_float(std::min(float_bits(x), 0xc2b00000u));  // 0xc2b00000 = -88.0f
+  const float shifter = 12582912.0f;                    // 1.5 · 2^23: adding it rounds to an integer
+  const float t = x * 1.44269504088896341f + shifter;   // n + shifter, n = round(x / ln 2)
+  const float n = t - shifter;
+  float r = x - n * 0.693359375f;                       // x − n ln 2, ln 2 in two parts
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = (p * r) * r + r + 1.0f;
+  // 2^n from the integer in t's low bits: exponent field n + 127, in [0, 127].
+  const std::uint32_t biased = float_bits(t) - float_bits(shifter) + 127u;
+  return p * bits_float(biased << 23);
+}
+
+}  // namespace detail
+}  // namespace kvevict

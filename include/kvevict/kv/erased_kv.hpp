@@ -1,0 +1,97 @@
+// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
+// SPDX-License-Identifier: Apache-2.0
+//
+// kv/erased_kv.hpp — a KVView with its element type erased to bytes, so that the
+// cache's slot moves are not templated on `T`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kvevict/core/check.hpp"
+#include "kvevict/kv/kv_view.hpp"
+
+namespace kvevict {
+namespace detail {
+
+/// Byte-level access to a writable `KVView<T>`'s rows: the same storage, the
+/// strides in bytes, and the same offset formula (`row_offset`) as `KVView`.
+/// Rows are `row_bytes = head_dim · sizeof(T)` bytes, moved with `memcpy`.
+/// Non-owning, cheap to copy; aliases the view's storage.
+struct ErasedKV {
+  unsigned char* k = nullptr;          ///< start of K, `[kv_head][slot]` rows as in the view
+  unsigned char* v = nullptr;          ///< start of V, same strides
+  std::int64_t* positions = nullptr;   ///< `[kv_head][capacity]` position IDs
+  std::size_t* lengths = nullptr;      ///< `[kv_head]` live slots
+  std::size_t n_kv_heads = 0, capacity = 0;
+  std::size_t row_bytes = 0;           ///< bytes of one K (or V) row
+  std::size_t head_stride = 0;         ///< bytes between (h, s) and (h + 1, s)
+  std::size_t slot_stride = 0;         ///< bytes between (h, s) and (h, s + 1)
+
+  /// Erases `view` after `view.validate()` (throws `std::invalid_argument` as it does). O(n_kv_heads).
+  template <class T>
+  static ErasedKV from(const KVView<T>& view) {
+    static_assert(!std::is_const<T>::value, "kvevict: the cache needs a writable KVView<T>, not a KVView<const T>");
+    view.validate();
+    ErasedKV e;
+    e.k = reinterpret_cast<unsigned char*>(view.k);
+    e.v = reinterpret_cast<unsigned char*>(view.v);
+    e.positions = view.positions;
+    e.lengths = view.lengths;
+    e.n_kv_heads = view.n_kv_heads;
+    e.capacity = view.capacity;
+    e.row_bytes = view.head_dim * sizeof(T);
+    e.head_stride = view.head_stride * sizeof(T);
+    e.slot_stride = view.slot_stride * sizeof(T);
+    return e;
+  }
+  /// K row of (h, s), `row_bytes` bytes. No bounds check.
+  unsigned char* k_row(std::size_t h, std::size_t s) const { return k + row_offset(h, s, head_stride, slot_stride); }
+  /// V row of (h, s), `row_bytes` bytes. No bounds check.
+  unsigned char* v_row(std::size_t h, std::size_t s) const { return v + row_offset(h, s, head_stride, slot_stride); }
+  /// Position IDs of head `h`, `[capacity]`.
+  std::int64_t* pos(std::size_t h) const { return positions + h * capacity; }
+};
+
+/// The engine protocol at prefill: every KV head holds exactly `P >= 1` slots
+/// with strictly ascending position IDs, identical across heads. Throws
+/// `std::invalid_argument` naming the head, slot and values. O(n_kv_heads · P).
+inline void check_prompt_view(const ErasedKV& kv, std::size_t P) {
+  require(P >= 1, "kvevict::Cache::prefill: prompt_len must be >= 1 (got 0)");
+  for (std::size_t h = 0; h < kv.n_kv_heads; ++h)
+    require(kv.lengths[h] == P, "kvevict::Cache::prefill: prompt_len = ", P, " but the view's lengths[", h,
+            "] = ", kv.lengths[h], " (append the prompt's K/V first)");
+  for (std::size_t h = 0; h < kv.n_kv_heads; ++h) {
+    const std::int64_t* pos = kv.pos(h);
+    for (std::size_t s = 0; s < P; ++s) {
+      require(s == 0 || pos[s] > pos[s - 1], "kvevict::Cache::prefill: positions of KV head ", h,
+              " must be strictly ascending by slot (slot ", s, " has ", pos[s], ")");
+      require(pos[s] == kv.pos(0)[s], "kvevict::Cache::prefill: KV heads 0 and ", h,
+              " disagree on the position of slot ", s);
+    }
+  }
+}
+
+/// The engine protocol at a decode step: the cache held `held` tokens per KV
+/// head, the engine appended one to every head, so `n == held + 1 ==
+/// lengths[h]`, and the new slot `n − 1` has the same position on every head,
+/// larger than `last_position`. Returns that position. Throws
+/// `std::invalid_argument` naming the values. O(n_kv_heads).
+inline std::int64_t check_step_view(const ErasedKV& kv, std::size_t n, std::size_t held, std::int64_t last_position) {
+  require(n == held + 1, "kvevict::Cache::decode_step: n = ", n, " but the cache holds ", held,
+          " tokens per KV head (append exactly one token, then pass n = ", held + 1, ")");
+  for (std::size_t h = 0; h < kv.n_kv_heads; ++h)
+    require(kv.lengths[h] == n, "kvevict::Cache::decode_step: the view's lengths[", h, "] = ", kv.lengths[h],
+            ", expected n = ", n, " (append the new token's K/V to every head first)");
+  const std::int64_t new_pos = kv.pos(0)[n - 1];
+  require(new_pos > last_position, "kvevict::Cache::decode_step: new token's position ", new_pos,
+          " must be larger than the last one, ", last_position);
+  for (std::size_t h = 1; h < kv.n_kv_heads; ++h)
+    require(kv.pos(h)[n - 1] == new_pos, "kvevict::Cache::decode_step: KV head ", h, " has new position ",
+            kv.pos(h)[n - 1], ", KV head 0 has ", new_pos);
+  return new_pos;
+}
+
+}  // namespace detail
+}  // namespace kvevict

@@ -1,0 +1,168 @@
+// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
+// SPDX-License-Identifier: Apache-2.0
+//
+// kv/slot_table.hpp — the per-slot state of a cache (K row, V row, position ID in
+// the engine's view; score and recent-window flag here), and the one primitive
+// that moves a slot with all five together.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "kvevict/kv/erased_kv.hpp"
+
+namespace kvevict {
+namespace detail {
+
+/// Everything a cache keeps per (KV head, slot), aligned with the view's rows:
+/// the view's K row, V row and position ID, plus the cache's score (float) and
+/// recent-window flag (`1` = the token is one of the `w` most recently entered),
+/// both `[kv_head][capacity]`. Every change of slot goes through `move`, so the
+/// five never fall out of step.
+///
+/// The recent window has one representation, the per-slot flags (what the
+/// selection's `victim` reads); a ring of the window's slots per head, oldest
+/// first, only indexes them so that the token leaving the window is found in
+/// O(1). All memory is allocated by the constructor; no member allocates after.
+class SlotTable {
+ public:
+  SlotTable() = default;
+  /// Allocates scores, flags and the window index for `kv` (O(n_kv_heads · capacity)).
+  explicit SlotTable(const ErasedKV& kv)
+      : kv_(kv),
+        scores_(kv.n_kv_heads * kv.capacity, 0.0f),
+        flags_(kv.n_kv_heads * kv.capacity, 0),
+        ring_(kv.n_kv_heads * kv.capacity, 0),
+        index_(kv.capacity, 0),
+        stash_(2 * kv.row_bytes, 0) {}
+
+  const ErasedKV& kv() const { return kv_; }
+  std::size_t capacity() const { return kv_.capacity; }
+  /// Scores of head `h`, `[capacity]`, by slot.
+  float* scores(std::size_t h) { return scores_.data() + h * kv_.capacity; }
+  const float* scores(std::size_t h) const { return scores_.data() + h * kv_.capacity; }
+  /// All scores, `[kv_head][capacity]`.
+  float* all_scores() { return scores_.data(); }
+  /// Recent-window flags of head `h`, `[capacity]`, by slot.
+  const std::uint8_t* recent(std::size_t h) const { return flags_.data() + h * kv_.capacity; }
+  /// Position IDs of head `h` (the view's), `[capacity]`.
+  std::int64_t* positions(std::size_t h) const { return kv_.pos(h); }
+  /// Scratch of `capacity` indices (selection output, sort permutation).
+  std::size_t* index() { return index_.data(); }
+
+  /// The slot primitive: copies slot `from` of head `h` onto slot `to` — K row, V
+  /// row, position ID, score and recent flag. O(head_dim). No bounds check.
+  void move(std::size_t h, std::size_t from, std::size_t to) {
+    std::memcpy(kv_.k_row(h, to), kv_.k_row(h, from), kv_.row_bytes);
+    std::memcpy(kv_.v_row(h, to), kv_.v_row(h, from), kv_.row_bytes);
+    kv_.pos(h)[to] = kv_.pos(h)[from];
+    scores(h)[to] = scores(h)[from];
+    flags_[h * kv_.capacity + to] = flags_[h * kv_.capacity + from];
+  }
+
+  /// Prefill: keeps slots `keep[0, m)` (strictly ascending) of head `h` as slots
+  /// `[0, m)`, in order; the view's length becomes `m`. O(m · head_dim).
+  void compact(std::size_t h, const std::size_t* keep, std::size_t m) {
+    for (std::size_t c = 0; c < m; ++c)
+      if (keep[c] != c) move(h, keep[c], c);  // keep[c] >= c: forward moves never clobber a kept slot
+    kv_.lengths[h] = m;
+  }
+  /// Decode-step eviction: fills slot `victim` of head `h` with slot `n − 1` (the
+  /// newest token, the window's newest entry when `w > 0`); the length becomes
+  /// `n − 1`. O(head_dim).
+  void evict(std::size_t h, std::size_t victim, std::size_t n) {
+    const std::size_t last = n - 1;
+    if (victim != last) {
+      move(h, last, victim);
+      if (flags_[h * kv_.capacity + last] != 0) {
+        flags_[h * kv_.capacity + last] = 0;
+        ring(h)[(next_ + size_ - 1) % size_] = victim;  // `last` entered the window most recently
+      }
+    }
+    kv_.lengths[h] = last;
+  }
+  /// Sorts slots `[0, n)` of head `h` into ascending position order (cycle
+  /// following through one stashed slot; every step is a `move`), then re-indexes
+  /// the window from the flags. O(n log n + n · head_dim); allocates nothing.
+  void sort_by_position(std::size_t h, std::size_t n) {
+    std::int64_t* pos = kv_.pos(h);
+    std::size_t* index = index_.data();
+    std::iota(index, index + n, std::size_t{0});
+    std::sort(index, index + n, [pos](std::size_t a, std::size_t b) { return pos[a] < pos[b]; });
+    for (std::size_t c = 0; c < n; ++c) {  // index[c] = slot whose token belongs at c
+      if (index[c] == c) continue;
+      stash(h, c);
+      std::size_t cur = c;
+      for (std::size_t src = index[cur]; src != c; cur = src, src = index[cur]) {
+        move(h, src, cur);
+        index[cur] = cur;
+      }
+      unstash(h, cur);
+      index[cur] = cur;
+    }
+    if (size_ == 0) return;
+    // The flagged slots, in slot (= position) order, are the window oldest first.
+    std::size_t* slots = ring(h);
+    std::size_t c = 0;
+    for (std::size_t s = 0; s < n; ++s)
+      if (flags_[h * kv_.capacity + s] != 0) slots[(next_ + size_ - count_ + c++) % size_] = s;
+  }
+
+  /// Starts a window of `w` tokens, empty, on every head. O(n_kv_heads · capacity).
+  void reset_window(std::size_t w) {
+    std::fill(flags_.begin(), flags_.end(), std::uint8_t{0});
+    size_ = w;
+    count_ = next_ = 0;
+  }
+  /// Enters the token at `slot` (the same slot on every head) into the window;
+  /// once the window holds `w` tokens, the oldest leaves it. O(n_kv_heads).
+  void enter_window(std::size_t slot) {
+    if (size_ == 0) return;
+    for (std::size_t h = 0; h < kv_.n_kv_heads; ++h) {
+      std::uint8_t* flags = flags_.data() + h * kv_.capacity;
+      std::size_t* slots = ring(h);
+      if (count_ == size_) flags[slots[next_]] = 0;
+      slots[next_] = slot;
+      flags[slot] = 1;
+    }
+    next_ = (next_ + 1) % size_;
+    if (count_ < size_) ++count_;
+  }
+  /// Zeroes every score. O(n_kv_heads · capacity).
+  void clear_scores() { std::fill(scores_.begin(), scores_.end(), 0.0f); }
+
+ private:
+  std::size_t* ring(std::size_t h) { return ring_.data() + h * kv_.capacity; }
+  void stash(std::size_t h, std::size_t s) {
+    std::memcpy(stash_.data(), kv_.k_row(h, s), kv_.row_bytes);
+    std::memcpy(stash_.data() + kv_.row_bytes, kv_.v_row(h, s), kv_.row_bytes);
+    stash_pos_ = kv_.pos(h)[s];
+    stash_score_ = scores(h)[s];
+    stash_flag_ = flags_[h * kv_.capacity + s];
+  }
+  void unstash(std::size_t h, std::size_t s) {
+    std::memcpy(kv_.k_row(h, s), stash_.data(), kv_.row_bytes);
+    std::memcpy(kv_.v_row(h, s), stash_.data() + kv_.row_bytes, kv_.row_bytes);
+    kv_.pos(h)[s] = stash_pos_;
+    scores(h)[s] = stash_score_;
+    flags_[h * kv_.capacity + s] = stash_flag_;
+  }
+
+  ErasedKV kv_;
+  std::vector<float> scores_;          // [kv_head][capacity]
+  std::vector<std::uint8_t> flags_;    // [kv_head][capacity]: 1 = in the recent window
+  std::vector<std::size_t> ring_;      // [kv_head][capacity]: the window's slots, ring order
+  std::vector<std::size_t> index_;     // [capacity] scratch
+  std::vector<unsigned char> stash_;   // [2][row_bytes]: one K and one V row
+  std::int64_t stash_pos_ = 0;
+  float stash_score_ = 0.0f;
+  std::uint8_t stash_flag_ = 0;
+  std::size_t size_ = 0, count_ = 0, next_ = 0;  // window w; entries held; next ring index
+};
+
+}  // namespace detail
+}  // namespace kvevict

@@ -1,0 +1,58 @@
+// Compile-only cases for tests/CMakeLists.txt (contract_violation_N): each case instantiates
+// Cache with a policy that breaks one rule of kvevict/concepts.hpp, and the test checks
+// that the compiler's error is kvevict's static_assert message. Case 0 is well-formed.
+#include <kvevict/kvevict.hpp>
+
+namespace {
+
+struct NoUsesLogits {  // case 1: a score policy without kUsesLogits
+  static constexpr bool kAccumulates = true, kUsesTemperature = false, kPrefillLastRow = false;
+  bool noisy() const { return false; }
+};
+struct NoisyReturnsInt : kvevict::NoScore {  // case 2: noisy() mistyped
+  int noisy() const { return 0; }
+};
+struct NoCallOperator {};  // case 3: a temperature schedule that is not callable
+struct NoValidate {        // case 4
+  std::size_t prefill_keep(const float*, std::size_t, std::size_t, std::size_t, std::size_t*) const noexcept { return 0; }
+  std::size_t victim(const float*, const std::uint8_t*, const std::int64_t*, std::size_t) const noexcept { return 0; }
+};
+struct NoPrefillKeep {  // case 5
+  void validate(std::size_t, std::size_t) const {}
+  std::size_t victim(const float*, const std::uint8_t*, const std::int64_t*, std::size_t) const noexcept { return 0; }
+};
+struct ThrowingVictim {  // case 6: victim not noexcept
+  void validate(std::size_t, std::size_t) const {}
+  std::size_t prefill_keep(const float*, std::size_t, std::size_t, std::size_t, std::size_t*) const noexcept { return 0; }
+  std::size_t victim(const float*, const std::uint8_t*, const std::int64_t*, std::size_t) const { return 0; }
+};
+struct OldVictimSignature {  // case 7: the window as a position threshold (the old, removed signature)
+  void validate(std::size_t, std::size_t) const {}
+  std::size_t prefill_keep(const float*, std::size_t, std::size_t, std::size_t, std::size_t*) const noexcept { return 0; }
+  std::size_t victim(const float*, const std::int64_t*, std::size_t, std::int64_t) const noexcept { return 0; }
+};
+
+#if KVEVICT_CONTRACT_CASE == 1
+using C = kvevict::Cache<NoUsesLogits, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
+#elif KVEVICT_CONTRACT_CASE == 2
+using C = kvevict::Cache<NoisyReturnsInt, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
+#elif KVEVICT_CONTRACT_CASE == 3
+using C = kvevict::Cache<kvevict::NoScore, NoCallOperator, kvevict::RecentTopKSelection>;
+#elif KVEVICT_CONTRACT_CASE == 4
+using C = kvevict::Cache<kvevict::NoScore, kvevict::ConstantTemperature, NoValidate>;
+#elif KVEVICT_CONTRACT_CASE == 5
+using C = kvevict::Cache<kvevict::NoScore, kvevict::ConstantTemperature, NoPrefillKeep>;
+#elif KVEVICT_CONTRACT_CASE == 6
+using C = kvevict::Cache<kvevict::NoScore, kvevict::ConstantTemperature, ThrowingVictim>;
+#elif KVEVICT_CONTRACT_CASE == 7
+using C = kvevict::Cache<kvevict::NoScore, kvevict::ConstantTemperature, OldVictimSignature>;
+#else
+using C = kvevict::H2O;
+#endif
+
+}  // namespace
+
+std::size_t instantiate(kvevict::KVView<float> kv) {
+  C cache(kvevict::CacheConfig{}, kv);
+  return cache.budget();
+}
