@@ -156,6 +156,11 @@ class Cache final : public CacheInterface {
     } else {
       slots_.clear_scores();
     }
+
+    // The newest prompt position, before compaction may evict it (w = 0): a decode step's token
+    // must come after every position of the prompt, kept or not.
+    const std::int64_t last_prompt_position = kv().pos(0)[P - 1];
+
     // ---- nothing below can throw ----
     slots_.reset_window(w);
     std::size_t m = 0;
@@ -171,7 +176,7 @@ class Cache final : public CacheInterface {
     }
     // The recent window: the last min(w, m) prompt tokens, now the last slots.
     for (std::size_t s = m - std::min(w, m); s < m; ++s) slots_.enter_window(s);
-    last_position_ = kv().pos(0)[m - 1];
+    last_position_ = last_prompt_position;
     k_ = k;
     w_ = w;
     n_ = m;

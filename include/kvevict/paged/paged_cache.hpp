@@ -164,6 +164,9 @@ class PagedCache final : public PagedCacheInterface {
     } else {
       slots_.clear_scores();
     }
+    // The newest prompt position, before compaction may evict it (w = 0): a decode step's token
+    // must come after every position of the prompt, kept or not (as in Cache).
+    const std::int64_t last_prompt_position = kv().positions[P - 1];
     // ---- nothing below can throw ----
     const float* summed = scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), P);
     std::size_t m = P;
@@ -178,7 +181,7 @@ class PagedCache final : public PagedCacheInterface {
       slots_.reset_window(0);  // the page unit's recent area is by page (`PageEvictor`), not by flags
       if (P >= k + ps) m = pages_.evict(slots_, *pool_, summed, P, w, (P - k) / ps, pages_freed_);
     }
-    last_position_ = kv().positions[m - 1];
+    last_position_ = last_prompt_position;
     k_ = k;
     w_ = w;
     n_ = m;
