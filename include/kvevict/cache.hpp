@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvevict/budget.hpp"
+#include "kvevict/budget_rule.hpp"
 #include "kvevict/cache_interface.hpp"
 #include "kvevict/concepts.hpp"
 #include "kvevict/core/check.hpp"
@@ -78,11 +79,8 @@ struct CacheConfig {
 template <class Score, class Temperature, class Selection>
 class Cache final : public CacheInterface {
   // The policy contracts (kvevict/concepts.hpp): one readable error per missing member.
-  static_assert(detail::score_policy_static_asserts<Score>::value, "kvevict: Score does not satisfy the contract");
-  static_assert(detail::temperature_schedule_static_asserts<Temperature>::value,
-                "kvevict: Temperature does not satisfy the contract");
-  static_assert(detail::selection_policy_static_asserts<Selection>::value,
-                "kvevict: Selection does not satisfy the contract");
+  static_assert(detail::cache_policy_static_asserts<Score, Temperature, Selection>::value,
+                "kvevict: the policies do not satisfy their contracts");
 
  public:
   using score_type = Score;              ///< what a token's score is
@@ -295,26 +293,11 @@ class Cache final : public CacheInterface {
 
  private:
   const detail::ErasedKV& kv() const { return slots_.kv(); }
-  /// The one place where a configuration meets a budget: resolves the recent
-  /// window for budget `k` and checks the pair against the selection policy
-  /// and the view. Called by the constructor when `k` is a token count, and by
-  /// `prefill` (before any state changes) once `k = budget.resolve(P)` is known.
-  ///  - `w = recent.resolve(k)`; for an accumulated-score policy (Keyformer,
-  ///    H2O) a window given as a ratio `q > 0` resolves to at least 1 token
-  ///    when `k >= 2` (so that the newest token is not evicted at once every
-  ///    step, see `RecentWindow`); `tokens(0)` and `ratio(0)` stay 0.
-  ///  - `selection.validate(k, w)`: `w <= k` (Keyformer, H2O, TOVA);
-  ///    `sinks <= k` and no window of its own (StreamingLLM, window).
-  ///  - capacity >= `k + 1`: a decode step appends its token before it evicts.
-  /// Throws `std::invalid_argument` naming the values.
+  /// `detail::resolve_budget` (budget_rule.hpp, shared with `PagedCache`) for
+  /// budget `k` over this view: the recent-window rule, `selection.validate(k,
+  /// w)`, and capacity >= `k + 1` (a decode step appends before it evicts).
   std::pair<std::size_t, std::size_t> resolve_budget(std::size_t k, const char* who) const {
-    std::size_t w = config_.recent.resolve(k);
-    if (Score::kAccumulates && config_.recent.is_ratio() && config_.recent.ratio_value() > 0.0 && k >= 2 && w == 0)
-      w = 1;
-    selection_.validate(k, w);
-    detail::require(k < kv().capacity, who, ": budget k = ", k, " needs a view of capacity >= k + 1 = ", k + 1,
-                    " (a decode step appends before it evicts), but the capacity is ", kv().capacity);
-    return {k, w};
+    return detail::resolve_budget<Score>(config_.recent, selection_, k, detail::CapacityNeed{kv().capacity}, who);
   }
   /// τ_t of the schedule, checked (finite, >= FLT_MIN); 1 for a policy without temperature.
   float checked_tau(std::size_t t, const char* who) const {

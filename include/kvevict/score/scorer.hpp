@@ -19,7 +19,7 @@
 namespace kvevict {
 namespace detail {
 
-/// The scoring half of a `Cache`: owns the score policy, the Gumbel generator
+/// The scoring half of a `Cache` (and of a `PagedCache`): owns the score policy, the Gumbel generator
 /// and the kernel's scratch (allocated once), and adds `softmax((x + ζ) / τ)` of
 /// each logits row into the scores of the row's KV head (`q_head / g`) with
 /// `softmax_chunks` + `add_chunks` — the kernel behind `accumulate_softmax`.
@@ -29,9 +29,13 @@ namespace detail {
 template <class Score>
 class Scorer {
  public:
-  /// Scratch for rows of up to `capacity` slots; `n_kv_heads` heads of `group` query heads each.
-  Scorer(Score score, std::size_t n_kv_heads, std::size_t group, std::size_t capacity, std::uint64_t seed)
+  /// Scratch for rows of up to `capacity` slots; `n_kv_heads` heads of `group`
+  /// query heads each. `who` names the owning cache class in error messages
+  /// (a string literal, e.g. "kvevict::Cache").
+  Scorer(Score score, std::size_t n_kv_heads, std::size_t group, std::size_t capacity, std::uint64_t seed,
+         const char* who = "kvevict::Cache")
       : score_(std::move(score)),
+        who_(who),
         rng_(seed),
         n_kv_heads_(n_kv_heads),
         group_(group),
@@ -58,7 +62,7 @@ class Scorer {
         if (!softmax_row(logits + offset, gumbel, offset, r + 1, inv_tau)) {
           rng_ = saved;
           throw std::invalid_argument(
-              concat("kvevict::Cache::prefill: logits row ", r, " of q_head ", h, " contains NaN or +inf"));
+              concat(who_, "::prefill: logits row ", r, " of q_head ", h, " contains NaN or +inf"));
         }
         add_chunks(row_.data(), chunk_f_.data(), r + 1, acc, false);
       }
@@ -86,7 +90,7 @@ class Scorer {
           for (std::size_t i = 0; i <= j; ++i) std::copy_n(backup_.data() + i * stride, n, scores + i * stride);
           rng_ = saved;
           throw std::invalid_argument(
-              concat("kvevict::Cache::decode_step: logits of q_head ", h, " contain NaN or +inf"));
+              concat(who_, "::decode_step: logits of q_head ", h, " contain NaN or +inf"));
         }
         add_chunks(row_.data(), chunk_f_.data(), n, s, !Score::kAccumulates && t == 0);
       }
@@ -114,6 +118,7 @@ class Scorer {
   }
 
   Score score_;
+  const char* who_;
   Xoshiro256pp rng_;
   std::size_t n_kv_heads_ = 0, group_ = 1;
   std::vector<float> backup_;   // [kv_head][stride]: prefill's increments; decode's score backup
