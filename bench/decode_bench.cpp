@@ -25,10 +25,11 @@ kvevict::CacheConfig make_config(kvevict::Policy policy, const Shape& s) {
   kvevict::CacheConfig cfg;
   cfg.n_q_heads = s.n_q();
   cfg.budget = kvevict::Budget::tokens(s.n);
-  // Keyformer / H2O: recent window 30% of k. TOVA has none; StreamingLLM and
-  // window derive theirs from the budget (k - sinks) and reject a separate one.
-  const bool own_window = policy == kvevict::Policy::keyformer || policy == kvevict::Policy::h2o;
-  cfg.recent = own_window ? kvevict::RecentWindow::ratio(0.3) : kvevict::RecentWindow::none();
+  // Keyformer / H2O: recent window 30% of k; TOVA has none; StreamingLLM and
+  // window derive theirs from the budget (k - sinks), so theirs must be 0.
+  const bool no_window = policy == kvevict::Policy::tova || policy == kvevict::Policy::streaming_llm ||
+                         policy == kvevict::Policy::window;
+  cfg.recent = kvevict::RecentWindow::ratio(no_window ? 0.0 : 0.3);
   cfg.seed = kSeed;
   return cfg;
 }

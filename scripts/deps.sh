@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages kvevict's build, tests, examples and
-# benchmarks need, if any is missing. Uses sudo when not root.
+# benchmarks need, if any is missing, plus any package named as an argument
+# (e.g. scripts/python-test.sh adds the Python ones). Uses sudo when not root.
 set -euo pipefail
-packages=(build-essential cmake clang libeigen3-dev googletest libgtest-dev libbenchmark-dev
-          libsentencepiece-dev libcli11-dev nlohmann-json3-dev gnuplot-nox python3)
+packages=(build-essential cmake clang libclang-rt-14-dev libeigen3-dev googletest libgtest-dev libbenchmark-dev
+          libsentencepiece-dev libcli11-dev nlohmann-json3-dev gnuplot-nox python3 "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,20 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-/usr/bin/python3}
-bash scripts/deps.sh
-missing=()
 packages=(pybind11-dev python3-dev python3-numpy python3-pytest)
 # CI runs the PyTorch example's test too (elsewhere it is skipped, saying so, without PyTorch).
 [ "${CI:-}" = true ] && packages+=(python3-torch)
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "installing: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash scripts/deps.sh "${packages[@]}"
 BUILD=${KVEVICT_BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$PYTHON" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target kvevict_python kvevict-replay kvevict-generate

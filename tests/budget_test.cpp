@@ -1,11 +1,12 @@
 // Tests of the budget k and recent window w resolution.
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include <kvevict/budget.hpp>
+#include <kvevict/kvevict.hpp>
 
 namespace {
 
@@ -51,6 +52,26 @@ TEST(RecentWindow, TokensAndRatioOfBudget) {
   EXPECT_EQ(kvevict::RecentWindow::ratio(1.0).resolve(12), 12u);
   EXPECT_THROW(kvevict::RecentWindow::ratio(1.5), std::invalid_argument);
   EXPECT_THROW(kvevict::RecentWindow::ratio(-0.1), std::invalid_argument);
+}
+
+// Found by fuzz_paged_ops (seed fuzz/corpus/paged_ops/finding-recent-tokens-size-max): a count went
+// through a double, so tokens(SIZE_MAX) resolved as (size_t)2^64 (UBSan float-cast-overflow) instead
+// of SIZE_MAX, and a cache built with it could not reliably reject w > k.
+TEST(RecentWindow, HugeCountsAndBudgetsResolveExactlyWithoutADoubleRoundTrip) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  EXPECT_EQ(kvevict::RecentWindow::tokens(kMax).resolve(4), kMax);
+  EXPECT_EQ(kvevict::RecentWindow::tokens(kMax - 1).resolve(kMax), kMax - 1);
+  EXPECT_EQ(kvevict::RecentWindow::tokens((std::size_t{1} << 53) + 1).resolve(1), (std::size_t{1} << 53) + 1);
+  EXPECT_EQ(kvevict::RecentWindow::ratio(1.0).resolve(kMax), kMax);
+  EXPECT_EQ(kvevict::RecentWindow::ratio(1.0).resolve(kMax - 1), kMax - 1);
+  EXPECT_EQ(kvevict::RecentWindow::ratio(0.5).resolve(std::size_t{1} << 60), std::size_t{1} << 59);
+  // A cache with w = SIZE_MAX is a configuration error, w > k, named at construction.
+  kvevict::KVBuffer<float> buf(1, 8, 2);
+  kvevict::CacheConfig c;
+  c.n_q_heads = 1;
+  c.budget = kvevict::Budget::tokens(4);
+  c.recent = kvevict::RecentWindow::tokens(kMax);
+  EXPECT_THROW(kvevict::H2O(c, buf.view()), std::invalid_argument);
 }
 
 TEST(RecentWindow, NoneIsExplicitAndEqualToZeroTokensOrRatioZero) {

@@ -1,6 +1,7 @@
 // Compile-only cases for tests/CMakeLists.txt (contract_violation_N): each case instantiates
 // Cache with a policy that breaks one rule of kvevict/concepts.hpp, and the test checks
-// that the compiler's error is kvevict's static_assert message. Case 0 is well-formed.
+// that the compiler's error is kvevict's static_assert message. Case 8 does the same with
+// PagedCache, which checks the very same contracts. Case 0 is well-formed.
 #include <kvevict/kvevict.hpp>
 
 namespace {
@@ -49,10 +50,20 @@ using C = kvevict::Cache<kvevict::NoScore, kvevict::ConstantTemperature, OldVict
 #else
 using C = kvevict::H2O;
 #endif
+#if KVEVICT_CONTRACT_CASE == 8
+using P = kvevict::PagedCache<kvevict::NoScore, kvevict::ConstantTemperature, ThrowingVictim>;
+#else
+using P = kvevict::PagedH2O;
+#endif
 
 }  // namespace
 
 std::size_t instantiate(kvevict::KVView<float> kv) {
   C cache(kvevict::CacheConfig{}, kv);
+  return cache.budget();
+}
+
+std::size_t instantiate_paged(const kvevict::PagedKVView<float>& kv, kvevict::PagePool& pool) {
+  P cache(kvevict::CacheConfig{}, kvevict::PagedEvictionConfig{}, kv, pool);
   return cache.budget();
 }

@@ -752,4 +752,49 @@ TEST(PagedPool, ThreeInterleavedSequencesNeverLeakOrSharePages) {
   EXPECT_GT(pool.pages_released(), 20u);
 }
 
+// Found by fuzz_paged_ops (seed fuzz/corpus/paged_ops/finding-decode-readmits-evicted-prompt-position),
+// the paged twin of CacheFuzzFindings.DecodeStepRejectsAPromptPositionThatPrefillEvicted: with w = 0
+// the prefill may evict the newest prompt token; PagedCache then took the newest *kept* position as
+// "the last one" and a decode step re-admitted the evicted position (one position ID twice in a
+// sequence). Fixed when main's merge of the fuzz work made prefill remember the whole prompt's last.
+TEST(PagedFuzzFindings, DecodeStepRejectsAPromptPositionThatPrefillEvicted) {
+  Storage st(4, 2, 1, 2, PageLayout::NHD);
+  PagePool pool(4);
+  Seq s(st, 4);
+  auto cache = kvevict::make_paged_cache(Policy::h2o, shared_config(1, 1, 0), kvevict::PagedEvictionConfig{},
+                                         s.view, pool);
+  append_paged(pool, s.view, 0);
+  append_paged(pool, s.view, 1);
+  // [q_head][P][P] rows {0, unread} and {0, -inf}: scores [2, 0], so k = 1 keeps position 0, evicts 1.
+  const float x[] = {0.0f, 0.0f, 0.0f, -std::numeric_limits<float>::infinity()};
+  cache->prefill(x, 2);
+  ASSERT_EQ(cache->retained_positions(0), (std::vector<std::int64_t>{0}));
+  EXPECT_EQ(pool.used_pages(), 1u);
+
+  append_paged(pool, s.view, 1);  // position 1 again, into slot 1 of page 0
+  const float row[] = {0.0f, 0.0f};
+  try {
+    cache->decode_step(row, 2);
+    FAIL() << "re-admitted position 1";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "kvevict::PagedCache::decode_step: new token's position 1 must be larger than the last one, 1");
+  }
+  EXPECT_EQ(cache->step(), 0u);
+  EXPECT_EQ(cache->scores(0)[0], 2.0f);
+  EXPECT_EQ(s.length, 2u);
+  EXPECT_EQ(pool.used_pages(), 1u);
+
+  // A fresh sequence: position 2 after the same prompt is accepted; scores [2.5, 0.5], the new token goes.
+  cache->reset(1234);
+  EXPECT_EQ(pool.used_pages(), 0u);
+  append_paged(pool, s.view, 0);
+  append_paged(pool, s.view, 1);
+  cache->prefill(x, 2);
+  append_paged(pool, s.view, 2);
+  cache->decode_step(row, 2);
+  EXPECT_EQ(cache->retained_positions(0), (std::vector<std::int64_t>{0}));
+  EXPECT_EQ(s.length, 1u);
+  EXPECT_TRUE(paged_rows_aligned(s.view));
+}
+
 }  // namespace

@@ -18,6 +18,12 @@
 // error over windows. Keyformer with noise is run for `--seeds` seeds; its
 // table entry is the mean over seeds (± std over seeds of the per-seed means).
 //
+// KV layout (issue 11): --shared-heads (one selection per layer for all KV heads, contiguous), or
+// --kv-layout paged --page-size N --evict-unit token|page (the same flags as kvevict-generate, through
+// the shared CLI layer): every policy engine of the sweep then uses that layout; the full-cache
+// reference is always the contiguous full cache, so every layout is compared with the same p.
+// bench/quality/run_paged.sh writes the committed token- vs page-granular rows (paged.md).
+//
 // Output: long-format CSV (one row per policy/budget/seed/window), a summary
 // CSV, gnuplot data + script (NLL and KL against budget; bench/quality/run.sh
 // renders the PNG), Markdown tables on stdout; progress on stderr.
@@ -29,6 +35,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -217,6 +224,7 @@ int main(int argc, char** argv) {
   spec.policy = false;  // every policy is run
   spec.budget = false;  // --ratios sweeps the budget
   spec.seed = false;    // --seeds: Keyformer runs with seeds 1..S
+  spec.kv_layout = true;  // --shared-heads, --kv-layout, --page-size, --evict-unit (as kvevict-generate)
   kvcli::add_eviction_options(app, flags, spec);
   app.add_option("--seeds", seeds_text, "Keyformer seeds (noise on): 1..S (default 5)");
   kvcli::add_threads_option(app, threads_text);
@@ -313,6 +321,12 @@ int main(int argc, char** argv) {
                                                std::to_string(window) + " tokens in '" + data_path + "'");
     const std::size_t n_windows = n_windows_wanted == 0 ? available : n_windows_wanted;
     const std::string recent_desc = flags.recent ? flags.recent_flag + " " + flags.recent->text : "--recent 30%";
+    // The KV layout every policy engine uses, as the flags typed it (for the report's first line).
+    const std::string layout_desc =
+        flags.paged ? "paged, page size " + std::to_string(flags.page_size) + ", evict unit " +
+                          (flags.evict_pages ? "page" : "token") + " (one selection per layer)"
+                    : flags.shared_heads ? "contiguous, --shared-heads (one selection per layer)"
+                                         : "contiguous (one selection per KV head)";
 
     // The sweep.
     std::vector<Run> runs;
@@ -334,7 +348,7 @@ int main(int argc, char** argv) {
     std::vector<double> full_nll(n_windows);
     std::atomic<std::size_t> next{0}, done{0};
     std::mutex err_mutex;
-    std::string first_error;
+    std::exception_ptr first_error;  // rethrown whole: a bad paged configuration stays an input error (exit 2)
     const auto t0 = std::chrono::steady_clock::now();
     auto worker = [&] {
       try {
@@ -351,8 +365,11 @@ int main(int argc, char** argv) {
           s.params.tau_init = flags.tau_init;
           s.params.tau_end = flags.tau_end;
           s.seed = run.seed;
-          engines.push_back(std::make_unique<llama2::Engine>(
-              model, llama2::make_cache_factory(s, model.config().n_heads)));
+          s.shared_heads = flags.shared_heads || flags.paged;
+          s.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
+          s.page_size = flags.page_size;
+          s.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
+          engines.push_back(llama2::make_engine(model, s));
         }
         for (std::size_t w; (w = next.fetch_add(1)) < n_windows;) {
           const auto tokens = window_tokens(ids, w, window);
@@ -364,16 +381,16 @@ int main(int argc, char** argv) {
           std::lock_guard<std::mutex> lock(err_mutex);
           std::cerr << "  window " << d << "/" << n_windows << "  " << fmt(secs, 1) << " s\n";
         }
-      } catch (const std::exception& e) {
+      } catch (...) {
         std::lock_guard<std::mutex> lock(err_mutex);
-        if (first_error.empty()) first_error = e.what();
+        if (!first_error) first_error = std::current_exception();
         next = n_windows;
       }
     };
     std::vector<std::thread> pool;
     for (unsigned i = 0; i < threads; ++i) pool.emplace_back(worker);
     for (auto& t : pool) t.join();
-    if (!first_error.empty()) throw std::runtime_error(first_error);
+    if (first_error) std::rethrow_exception(first_error);
 
     // Every output is built in memory and written whole (temporary file + rename) at the end.
     std::string long_csv, summary_csv, plot_dat, plot_gp;
@@ -454,6 +471,7 @@ int main(int argc, char** argv) {
               << window - prompt - 1 << " scored predictions each); w from " << recent_desc
               << " of k; StreamingLLM sinks = " << flags.sinks << "; Keyformer: " << seeds
               << " seeds, tau " << flags.tau_init << " -> " << flags.tau_end << ". Means over windows ± standard error.\n";
+    std::cout << "KV layout of the policies: " << layout_desc << "; the full cache is contiguous.\n";
     std::cout << "Full cache NLL: " << fmt(full.mean, 4) << " ± " << fmt(full.se, 4) << " nats/token\n";
     header("Mean NLL (nats/token)");
     for (const auto& label : labels) {

@@ -318,7 +318,7 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
         ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(tokens[t]) * c.dim, dim).transpose();
   // One-shot: [q_head][P][P]. Chunked: [q_head][C][n] for the current chunk (n = held + C <= P).
   const std::size_t C = prefill_chunk_ == 0 ? P : std::min(prefill_chunk_, P);
-  prefill_scores_.assign(c.n_heads * C * P, 0.0f);
+  prompt_attention_logits_.assign(c.n_heads * C * P, 0.0f);
 
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
@@ -345,16 +345,16 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
         if (i == 0) held = view.length(0) - 1, n = held + len;
         attend(view, Q.row(r).data(), att_logits_.data(), XB2.row(r).data());
         for (std::size_t h = 0; h < c.n_heads; ++h)
-          std::copy_n(att_logits_.data() + h * (held + i + 1), held + i + 1, prefill_scores_.data() + (h * len + i) * n);
+          std::copy_n(att_logits_.data() + h * (held + i + 1), held + i + 1, prompt_attention_logits_.data() + (h * len + i) * n);
       }
-      if (cache && prefill_chunk_ != 0) cache->prefill_chunk(prefill_scores_.data(), len, n);
+      if (cache && prefill_chunk_ != 0) cache->prefill_chunk(prompt_attention_logits_.data(), len, n);
     }
     X.noalias() += XB2 * ConstMatrixMap(w.wo, dim, dim).transpose();
     if (paged_) {
-      if (paged_caches_[l]) paged_caches_[l]->prefill(prefill_scores_.data(), P);
+      if (paged_caches_[l]) paged_caches_[l]->prefill(prompt_attention_logits_.data(), P);
     } else if (cache) {
       if (prefill_chunk_ == 0)
-        cache->prefill(prefill_scores_.data(), P);
+        cache->prefill(prompt_attention_logits_.data(), P);
       else
         cache->finish_prefill();
     }

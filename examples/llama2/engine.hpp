@@ -192,7 +192,7 @@ class Engine {
 
   // Prefill storage, grown on demand.
   RowMatrix prefill_logits_;           // [P][vocab]
-  std::vector<float> prefill_scores_;  // [n_heads][P][P] (chunked: [n_heads][C][n]), one block at a time
+  std::vector<float> prompt_attention_logits_;  // [n_heads][P][P] (chunked: [n_heads][C][n]), one block at a time
 };
 
 }  // namespace llama2

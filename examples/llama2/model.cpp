@@ -18,7 +18,7 @@ constexpr std::size_t kHeaderBytes = kHeaderInts * sizeof(std::int32_t);
 static_assert(kHeaderBytes % sizeof(float) == 0, "the weights must start float-aligned after the header");
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw std::runtime_error("llama2::Model::load: '" + path + "': " + what);
+  throw std::invalid_argument("llama2::Model::load: '" + path + "': " + what);
 }
 
 // Adds a*b to total, failing on overflow (a hostile header must not wrap the size check).

@@ -56,7 +56,8 @@ class Model {
   /// tables `[seq_len][head_dim]`, and the classifier `[vocab][dim]` only when
   /// the header's vocab_size is negative.
   ///
-  /// Throws `std::runtime_error` whose message names the file and the problem
+  /// Throws `std::invalid_argument` (bad input: the CLIs exit with code 2) whose message names the
+  /// file and the problem
   /// when the file cannot be read, the header is shorter than 28 bytes, a
   /// dimension is non-positive or inconsistent (`dim % n_heads`,
   /// `n_heads % n_kv_heads`, odd head_dim), the file is a newer llama2.c

@@ -11,7 +11,7 @@ namespace llama2 {
 Tokenizer::Tokenizer(const std::string& model_path) : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
   const auto status = sp_->Load(model_path);
   if (!status.ok())
-    throw std::runtime_error("llama2::Tokenizer: cannot load SentencePiece model '" + model_path +
+    throw std::invalid_argument("llama2::Tokenizer: cannot load SentencePiece model '" + model_path +
                              "': " + status.ToString());
 }
 
@@ -34,7 +34,7 @@ std::vector<int> Tokenizer::encode(const std::string& text, bool bos) const {
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
   for (int id : ids)
     if (id < 0 || id >= vocab_size())
-      throw std::runtime_error("llama2::Tokenizer::decode: id " + std::to_string(id) + " is outside the vocabulary [0, " +
+      throw std::invalid_argument("llama2::Tokenizer::decode: id " + std::to_string(id) + " is outside the vocabulary [0, " +
                                std::to_string(vocab_size()) + ")");
   std::string text;
   const auto status = sp_->Decode(ids, &text);
@@ -45,5 +45,13 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }
 int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+
+void check_vocab(const Tokenizer& tokenizer, const Config& model, const std::string& tokenizer_path) {
+  const int pieces = tokenizer.vocab_size();
+  if (pieces < 0 || static_cast<std::size_t>(pieces) != model.vocab_size)
+    throw std::invalid_argument("llama2::check_vocab: tokenizer '" + tokenizer_path + "' has " +
+                                std::to_string(pieces) + " pieces but the model's vocab_size is " +
+                                std::to_string(model.vocab_size));
+}
 
 }  // namespace llama2

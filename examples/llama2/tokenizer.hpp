@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "llama2/model.hpp"
+
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
@@ -18,7 +20,7 @@ namespace llama2 {
 /// bytes outside the vocabulary fall back to `<0xNN>` tokens.
 class Tokenizer {
  public:
-  /// Loads a SentencePiece `.model` file. Throws `std::runtime_error` naming
+  /// Loads a SentencePiece `.model` file. Throws `std::invalid_argument` naming
   /// the file if it is missing or not a SentencePiece model.
   explicit Tokenizer(const std::string& model_path);
   ~Tokenizer();
@@ -30,7 +32,7 @@ class Tokenizer {
   std::vector<int> encode(const std::string& text, bool bos) const;
   /// Text of `ids` (BOS/EOS/control ids produce nothing; byte tokens are
   /// reassembled; the dummy-prefix space of the first piece is dropped).
-  /// Throws `std::runtime_error` if an id is outside the vocabulary.
+  /// Throws `std::invalid_argument` if an id is outside the vocabulary.
   std::string decode(const std::vector<int>& ids) const;
 
   /// Begin-of-sequence id (1 for llama2.c vocabularies; -1 if undefined).
@@ -43,5 +45,10 @@ class Tokenizer {
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
 };
+
+/// Checks that `tokenizer` (loaded from `tokenizer_path`) has exactly the model's `vocab_size`
+/// pieces: with fewer, sampled ids cannot be decoded; with more, encoded ids are outside the
+/// model's embedding. Throws `std::invalid_argument` naming the file and both sizes otherwise.
+void check_vocab(const Tokenizer& tokenizer, const Config& model, const std::string& tokenizer_path);
 
 }  // namespace llama2

@@ -40,9 +40,88 @@ void append_float(std::string& out, float x) {
   out.append(buf, res.ptr);
 }
 
+/// SAX handler that builds the DOM (nlohmann's own DOM builder) and tracks the path of the value
+/// being parsed, so that a number beyond the range of double ("1e400", which nlohmann reports as
+/// out_of_range.406 without saying where) becomes an `InputError` naming the field, e.g.
+/// "logits[0][2][1]". Every other syntax error is rethrown as nlohmann's parse_error.
+class PathTrackingSax {
+ public:
+  explicit PathTrackingSax(json& root) : dom_(root, true) {}
+
+  bool null() { return scalar(dom_.null()); }
+  bool boolean(bool b) { return scalar(dom_.boolean(b)); }
+  bool number_integer(json::number_integer_t x) { return scalar(dom_.number_integer(x)); }
+  bool number_unsigned(json::number_unsigned_t x) { return scalar(dom_.number_unsigned(x)); }
+  bool number_float(json::number_float_t x, const json::string_t& s) { return scalar(dom_.number_float(x, s)); }
+  bool string(json::string_t& s) { return scalar(dom_.string(s)); }
+  bool binary(json::binary_t& b) { return scalar(dom_.binary(b)); }
+  bool start_object(std::size_t n) {
+    frames_.push_back({false, 0, {}});
+    return dom_.start_object(n);
+  }
+  bool key(json::string_t& k) {
+    frames_.back().key = k;
+    return dom_.key(k);
+  }
+  bool end_object() {
+    frames_.pop_back();
+    return scalar(dom_.end_object());
+  }
+  bool start_array(std::size_t n) {
+    frames_.push_back({true, 0, {}});
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    frames_.pop_back();
+    return scalar(dom_.end_array());
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& token, const Exception& ex) {
+    if (ex.id == 406)  // out_of_range.406: number overflow (the token is a valid JSON number)
+      throw InputError(path(), "the number " + token + " is out of range (a float holds at most 3.4028235e+38)");
+    return dom_.parse_error(position, token, ex);
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    std::size_t index;
+    std::string key;
+  };
+  bool scalar(bool ok) {  // a value is complete: the enclosing array moves to its next element
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return ok;
+  }
+  std::string path() const {
+    std::string p;
+    for (std::size_t i = 0; i < frames_.size(); ++i) {
+      if (frames_[i].array)
+        p += "[" + std::to_string(frames_[i].index) + "]";
+      else
+        p += (i == 0 ? "" : ".") + frames_[i].key;
+    }
+    return p.empty() ? "trace" : p;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  std::vector<Frame> frames_;
+};
+
+/// `a * b`, or an `InputError` for `field` if it does not fit in size_t.
+std::size_t checked_mul(std::size_t a, std::size_t b, const std::string& field) {
+  std::size_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw InputError(field, "shape " + std::to_string(a) + " x " + std::to_string(b) + " overflows size_t");
+  return r;
+}
+
 /// A positive-or-zero integer field of the JSON root.
 std::size_t read_count(const json& value, const char* field) {
-  if (!value.is_number_integer()) throw InputError(field, "must be an integer, got " + value.dump());
+  if (!value.is_number_integer())
+    throw InputError(field, std::string("must be an integer, got ") +
+                                (value.is_number() || value.is_null() || value.is_boolean()
+                                     ? value.dump()  // short; an array or object may be huge or deep
+                                     : std::string(value.is_string() ? "a " : "an ") + value.type_name()));
   if (value.is_number_unsigned()) return value.get<std::size_t>();
   const auto v = value.get<std::int64_t>();
   if (v < 0) throw InputError(field, "must be >= 1 (got " + std::to_string(v) + ")");
@@ -50,37 +129,52 @@ std::size_t read_count(const json& value, const char* field) {
 }
 
 /// Reads a `[H][N][N]` array of numbers into `out`. `H` and `N` are taken from the array if 0 on
-/// entry, else required. `null` is allowed only above the diagonal (stored as NaN).
+/// entry, else required. `null` is allowed only above the diagonal (stored as NaN). Every number
+/// must fit in a float (|x| <= FLT_MAX), wherever it is. The whole shape is checked against the
+/// document (every head N rows, every row N entries) before `out` is allocated, so the allocation
+/// is bounded by what the file really holds, and `H * N * N` is computed with overflow checks.
 void read_cube(const json& value, const char* field, std::size_t& H, std::size_t& N, std::vector<float>& out) {
   if (!value.is_array())
     throw InputError(field, "must be an array [H_q][N][N], got a " + std::string(value.type_name()));
   if (value.empty()) throw InputError(field, "has no query heads (H_q = 0)");
-  if (H == 0) {
-    H = value.size();
+  std::size_t heads = H, n = N;
+  if (heads == 0) {
+    heads = value.size();
     if (!value[0].is_array() || value[0].empty())
       throw InputError(std::string(field) + "[0]", "must be a non-empty array of N rows");
-    N = value[0].size();
-  } else if (value.size() != H) {
-    throw InputError(field, "has " + std::to_string(value.size()) + " query heads, logits has " + std::to_string(H));
+    n = value[0].size();
+  } else if (value.size() != heads) {
+    throw InputError(field, "has " + std::to_string(value.size()) + " query heads, logits has " + std::to_string(heads));
   }
-  out.assign(H * N * N, std::numeric_limits<float>::quiet_NaN());
-  for (std::size_t h = 0; h < H; ++h) {
+  // Shape pass: no allocation proportional to the claimed sizes.
+  for (std::size_t h = 0; h < heads; ++h) {
     const json& head = value[h];
     const std::string head_name = std::string(field) + "[" + std::to_string(h) + "]";
-    if (!head.is_array() || head.size() != N)
-      throw InputError(head_name, "expected an array of N = " + std::to_string(N) + " rows, got " +
+    if (!head.is_array() || head.size() != n)
+      throw InputError(head_name, "expected an array of N = " + std::to_string(n) + " rows, got " +
                                       (head.is_array() ? std::to_string(head.size()) + " rows" : head.type_name()));
-    for (std::size_t t = 0; t < N; ++t) {
+    for (std::size_t t = 0; t < n; ++t) {
       const json& row = head[t];
-      if (!row.is_array() || row.size() != N)
+      if (!row.is_array() || row.size() != n)
         throw InputError(head_name + "[" + std::to_string(t) + "]",
-                         "expected an array of N = " + std::to_string(N) + " entries, got " +
+                         "expected an array of N = " + std::to_string(n) + " entries, got " +
                              (row.is_array() ? std::to_string(row.size()) + " entries" : row.type_name()));
-      float* dst = out.data() + (h * N + t) * N;
-      for (std::size_t j = 0; j < N; ++j) {
+    }
+  }
+  const std::size_t total = checked_mul(checked_mul(heads, n, field), n, field);
+  std::vector<float> cube(total, std::numeric_limits<float>::quiet_NaN());
+  constexpr double kFloatMax = static_cast<double>(std::numeric_limits<float>::max());
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t t = 0; t < n; ++t) {
+      const json& row = value[h][t];
+      float* dst = cube.data() + (h * n + t) * n;
+      for (std::size_t j = 0; j < n; ++j) {
         const json& x = row[j];
         if (x.is_number()) {
-          dst[j] = static_cast<float>(x.get<double>());
+          const double d = x.get<double>();
+          if (!(std::fabs(d) <= kFloatMax))  // beyond float range: converting would be undefined
+            throw InputError(at(field, h, t, j), "the number " + x.dump() + " is out of range (a float holds at most 3.4028235e+38)");
+          dst[j] = static_cast<float>(d);
         } else if (x.is_null()) {
           if (j <= t)
             throw InputError(at(field, h, t, j), "null inside the causal part (only entries j > t may be null)");
@@ -89,7 +183,9 @@ void read_cube(const json& value, const char* field, std::size_t& H, std::size_t
         }
       }
     }
-  }
+  H = heads;
+  N = n;
+  out = std::move(cube);
 }
 
 void append_cube_json(std::string& out, const Trace& trace, const std::vector<float>& cube, const char* name) {
@@ -128,9 +224,10 @@ void validate(const Trace& trace) {
   const std::size_t H = trace.n_q_heads, N = trace.n_tokens;
   if (H == 0) throw InputError("logits", "has no query heads (H_q = 0)");
   if (N == 0) throw InputError("logits", "has no tokens (N = 0)");
-  if (trace.logits.size() != H * N * N)
+  const std::size_t total = checked_mul(checked_mul(H, N, "logits"), N, "logits");
+  if (trace.logits.size() != total)
     throw InputError("logits", "holds " + std::to_string(trace.logits.size()) +
-                                   " values, expected H_q * N * N = " + std::to_string(H * N * N));
+                                   " values, expected H_q * N * N = " + std::to_string(total));
   if (trace.has_gumbel() && trace.gumbel.size() != trace.logits.size())
     throw InputError("gumbel", "holds " + std::to_string(trace.gumbel.size()) + " values, logits " +
                                    std::to_string(trace.logits.size()));
@@ -165,10 +262,13 @@ Trace read_trace_json(std::istream& in, const std::string& name) {
   const std::string where = "trace '" + name + "'";
   json doc;
   try {
-    doc = json::parse(in);
+    PathTrackingSax sax(doc);
+    json::sax_parse(in, &sax);
   } catch (const json::parse_error& e) {
     throw InputError(where, std::string("invalid JSON (") + e.what() +
                                 "); JSON has no NaN or Infinity: write null for ignored entries, or use .npy");
+  } catch (const json::exception& e) {  // any other nlohmann error is still bad input
+    throw InputError(where, std::string("invalid JSON (") + e.what() + ")");
   }
   if (!doc.is_object()) throw InputError(where, "the top level must be a JSON object");
   Trace trace;

@@ -12,7 +12,8 @@
 //
 // Files (see README.md in this folder):
 //   JSON:  {"prompt_len": P, "q_heads_per_kv": g, "logits": [H_q][N][N], "gumbel": [H_q][N][N], "meta": {...}}
-//          (gumbel and meta optional; ignored entries j > t may be any number or null)
+//          (gumbel and meta optional; ignored entries j > t may be any number or null; every
+//          number must fit in a float)
 //   .npy:  float32 '<f4', C order, shape [H_q, N, N]; P and g given on the command line.
 #pragma once
 
@@ -57,8 +58,10 @@ struct Trace {
 void validate(const Trace& trace);
 
 /// Parses a JSON trace from `in`; `name` (a path, or "-" for stdin) is used in error messages.
-/// Checks the structure (types, ragged or mis-sized arrays, null inside the causal part) but not
-/// P against N and not the values: call `validate` after applying command-line overrides.
+/// Checks the structure (types, ragged or mis-sized arrays, null inside the causal part, numbers
+/// beyond float range — all as `InputError` naming the entry) against the document before
+/// allocating the cube, but not P against N and not NaN / inf: call `validate` after applying
+/// command-line overrides.
 Trace read_trace_json(std::istream& in, const std::string& name);
 /// Opens `path` ("-" = stdin) and parses it with `read_trace_json`.
 Trace load_trace_json(const std::string& path);

@@ -151,7 +151,14 @@ class RecentWindow {
     return a.is_count() ? tokens(a.count_value()) : ratio(a.fraction_value());
   }
   /// `w` for budget `k` (no check against `k`): the count, `floor(q · k)`, or 0.
-  std::size_t resolve(std::size_t k) const { return static_cast<std::size_t>(amount_.of(k)); }
+  /// A count is returned as given (never through a double: `tokens(SIZE_MAX)`
+  /// is `SIZE_MAX`, so the cache rejects it as `w > k`); `floor(q · k)` with
+  /// `q <= 1` is at most `k` (double rounding of a huge `k` cannot exceed it). O(1).
+  std::size_t resolve(std::size_t k) const {
+    if (amount_.is_count()) return amount_.count_value();
+    const double w = amount_.of(k);
+    return w >= static_cast<double>(k) ? k : static_cast<std::size_t>(w);
+  }
   /// The amount: `none`, `count(w)` or `fraction(q)`.
   TokenAmount amount() const { return amount_; }
   /// `true` when the window is 0 whatever `k`: `none()`, `tokens(0)` or `ratio(0)`.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvevict/budget.hpp"
+#include "kvevict/budget_rule.hpp"
 #include "kvevict/cache_config.hpp"
 #include "kvevict/cache_interface.hpp"
 #include "kvevict/concepts.hpp"
@@ -65,11 +66,8 @@ namespace kvevict {
 template <class Score, class Temperature, class Selection>
 class Cache final : public CacheInterface {
   // The policy contracts (kvevict/concepts.hpp): one readable error per missing member.
-  static_assert(detail::score_policy_static_asserts<Score>::value, "kvevict: Score does not satisfy the contract");
-  static_assert(detail::temperature_schedule_static_asserts<Temperature>::value,
-                "kvevict: Temperature does not satisfy the contract");
-  static_assert(detail::selection_policy_static_asserts<Selection>::value,
-                "kvevict: Selection does not satisfy the contract");
+  static_assert(detail::cache_policy_static_asserts<Score, Temperature, Selection>::value,
+                "kvevict: the policies do not satisfy their contracts");
 
  public:
   using score_type = Score;              ///< what a token's score is
@@ -141,8 +139,9 @@ class Cache final : public CacheInterface {
     if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::Cache::prefill: logits must be non-null");
       MaterializedChunk rows(logits, gumbel, P, P);
-      scorer_.score_chunk(rows, 0, P, 1.0f / tau, "kvevict::Cache::prefill");
+      scorer_.score_chunk(rows, 0, P, 1.0f / tau, "prefill");
     }
+
     // ---- nothing below can throw ----
     take_chunk(P, tau);
     finish(k, w);
@@ -180,7 +179,7 @@ class Cache final : public CacheInterface {
     const auto [k, w] = bounded ? resolve_budget(config_.budget.token_count(), "kvevict::Cache::prefill_chunk")
                                 : std::pair<std::size_t, std::size_t>{0, 0};
     const float tau = checked_tau(0, "prefill_chunk");
-    if constexpr (Score::kUsesLogits) scorer_.score_chunk(rows, n_, C, 1.0f / tau, "kvevict::Cache::prefill_chunk");
+    if constexpr (Score::kUsesLogits) scorer_.score_chunk(rows, n_, C, 1.0f / tau, "prefill_chunk");
     // ---- nothing below can throw ----
     take_chunk(C, tau);
     if (bounded && n_ > k) {
@@ -304,7 +303,9 @@ class Cache final : public CacheInterface {
  private:
   const detail::ErasedKV& kv() const { return slots_.kv(); }
   /// Books a scored chunk of `C` tokens (slots `[n_, n_ + C)`): scores = the
-  /// accumulators' fold (all 0 for `NoScore`, which never scores). Cannot throw.
+  /// accumulators' fold (all 0 for `NoScore`, which never scores). The chunk's
+  /// newest position is recorded before any cut can evict it: a decode step's
+  /// token must come after every prompt position, kept or not. Cannot throw.
   void take_chunk(std::size_t C, float tau) noexcept {
     const std::size_t n = n_ + C;
     scorer_.fold(slots_.all_scores(), slots_.capacity(), n);
@@ -339,26 +340,14 @@ class Cache final : public CacheInterface {
     k_ = k, w_ = w, n_ = m, step_ = 0;
     prefilled_ = true;
   }
-  /// The one place where a configuration meets a budget: resolves the recent
-  /// window for budget `k` and checks the pair against the selection policy
-  /// and the view. Called (before any state changes) by the constructor when `k` is a
-  /// count, by `prefill` / `finish_prefill` once `k = budget.resolve(P)` is known.
-  ///  - `w = recent.resolve(k)`; for an accumulated-score policy (Keyformer,
-  ///    H2O) a window given as a ratio `q > 0` resolves to at least 1 token
-  ///    when `k >= 2` (so that the newest token is not evicted at once every
-  ///    step, see `RecentWindow`); `tokens(0)` and `ratio(0)` stay 0.
-  ///  - `selection.validate(k, w)`: `w <= k` (Keyformer, H2O, TOVA);
-  ///    `sinks <= k` and no window of its own (StreamingLLM, window).
-  ///  - capacity >= `k + 1`: a decode step appends its token before it evicts.
-  ///  - bounded prefill: `max_prefill_chunk = C >= 1` and capacity >= `k + C`.
-  /// Throws `std::invalid_argument` naming the values.
+  /// `detail::resolve_budget` (budget_rule.hpp, shared with `PagedCache`) for
+  /// budget `k` over this view: the recent-window rule, `selection.validate(k,
+  /// w)`, and capacity >= `k + 1` (a decode step appends before it evicts); with
+  /// bounded prefill also `max_prefill_chunk = C >= 1` and capacity >= `k + C`.
+  /// Called before any state changes. Throws `std::invalid_argument` naming the values.
   std::pair<std::size_t, std::size_t> resolve_budget(std::size_t k, const char* who) const {
-    std::size_t w = config_.recent.resolve(k);
-    if (Score::kAccumulates && config_.recent.is_ratio() && config_.recent.ratio_value() > 0.0 && k >= 2 && w == 0)
-      w = 1;
-    selection_.validate(k, w);
-    detail::require(k < kv().capacity, who, ": budget k = ", k, " needs a view of capacity >= k + 1 = ", k + 1,
-                    " (a decode step appends before it evicts), but the capacity is ", kv().capacity);
+    const auto kw =
+        detail::resolve_budget<Score>(config_.recent, selection_, k, detail::CapacityNeed{kv().capacity}, who);
     if (config_.bounded_prefill) {
       const std::size_t C = config_.max_prefill_chunk;
       detail::require(C >= 1, who, ": bounded_prefill needs max_prefill_chunk >= 1 (got 0)");
@@ -366,7 +355,7 @@ class Cache final : public CacheInterface {
                       " and max_prefill_chunk = ", C, " needs a view of capacity >= k + C = ", k + C,
                       ", but the capacity is ", kv().capacity);
     }
-    return {k, w};
+    return kw;
   }
   /// τ_t of the schedule, checked (finite, >= FLT_MIN); 1 for a policy without temperature.
   float checked_tau(std::size_t t, const char* who) const {

@@ -176,5 +176,14 @@ struct selection_policy_static_asserts {
   static constexpr bool value = is_selection_policy<Selection>::value;
 };
 
+/// The three contracts at once, instantiated by every cache over the policies
+/// (`Cache`, `PagedCache`), so both check exactly the same members.
+template <class Score, class Temperature, class Selection>
+struct cache_policy_static_asserts {
+  static constexpr bool value = score_policy_static_asserts<Score>::value &&
+                                temperature_schedule_static_asserts<Temperature>::value &&
+                                selection_policy_static_asserts<Selection>::value;
+};
+
 }  // namespace detail
 }  // namespace kvevict

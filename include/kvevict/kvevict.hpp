@@ -17,8 +17,8 @@
 //   attention/    attention_logits (decode) and prefill_chunk_qk (prefill chunks, Q·K by tiles), for
 //                 engines whose attention never materialises the logits
 //   kv/           KV storage: KVView (non-owning, strided; KVView<const T> read-only), KVBuffer (owning)
-//   paged/        page-table storage: PagedKVView (NHD/HND), PagePool, PagedCache (token or page unit)
 //   core/         argument checks, float bits, fast log/exp, the random generator
+//   paged/        page-table storage: PagedKVView (NHD/HND), PagePool, PagedCache (token or page unit)
 #pragma once
 
 #include "kvevict/attention/attention_logits.hpp"

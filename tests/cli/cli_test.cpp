@@ -270,6 +270,12 @@ std::vector<Case> cases() {
       {"QualityTooManyWindows", Q, kSmall + "--data {S}/data/tinystories-val/tinystories_val.txt --windows 100000 --out {W}/q", 2, {"--windows: 100000 exceeds the", "windows of 512 tokens"}, true},
       {"QualityDataMissing", Q, kSmall + "--data {W}/missing.txt --out {W}/q", 2, {"--data: cannot read"}, true},
       {"QualityUnknownFlag", Q, "--ratio 0.5", 2, {"--ratio"}},
+      // ---- kvevict-quality: the paged flags of kvevict-generate (issue 11), checked before any file ----
+      {"QualityPageSizeWithoutPaged", Q, "--page-size 8", 2, {"--page-size: needs --kv-layout paged"}},
+      {"QualityEvictUnitWithoutPaged", Q, "--evict-unit page", 2, {"--evict-unit: needs --kv-layout paged"}},
+      {"QualityUnknownKvLayout", Q, "--kv-layout blocks", 2, {"--kv-layout: unknown layout 'blocks'"}},
+      {"QualityUnknownEvictUnit", Q, "--kv-layout paged --evict-unit slab", 2, {"--evict-unit: unknown unit 'slab'"}},
+      {"QualityPageSizeZero", Q, "--kv-layout paged --page-size 0", 2, {"--page-size"}},
   };
 }
 
@@ -445,6 +451,40 @@ TEST(CliGenerate, PagedFlagsAreValidatedAndNamed) {
   const ToolRun zero = Workspace::get().run(KVEVICT_GENERATE_BIN, base + "--kv-layout paged --page-size 0");
   EXPECT_EQ(zero.exit_code, 2);
   EXPECT_NE(zero.err.find("--page-size"), std::string::npos) << zero.err;
+}
+
+// kvevict-quality takes kvevict-generate's paged flags: the paged token unit reports, number for number,
+// what --shared-heads reports on the contiguous layout; the page unit runs and says so in its first lines.
+TEST(CliQuality, PagedTokenUnitReportsTheNumbersOfSharedHeads) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  const std::string out = Workspace::get().file("qpaged");
+  fs::create_directories(out);
+  auto quality = [&](const std::string& name, const std::string& layout) {
+    return Workspace::get().run(binary(Tool::quality),
+                                expand(kSmall) + "--data " + shared() +
+                                    "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 --seeds 1 "
+                                    "--window 64 --prompt 32 --threads 1 --out " + out + "/" + name + " " + layout);
+  };
+  const ToolRun shared_heads = quality("shared", "--shared-heads");
+  const ToolRun token = quality("token", "--kv-layout paged --page-size 8 --evict-unit token");
+  const ToolRun page = quality("page", "--kv-layout paged --page-size 8 --evict-unit page");
+  const ToolRun per_head = quality("perhead", "");
+  for (const ToolRun* r : {&shared_heads, &token, &page, &per_head}) ASSERT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_NE(shared_heads.out.find("KV layout of the policies: contiguous, --shared-heads"), std::string::npos);
+  EXPECT_NE(token.out.find("KV layout of the policies: paged, page size 8, evict unit token"), std::string::npos);
+  EXPECT_NE(page.out.find("KV layout of the policies: paged, page size 8, evict unit page"), std::string::npos);
+  EXPECT_NE(per_head.out.find("KV layout of the policies: contiguous (one selection per KV head)"), std::string::npos);
+  const std::string shared_csv = slurp(out + "/shared.csv"), token_csv = slurp(out + "/token.csv"),
+                    page_csv = slurp(out + "/page.csv");
+  // k = 16, w = 4: every policy row of the paged token unit equals the shared-heads row, digit for digit.
+  EXPECT_NE(shared_csv.find("\nh2o,0.5,16,4,0,0,"), std::string::npos) << shared_csv;
+  EXPECT_EQ(token_csv, shared_csv);
+  EXPECT_EQ(slurp(out + "/token_summary.csv"), slurp(out + "/shared_summary.csv"));
+  // The page unit evicts whole pages of 8 from 32 + 31 tokens at k = 16: other numbers, same rows.
+  EXPECT_NE(page_csv, shared_csv);
+  EXPECT_NE(page_csv.find("\nh2o,0.5,16,4,0,0,"), std::string::npos) << page_csv;
+  EXPECT_EQ(std::count(page_csv.begin(), page_csv.end(), '\n'), std::count(shared_csv.begin(), shared_csv.end(), '\n'));
 }
 
 }  // namespace

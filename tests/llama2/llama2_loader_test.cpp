@@ -22,7 +22,7 @@ using llama2_test::TempFile;
 std::string load_error(const std::string& path) {
   try {
     Model::load(path);
-  } catch (const std::runtime_error& e) {
+  } catch (const std::invalid_argument& e) {  // bad input: the CLIs exit with code 2
     return e.what();
   }
   return "";
@@ -163,3 +163,34 @@ TEST(Llama2Loader, RejectsTheNewerExportFormat) {
 }
 
 }  // namespace
+
+// Issue 8 point 5 (fuzz seed llama2_load/regression-2pow31-layers): a 92-byte file whose header
+// claims 2^31 - 1 layers is rejected by the size check, before anything is allocated.
+TEST(Llama2Loader, RejectsAHeaderClaiming2Pow31LayersBeforeAllocating) {
+  TempFile f("kvevict_2pow31_layers");
+  Header h;
+  h.dim = 8;
+  h.hidden_dim = 8;
+  h.n_layers = 2147483647;
+  h.n_heads = 2;
+  h.n_kv_heads = 2;
+  h.vocab_size = 16;
+  h.seq_len = 8;
+  llama2_test::write_checkpoint(f.path, h, std::vector<float>(16, 0.0f));
+  EXPECT_EQ(load_error(f.path),
+            "llama2::Model::load: '" + f.path +
+                "': truncated: the header (dim=8 hidden_dim=8 n_layers=2147483647 n_heads=2 n_kv_heads=2 "
+                "vocab_size=16 seq_len=8) implies 3985729649532 bytes, the file has 92");
+}
+
+TEST(Llama2Loader, RejectsAHeaderWhoseSizeOverflows64Bits) {
+  Header h;
+  h.dim = 1 << 30;
+  h.hidden_dim = 2147483647;
+  h.n_layers = 2147483647;
+  h.n_heads = 1;
+  h.n_kv_heads = 1;
+  h.vocab_size = 2147483647;
+  h.seq_len = 2147483647;
+  EXPECT_NE(load_error_for(h).find("': header dimensions are too large (size overflows 64 bits)"), std::string::npos);
+}

@@ -14,9 +14,33 @@
 #include <vector>
 
 #include "kvevict/kv/erased_kv.hpp"
+#include "kvevict/kv/recent_flags.hpp"
 
 namespace kvevict {
 namespace detail {
+
+/// Permutes slots `[0, n)` into ascending order of `pos` (distinct values) by
+/// cycle following through one stashed slot: `move(from, to)` copies a slot's
+/// whole state (and must move `pos` with it), `stash(s)` / `unstash(s)` save a
+/// slot and put it back. `index` is scratch of `n` entries. Shared by the
+/// contiguous and the paged slot tables. O(n log n) compares + O(n) moves; no allocation.
+template <class Move, class Stash, class Unstash>
+void sort_slots_by_position(const std::int64_t* pos, std::size_t n, std::size_t* index, Move move, Stash stash,
+                            Unstash unstash) {
+  std::iota(index, index + n, std::size_t{0});
+  std::sort(index, index + n, [pos](std::size_t a, std::size_t b) { return pos[a] < pos[b]; });
+  for (std::size_t c = 0; c < n; ++c) {  // index[c] = slot whose token belongs at c
+    if (index[c] == c) continue;
+    stash(c);
+    std::size_t cur = c;
+    for (std::size_t src = index[cur]; src != c; cur = src, src = index[cur]) {
+      move(src, cur);
+      index[cur] = cur;
+    }
+    unstash(cur);
+    index[cur] = cur;
+  }
+}
 
 /// Everything a cache keeps per (KV head, slot), aligned with the view's rows:
 /// the view's K row, V row and position ID, plus the cache's score (float) and
@@ -24,10 +48,9 @@ namespace detail {
 /// both `[kv_head][capacity]`. Every change of slot goes through `move`, so the
 /// five never fall out of step.
 ///
-/// The recent window has one representation, the per-slot flags (what the
-/// selection's `victim` reads); a ring of the window's slots per head, oldest
-/// first, only indexes them so that the token leaving the window is found in
-/// O(1). All memory is allocated by the constructor; no member allocates after.
+/// The recent window has one representation, the per-slot flags of
+/// `RecentFlags` (one row per KV head; what the selection's `victim` reads).
+/// All memory is allocated by the constructor; no member allocates after.
 class SlotTable {
  public:
   SlotTable() = default;
@@ -35,8 +58,7 @@ class SlotTable {
   explicit SlotTable(const ErasedKV& kv)
       : kv_(kv),
         scores_(kv.n_kv_heads * kv.capacity, 0.0f),
-        flags_(kv.n_kv_heads * kv.capacity, 0),
-        ring_(kv.n_kv_heads * kv.capacity, 0),
+        window_(kv.n_kv_heads, kv.capacity),
         index_(kv.capacity, 0),
         stash_(2 * kv.row_bytes, 0) {}
 
@@ -48,7 +70,7 @@ class SlotTable {
   /// All scores, `[kv_head][capacity]`.
   float* all_scores() { return scores_.data(); }
   /// Recent-window flags of head `h`, `[capacity]`, by slot.
-  const std::uint8_t* recent(std::size_t h) const { return flags_.data() + h * kv_.capacity; }
+  const std::uint8_t* recent(std::size_t h) const { return window_.row(h); }
   /// Position IDs of head `h` (the view's), `[capacity]`.
   std::int64_t* positions(std::size_t h) const { return kv_.pos(h); }
   /// Scratch of `capacity` indices (selection output, sort permutation).
@@ -61,7 +83,7 @@ class SlotTable {
     std::memcpy(kv_.v_row(h, to), kv_.v_row(h, from), kv_.row_bytes);
     kv_.pos(h)[to] = kv_.pos(h)[from];
     scores(h)[to] = scores(h)[from];
-    flags_[h * kv_.capacity + to] = flags_[h * kv_.capacity + from];
+    window_.flag(h, to) = window_.flag(h, from);
   }
 
   /// Prefill: keeps slots `keep[0, m)` (strictly ascending) of head `h` as slots
@@ -78,10 +100,7 @@ class SlotTable {
     const std::size_t last = n - 1;
     if (victim != last) {
       move(h, last, victim);
-      if (flags_[h * kv_.capacity + last] != 0) {
-        flags_[h * kv_.capacity + last] = 0;
-        ring(h)[(next_ + size_ - 1) % size_] = victim;  // `last` entered the window most recently
-      }
+      window_.newest_moved(h, last, victim);
     }
     kv_.lengths[h] = last;
   }
@@ -89,79 +108,44 @@ class SlotTable {
   /// following through one stashed slot; every step is a `move`), then re-indexes
   /// the window from the flags. O(n log n + n · head_dim); allocates nothing.
   void sort_by_position(std::size_t h, std::size_t n) {
-    std::int64_t* pos = kv_.pos(h);
-    std::size_t* index = index_.data();
-    std::iota(index, index + n, std::size_t{0});
-    std::sort(index, index + n, [pos](std::size_t a, std::size_t b) { return pos[a] < pos[b]; });
-    for (std::size_t c = 0; c < n; ++c) {  // index[c] = slot whose token belongs at c
-      if (index[c] == c) continue;
-      stash(h, c);
-      std::size_t cur = c;
-      for (std::size_t src = index[cur]; src != c; cur = src, src = index[cur]) {
-        move(h, src, cur);
-        index[cur] = cur;
-      }
-      unstash(h, cur);
-      index[cur] = cur;
-    }
-    if (size_ == 0) return;
-    // The flagged slots, in slot (= position) order, are the window oldest first.
-    std::size_t* slots = ring(h);
-    std::size_t c = 0;
-    for (std::size_t s = 0; s < n; ++s)
-      if (flags_[h * kv_.capacity + s] != 0) slots[(next_ + size_ - count_ + c++) % size_] = s;
+    sort_slots_by_position(
+        kv_.pos(h), n, index_.data(), [this, h](std::size_t from, std::size_t to) { move(h, from, to); },
+        [this, h](std::size_t s) { stash(h, s); }, [this, h](std::size_t s) { unstash(h, s); });
+    window_.reindex(h, n);
   }
 
   /// Starts a window of `w` tokens, empty, on every head. O(n_kv_heads · capacity).
-  void reset_window(std::size_t w) {
-    std::fill(flags_.begin(), flags_.end(), std::uint8_t{0});
-    size_ = w;
-    count_ = next_ = 0;
-  }
+  void reset_window(std::size_t w) { window_.reset(w); }
   /// Enters the token at `slot` (the same slot on every head) into the window;
   /// once the window holds `w` tokens, the oldest leaves it. O(n_kv_heads).
-  void enter_window(std::size_t slot) {
-    if (size_ == 0) return;
-    for (std::size_t h = 0; h < kv_.n_kv_heads; ++h) {
-      std::uint8_t* flags = flags_.data() + h * kv_.capacity;
-      std::size_t* slots = ring(h);
-      if (count_ == size_) flags[slots[next_]] = 0;
-      slots[next_] = slot;
-      flags[slot] = 1;
-    }
-    next_ = (next_ + 1) % size_;
-    if (count_ < size_) ++count_;
-  }
+  void enter_window(std::size_t slot) { window_.enter(slot); }
   /// Zeroes every score. O(n_kv_heads · capacity).
   void clear_scores() { std::fill(scores_.begin(), scores_.end(), 0.0f); }
 
  private:
-  std::size_t* ring(std::size_t h) { return ring_.data() + h * kv_.capacity; }
   void stash(std::size_t h, std::size_t s) {
     std::memcpy(stash_.data(), kv_.k_row(h, s), kv_.row_bytes);
     std::memcpy(stash_.data() + kv_.row_bytes, kv_.v_row(h, s), kv_.row_bytes);
     stash_pos_ = kv_.pos(h)[s];
     stash_score_ = scores(h)[s];
-    stash_flag_ = flags_[h * kv_.capacity + s];
+    stash_flag_ = window_.flag(h, s);
   }
   void unstash(std::size_t h, std::size_t s) {
     std::memcpy(kv_.k_row(h, s), stash_.data(), kv_.row_bytes);
     std::memcpy(kv_.v_row(h, s), stash_.data() + kv_.row_bytes, kv_.row_bytes);
     kv_.pos(h)[s] = stash_pos_;
     scores(h)[s] = stash_score_;
-    flags_[h * kv_.capacity + s] = stash_flag_;
+    window_.flag(h, s) = stash_flag_;
   }
 
   ErasedKV kv_;
   std::vector<float> scores_;          // [kv_head][capacity]
-  std::vector<std::uint8_t> flags_;    // [kv_head][capacity]: 1 = in the recent window
-  std::vector<std::size_t> ring_;      // [kv_head][capacity]: the window's slots, ring order
+  RecentFlags window_;                 // [kv_head][capacity] recent-window flags
   std::vector<std::size_t> index_;     // [capacity] scratch
   std::vector<unsigned char> stash_;   // [2][row_bytes]: one K and one V row
   std::int64_t stash_pos_ = 0;
   float stash_score_ = 0.0f;
   std::uint8_t stash_flag_ = 0;
-  std::size_t size_ = 0, count_ = 0, next_ = 0;  // window w; entries held; next ring index
 };
 
 }  // namespace detail

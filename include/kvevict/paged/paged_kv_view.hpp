@@ -20,6 +20,16 @@ enum class PageLayout {
   HND   ///< `[num_pages][n_kv_heads][page_size][head_dim]` (FlashInfer HND)
 };
 
+/// Element offset of the row of KV head `h`, slot `o` of page `p` in a pool of
+/// `layout` (the one formula, also used by the cache's byte-level view):
+/// NHD `((p · page_size + o) · n_kv_heads + h) · head_dim`, HND `((p · n_kv_heads
+/// + h) · page_size + o) · head_dim`. O(1), no bounds check.
+inline std::size_t paged_row_offset(PageLayout layout, std::size_t page_size, std::size_t n_kv_heads,
+                                    std::size_t head_dim, std::size_t p, std::size_t h, std::size_t o) {
+  return layout == PageLayout::NHD ? ((p * page_size + o) * n_kv_heads + h) * head_dim
+                                   : ((p * n_kv_heads + h) * page_size + o) * head_dim;
+}
+
 /// "NHD" or "HND".
 inline const char* page_layout_name(PageLayout layout) { return layout == PageLayout::NHD ? "NHD" : "HND"; }
 
@@ -78,8 +88,7 @@ struct PagedKVView {
 
   /// Element offset of the row of KV head `h`, slot `o` of page `p` (formulas above). No bounds check.
   std::size_t offset(std::size_t p, std::size_t h, std::size_t o) const {
-    return layout == PageLayout::NHD ? ((p * page_size + o) * n_kv_heads + h) * head_dim
-                                     : ((p * n_kv_heads + h) * page_size + o) * head_dim;
+    return paged_row_offset(layout, page_size, n_kv_heads, head_dim, p, h, o);
   }
   /// K row of KV head `h` at logical slot `s` of the sequence. No bounds check.
   T* k_row(std::size_t h, std::size_t s) const {

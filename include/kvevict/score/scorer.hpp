@@ -20,7 +20,7 @@
 namespace kvevict {
 namespace detail {
 
-/// The scoring half of a `Cache`: owns the score policy, the Gumbel generator,
+/// The scoring half of a `Cache` (and of a `PagedCache`): owns the score policy, the Gumbel generator,
 /// the prefill accumulators (one per query head) and the kernel's scratch
 /// (allocated once), and adds `softmax((x + ζ) / τ)` of each logits row into
 /// the scores of the row's KV head (`q_head / g`) with
@@ -32,9 +32,13 @@ template <class Score>
 class Scorer {
  public:
   /// Scratch for rows of up to `capacity` slots; `n_kv_heads` heads of `group`
-  /// query heads each. Allocates O(n_q_heads · capacity) floats, once.
-  Scorer(Score score, std::size_t n_kv_heads, std::size_t group, std::size_t capacity, std::uint64_t seed)
+  /// query heads each. `who` names the owning cache class in error messages
+  /// (a string literal, e.g. "kvevict::Cache"). Allocates O(n_q_heads ·
+  /// capacity) floats, once.
+  Scorer(Score score, std::size_t n_kv_heads, std::size_t group, std::size_t capacity, std::uint64_t seed,
+         const char* who = "kvevict::Cache")
       : score_(std::move(score)),
+        who_(who),
         rng_(seed),
         n_kv_heads_(n_kv_heads),
         group_(group),
@@ -59,9 +63,10 @@ class Scorer {
   /// (q_head-major, then rows, then slots: the noise order of the one-shot
   /// prefill when `C = P`). All-or-nothing: on a NaN / `+inf` in `x + ζ` (or an
   /// exception from `rows`) `acc[·][0, held)` and the generator are restored
-  /// and `std::invalid_argument` names `who`, the chunk row and the q_head.
+  /// and `std::invalid_argument` names the cache class, the calling `method`
+  /// (e.g. "prefill_chunk"), the chunk row and the q_head.
   /// O(n_q_heads · C · (held + C)); no allocation.
-  void score_chunk(ChunkRows& rows, std::size_t held, std::size_t C, float inv_tau, const char* who) {
+  void score_chunk(ChunkRows& rows, std::size_t held, std::size_t C, float inv_tau, const char* method) {
     const Xoshiro256pp saved = rng_;
     const std::size_t n = held + C, nq = n_kv_heads_ * group_;
     for (std::size_t h = 0; h < nq; ++h) {
@@ -84,7 +89,8 @@ class Scorer {
         }
         if (!ok) {
           restore();
-          throw std::invalid_argument(concat(who, ": logits row ", i, " of q_head ", h, " contains NaN or +inf"));
+          throw std::invalid_argument(
+              concat(who_, "::", method, ": logits row ", i, " of q_head ", h, " contains NaN or +inf"));
         }
         add_chunks(row_.data(), chunk_f_.data(), len, acc(h), !Score::kAccumulates);
       }
@@ -102,6 +108,19 @@ class Scorer {
         for (std::size_t i = 0; i < n; ++i) s[i] += a[i];
       }
     }
+  }
+  /// One-shot prefill into `scores` (`[kv_head][stride]`): `score_chunk` of the
+  /// whole prompt (`held = 0`, `C = P`; `logits`, `gumbel` optional:
+  /// `[q_head][P][P]`, causal part read) then `fold` over `[0, P)` — the path of
+  /// `Cache::prefill`, so a `PagedCache` scores the prompt bit for bit as a
+  /// `Cache` does. Throws as `score_chunk` ("<who>::prefill: logits row r of
+  /// q_head h contains NaN or +inf"), `scores` and the generator unchanged.
+  /// O(n_q_heads · P²); no allocation.
+  void score_prompt(const float* logits, const float* gumbel, std::size_t P, float inv_tau, float* scores,
+                    std::size_t stride) {
+    MaterializedChunk rows(logits, gumbel, P, P);
+    score_chunk(rows, 0, P, inv_tau, "prefill");
+    fold(scores, stride, P);
   }
   /// After a cut moved the scores (bounded prefill): `acc[j · g] = scores[j]`,
   /// the group's other accumulators 0, over slots `[0, m)`, so that `fold` gives
@@ -133,7 +152,7 @@ class Scorer {
           for (std::size_t i = 0; i <= j; ++i) std::copy_n(backup_.data() + i * stride, n, scores + i * stride);
           rng_ = saved;
           throw std::invalid_argument(
-              concat("kvevict::Cache::decode_step: logits of q_head ", h, " contain NaN or +inf"));
+              concat(who_, "::decode_step: logits of q_head ", h, " contain NaN or +inf"));
         }
         add_chunks(row_.data(), chunk_f_.data(), n, s, !Score::kAccumulates && t == 0);
       }
@@ -163,6 +182,7 @@ class Scorer {
   }
 
   Score score_;
+  const char* who_;
   Xoshiro256pp rng_;
   std::size_t n_kv_heads_ = 0, group_ = 1, stride_ = 0;
   std::vector<float> acc_;      // [q_head][stride]: prefill accumulators, one per query head

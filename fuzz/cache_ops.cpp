@@ -1,0 +1,506 @@
+// kvevict fuzzing — cache_ops: the public Cache API under random configurations and call sequences.
+// SPDX-License-Identifier: Apache-2.0
+//
+// Input bytes choose a configuration (every policy through the aliases, a few more template
+// combinations and make_cache; 1–4 KV heads; GQA group 1–3; head_dim 1–8; float / half / bf16;
+// head-major and slot-major strided layouts with padding; budgets and windows as counts and
+// ratios including 0, > k and huge; sinks; τ values including 0, negative, tiny, NaN and inf;
+// shared heads) and then a sequence of operations (append with valid and invalid positions,
+// prefill and decode_step with random / NaN / ±inf / huge logits, wrong lengths, null pointers,
+// injected noise, restore_position_order, reset, out-of-range queries).
+//
+// Throwing std::invalid_argument or std::length_error is allowed. After every call the
+// invariants below are checked; a violation aborts (a libFuzzer finding):
+//  - lengths are equal across KV heads and <= capacity;
+//  - after a successful prefill every head holds min(k, P) slots, after a successful decode step
+//    min(n, k) (so <= k);
+//  - the slots the cache manages hold distinct positions, each one accepted by a prefill or decode
+//    step since the last reset, and each slot's K/V bytes are the ones appended with its position;
+//  - the kept set obeys the policy: RecentTopK keeps the w most recently accepted positions;
+//    StreamingLLM keeps exactly the first min(sinks, m) and the last m - min(sinks, m) accepted;
+//  - every live score is finite and >= 0 (scores are sums of probabilities);
+//  - after a throw: lengths, positions, scores, every K/V byte of the storage, budget, window,
+//    step and temperature are exactly as before the call.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+#include <kvevict/kvevict.hpp>
+
+#include "fuzz_util.hpp"
+
+namespace {
+
+using namespace kvevict;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr std::size_t kMaxCapacity = 40;
+
+// ---- deterministic K/V bytes per (position, head): any append of the same position writes the same row
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+void row_bytes(std::int64_t pos, std::size_t head, bool value, unsigned char* out, std::size_t n) {
+  std::uint64_t s = mix(static_cast<std::uint64_t>(pos) * 8 + head * 2 + (value ? 1 : 0));
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i % 8 == 0) s = mix(s);
+    out[i] = static_cast<unsigned char>(s >> (8 * (i % 8)));
+  }
+}
+
+/// One layer's storage with a chosen layout and the view over it.
+template <class T>
+struct Layer {
+  std::size_t nkv, cap, hd, row_stride;
+  std::vector<T> k, v;
+  std::vector<std::int64_t> pos;
+  std::vector<std::size_t> len;
+  KVView<T> view;
+
+  Layer(std::size_t nkv_, std::size_t cap_, std::size_t hd_, bool slot_major, std::size_t pad)
+      : nkv(nkv_), cap(cap_), hd(hd_), row_stride(hd_ + pad), k(nkv_ * cap_ * (hd_ + pad)), v(k.size()),
+        pos(nkv_ * cap_, 0), len(nkv_, 0) {
+    view.k = k.data();
+    view.v = v.data();
+    view.positions = pos.data();
+    view.lengths = len.data();
+    view.n_kv_heads = nkv;
+    view.capacity = cap;
+    view.head_dim = hd;
+    view.head_stride = slot_major ? row_stride : cap * row_stride;
+    view.slot_stride = slot_major ? nkv * row_stride : row_stride;
+    view.validate();
+  }
+  void append(std::int64_t p) const {
+    std::vector<T> kn(nkv * hd), vn(nkv * hd);
+    for (std::size_t h = 0; h < nkv; ++h) {
+      row_bytes(p, h, false, reinterpret_cast<unsigned char*>(kn.data() + h * hd), hd * sizeof(T));
+      row_bytes(p, h, true, reinterpret_cast<unsigned char*>(vn.data() + h * hd), hd * sizeof(T));
+    }
+    view.append(p, kn.data(), vn.data());
+  }
+  bool row_matches(std::size_t h, std::size_t s) const {
+    std::vector<unsigned char> want(hd * sizeof(T));
+    row_bytes(view.head_positions(h)[s], h, false, want.data(), want.size());
+    if (std::memcmp(view.k_row(h, s), want.data(), want.size()) != 0) return false;
+    row_bytes(view.head_positions(h)[s], h, true, want.data(), want.size());
+    return std::memcmp(view.v_row(h, s), want.data(), want.size()) == 0;
+  }
+};
+
+/// Everything a failed call must leave unchanged.
+struct Snapshot {
+  std::vector<unsigned char> k, v;
+  std::vector<std::int64_t> pos;
+  std::vector<std::size_t> len;
+  std::vector<std::uint32_t> score_bits;
+  std::size_t budget = 0, window = 0, step = 0;
+  std::uint32_t tau_bits = 0;
+  bool operator==(const Snapshot& o) const {
+    return k == o.k && v == o.v && pos == o.pos && len == o.len && score_bits == o.score_bits &&
+           budget == o.budget && window == o.window && step == o.step && tau_bits == o.tau_bits;
+  }
+};
+
+std::uint32_t bits(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+template <class T>
+Snapshot snapshot(const Layer<T>& layer, const CacheInterface& cache) {
+  Snapshot s;
+  const auto* kb = reinterpret_cast<const unsigned char*>(layer.k.data());
+  const auto* vb = reinterpret_cast<const unsigned char*>(layer.v.data());
+  s.k.assign(kb, kb + layer.k.size() * sizeof(T));
+  s.v.assign(vb, vb + layer.v.size() * sizeof(T));
+  s.pos = layer.pos;
+  s.len = layer.len;
+  for (std::size_t h = 0; h < layer.nkv; ++h) {
+    const float* sc = cache.scores(h);
+    for (std::size_t i = 0; i < layer.len[h]; ++i) s.score_bits.push_back(bits(sc[i]));
+  }
+  s.budget = cache.budget();
+  s.window = cache.recent_window();
+  s.step = cache.step();
+  s.tau_bits = bits(cache.temperature());
+  return s;
+}
+
+enum class Kind { recent_topk, sink_recent };
+
+/// The fuzzed cache and what the harness knows about it.
+struct Subject {
+  std::unique_ptr<CacheInterface> cache;
+  Kind kind = Kind::recent_topk;
+  std::size_t sinks = 0;
+  std::size_t n_q = 1;
+  std::string name;
+};
+
+float pick_tau(FuzzedDataProvider& in) {
+  static const float taus[] = {1.0f, 2.0f, 0.5f, 0.0f, -1.0f, kNaN, kInf, -kInf, 1e-40f, 1e-38f,
+                               std::numeric_limits<float>::min(), 1e-30f, 1e30f,
+                               std::numeric_limits<float>::max(), 1e-45f, 1e-20f};
+  return in.PickValueInArray(taus);
+}
+
+std::size_t pick_count(FuzzedDataProvider& in, std::size_t cap) {
+  switch (in.ConsumeIntegralInRange<int>(0, 9)) {
+    case 0: return std::numeric_limits<std::size_t>::max();
+    case 1: return std::size_t{1} << 53;
+    case 2: return (std::size_t{1} << 53) + 1;
+    case 3: return std::size_t{1} << 63;
+    case 4: return std::numeric_limits<std::size_t>::max() - 1;
+    case 5: return in.ConsumeIntegralInRange<std::size_t>(0, 255);
+    default: return in.ConsumeIntegralInRange<std::size_t>(0, cap + 3);
+  }
+}
+
+double pick_ratio(FuzzedDataProvider& in, bool window) {
+  switch (in.ConsumeIntegralInRange<int>(0, 11)) {
+    case 0: return 0.0;
+    case 1: return -0.5;
+    case 2: return std::numeric_limits<double>::quiet_NaN();
+    case 3: return std::numeric_limits<double>::infinity();
+    case 4: return window ? 1.0 : 1e300;
+    case 5: return 1e-300;
+    case 6: return window ? 1.0000001 : 1e15;
+    case 7: return 1.0;
+    default: return in.ConsumeIntegralInRange<int>(0, 160) / 64.0;
+  }
+}
+
+CacheConfig pick_config(FuzzedDataProvider& in, std::size_t nkv, std::size_t cap) {
+  CacheConfig c;
+  const std::size_t g = in.ConsumeIntegralInRange<std::size_t>(1, 3);
+  c.n_q_heads = nkv * g;
+  if (in.ConsumeIntegralInRange<int>(0, 31) == 0) c.n_q_heads = in.ConsumeIntegralInRange<std::size_t>(0, 13);
+  c.budget = in.ConsumeBool() ? Budget::tokens(pick_count(in, cap)) : Budget::ratio(pick_ratio(in, false));
+  c.recent = in.ConsumeBool() ? RecentWindow::tokens(pick_count(in, cap)) : RecentWindow::ratio(pick_ratio(in, true));
+  c.shared_heads = in.ConsumeBool();
+  c.seed = in.ConsumeIntegral<std::uint64_t>();
+  return c;
+}
+
+template <class T>
+Subject make_subject(FuzzedDataProvider& in, const CacheConfig& config, const KVView<T>& kv) {
+  Subject s;
+  s.n_q = config.n_q_heads;
+  const int which = in.ConsumeIntegralInRange<int>(0, 7);
+  const bool noise = in.ConsumeBool();
+  switch (which) {
+    case 0: {
+      const float a = pick_tau(in), b = pick_tau(in);
+      const std::size_t horizon = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 5) : pick_count(in, 4);
+      s.cache = std::make_unique<Keyformer>(config, kv, GumbelLogitScore{noise}, LinearTemperature(a, b, horizon));
+      s.name = "Keyformer";
+      break;
+    }
+    case 1: {
+      static const float deltas[] = {0.0f, 0.5f, -0.3f, -1.0f, 1e-40f, -1e-40f, kNaN, kInf, 3e38f, -3e38f, -0.999f};
+      const float a = pick_tau(in), d = in.PickValueInArray(deltas);
+      s.cache = std::make_unique<Cache<GumbelLogitScore, IncrementTemperature, RecentTopKSelection>>(
+          config, kv, GumbelLogitScore{noise}, IncrementTemperature(a, d));
+      s.name = "Keyformer/IncrementTemperature";
+      break;
+    }
+    case 2:
+      s.cache = std::make_unique<Cache<GumbelLogitScore, ConstantTemperature, RecentTopKSelection>>(
+          config, kv, GumbelLogitScore{noise}, ConstantTemperature(pick_tau(in)));
+      s.name = "Keyformer/ConstantTemperature";
+      break;
+    case 3:
+      s.cache = std::make_unique<H2O>(config, kv);
+      s.name = "H2O";
+      break;
+    case 4:
+      s.cache = std::make_unique<TOVA>(config, kv);
+      s.name = "TOVA";
+      break;
+    case 5:
+      s.sinks = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 6) : pick_count(in, 8);
+      s.cache = std::make_unique<StreamingLLM>(config, kv, NoScore{}, ConstantTemperature(), SinkRecentSelection{s.sinks});
+      s.kind = Kind::sink_recent;
+      s.name = "StreamingLLM";
+      break;
+    default: {
+      static const Policy policies[] = {Policy::keyformer, Policy::h2o, Policy::streaming_llm, Policy::window,
+                                        Policy::tova};
+      const Policy p = in.PickValueInArray(policies);
+      PolicyParams params;
+      params.tau_init = pick_tau(in);
+      params.tau_end = pick_tau(in);
+      params.horizon = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 5) : pick_count(in, 4);
+      params.gumbel_noise = noise;
+      params.sinks = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 6) : pick_count(in, 8);
+      s.cache = make_cache(p, config, kv, params);
+      if (p == Policy::streaming_llm || p == Policy::window) {
+        s.kind = Kind::sink_recent;
+        s.sinks = p == Policy::window ? 0 : params.sinks;
+      }
+      s.name = std::string("make_cache(") + policy_name(p) + ")";
+      break;
+    }
+  }
+  return s;
+}
+
+/// A logits (or noise) buffer of `count` floats; the mode decides how hostile it is.
+std::vector<float> pick_floats(FuzzedDataProvider& in, std::size_t count) {
+  std::vector<float> x(count);
+  const int mode = in.ConsumeIntegralInRange<int>(0, 3);  // 0, 1: clean; 2: hostile; 3: all zero
+  for (float& f : x) {
+    if (mode == 3) {
+      f = 0.0f;
+      continue;
+    }
+    const std::uint8_t b = in.ConsumeIntegral<std::uint8_t>();
+    if (mode < 2 || b < 200) {
+      f = b == 255 ? -kInf : (static_cast<float>(b) - 100.0f) / 8.0f;
+      continue;
+    }
+    static const float hostile[] = {kNaN, kInf, -kInf, 3.4e38f, -3.4e38f, 1e-45f, 1e30f, -1e30f, 0.0f};
+    f = hostile[b % 9];
+  }
+  return x;
+}
+
+template <class T>
+struct Harness {
+  Layer<T>& layer;
+  Subject& s;
+  std::vector<std::int64_t> accepted;  // positions accepted by prefill / decode since the last reset, ascending
+  std::size_t managed = 0;             // slots [0, managed) are the cache's (the rest: appended since)
+  bool prefilled = false;
+
+  std::string where() const { return s.name; }
+
+  void check_common() const {
+    const KVView<T>& kv = layer.view;
+    for (std::size_t h = 0; h < layer.nkv; ++h) {
+      KVFUZZ_CHECK(kv.lengths[h] <= layer.cap, where(), ": head ", h, " length ", kv.lengths[h], " > capacity");
+      KVFUZZ_CHECK(kv.lengths[h] == kv.lengths[0], where(), ": head ", h, " length ", kv.lengths[h], ", head 0 ",
+                   kv.lengths[0]);
+      KVFUZZ_CHECK(s.cache->length(h) == kv.lengths[h], where(), ": length(h) disagrees with the view");
+    }
+    KVFUZZ_CHECK(managed <= kv.lengths[0], where(), ": managed ", managed, " > length ", kv.lengths[0]);
+    if (!prefilled) return;
+    const std::set<std::int64_t> acc(accepted.begin(), accepted.end());
+    std::vector<std::int64_t> expect;  // StreamingLLM's exact kept set
+    if (s.kind == Kind::sink_recent) {
+      const std::size_t first = std::min(s.sinks, managed);
+      expect.assign(accepted.begin(), accepted.begin() + static_cast<std::ptrdiff_t>(first));
+      expect.insert(expect.end(), accepted.end() - static_cast<std::ptrdiff_t>(managed - first), accepted.end());
+    }
+    const std::size_t w = std::min(s.cache->recent_window(), managed);
+    for (std::size_t h = 0; h < layer.nkv; ++h) {
+      const std::int64_t* pos = kv.head_positions(h);
+      std::vector<std::int64_t> kept(pos, pos + managed);
+      std::sort(kept.begin(), kept.end());
+      KVFUZZ_CHECK(std::adjacent_find(kept.begin(), kept.end()) == kept.end(), where(), ": head ", h,
+                   " holds a position twice");
+      for (std::size_t i = 0; i < managed; ++i) {
+        KVFUZZ_CHECK(acc.count(pos[i]) == 1, where(), ": head ", h, " slot ", i, " position ", pos[i],
+                     " was never accepted");
+        KVFUZZ_CHECK(layer.row_matches(h, i), where(), ": head ", h, " slot ", i, " K/V bytes are not position ",
+                     pos[i], "'s");
+        const float sc = s.cache->scores(h)[i];
+        KVFUZZ_CHECK(std::isfinite(sc) && sc >= 0.0f, where(), ": head ", h, " slot ", i, " score ", sc);
+      }
+      if (s.kind == Kind::sink_recent) {
+        KVFUZZ_CHECK(kept == expect, where(), ": head ", h, " StreamingLLM kept set differs from sinks + recent");
+      } else {
+        for (std::size_t i = accepted.size() - w; i < accepted.size(); ++i)
+          KVFUZZ_CHECK(std::binary_search(kept.begin(), kept.end(), accepted[i]), where(), ": head ", h,
+                       " evicted position ", accepted[i], " inside the recent window w = ", w);
+      }
+    }
+  }
+
+  template <class F>
+  bool call(const char* op, F&& f) {
+    const Snapshot before = snapshot(layer, *s.cache);
+    static const bool trace = std::getenv("KVFUZZ_TRACE") != nullptr;  // print every call (reproducing)
+    if (trace) {
+      std::fprintf(stderr, "%s %s: length %zu, positions", s.name.c_str(), op, layer.view.lengths[0]);
+      for (std::size_t i = 0; i < layer.view.lengths[0]; ++i)
+        std::fprintf(stderr, " %lld", static_cast<long long>(layer.view.head_positions(0)[i]));
+      std::fprintf(stderr, "\n");
+    }
+    try {
+      f();
+      return true;
+    } catch (const std::invalid_argument& e) {
+      if (trace) std::fprintf(stderr, "  -> invalid_argument: %s\n", e.what());
+    } catch (const std::length_error& e) {
+      if (trace) std::fprintf(stderr, "  -> length_error: %s\n", e.what());
+    }
+    KVFUZZ_CHECK(snapshot(layer, *s.cache) == before, where(), ": ", op, " threw but changed the state");
+    return false;
+  }
+
+  std::int64_t pick_position(FuzzedDataProvider& in) const {
+    const std::size_t n = layer.view.lengths[0];
+    const std::int64_t last = n > 0 ? layer.view.head_positions(0)[n - 1] : -1;
+    auto plus = [last](std::int64_t d) {  // saturating: the harness itself must not overflow
+      std::int64_t r = 0;
+      if (__builtin_add_overflow(last, d, &r)) return d > 0 ? std::numeric_limits<std::int64_t>::max()
+                                                            : std::numeric_limits<std::int64_t>::min();
+      return r;
+    };
+    switch (in.ConsumeIntegralInRange<int>(0, 15)) {
+      case 0: return last;
+      case 1: return plus(-1);
+      case 2: return std::numeric_limits<std::int64_t>::max();
+      case 3: return std::numeric_limits<std::int64_t>::min();
+      case 4: return in.ConsumeIntegralInRange<std::int64_t>(-3, 60);
+      case 5: return plus(in.ConsumeIntegralInRange<std::int64_t>(2, 1000));
+      default: return plus(1);
+    }
+  }
+
+  void run(FuzzedDataProvider& in) {
+    for (int op = 0; op < 96 && in.remaining_bytes() > 0; ++op) {
+      const KVView<T>& kv = layer.view;
+      const std::size_t n = kv.lengths[0];
+      switch (in.ConsumeIntegralInRange<int>(0, 11)) {
+        case 0: case 1: case 2: case 3: {  // append
+          const std::int64_t p = pick_position(in);
+          call("append", [&] { layer.append(p); });
+          break;
+        }
+        case 4: case 5: {  // prefill
+          std::size_t P = n;
+          if (in.ConsumeIntegralInRange<int>(0, 7) == 0) P = in.ConsumeIntegralInRange<std::size_t>(0, layer.cap + 1);
+          const std::vector<float> x = pick_floats(in, s.n_q * P * P);
+          const int ptrs = in.ConsumeIntegralInRange<int>(0, 7);
+          const std::vector<float> z = ptrs == 1 ? pick_floats(in, s.n_q * P * P) : std::vector<float>();
+          const std::vector<std::int64_t> prompt(kv.head_positions(0), kv.head_positions(0) + n);
+          const bool ok = call("prefill", [&] {
+            s.cache->prefill(ptrs == 0 ? nullptr : x.data(), P, z.empty() ? nullptr : z.data());
+          });
+          if (ok) {
+            KVFUZZ_CHECK(!prefilled, where(), ": a second prefill succeeded");
+            const std::size_t k = s.cache->budget();
+            KVFUZZ_CHECK(k >= 1 && s.cache->recent_window() <= k, where(), ": resolved k = ", k, ", w = ",
+                         s.cache->recent_window());
+            KVFUZZ_CHECK(kv.lengths[0] == std::min(k, P), where(), ": prefill kept ", kv.lengths[0],
+                         " slots, expected min(k = ", k, ", P = ", P, ")");
+            KVFUZZ_CHECK(std::is_sorted(prompt.begin(), prompt.end()), where(), ": unordered prompt accepted");
+            accepted = prompt;
+            managed = kv.lengths[0];
+            prefilled = true;
+          }
+          break;
+        }
+        case 6: case 7: case 8: {  // decode step
+          std::size_t m = n;
+          if (in.ConsumeIntegralInRange<int>(0, 7) == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer.cap + 1);
+          const std::vector<float> x = pick_floats(in, s.n_q * m);
+          const int ptrs = in.ConsumeIntegralInRange<int>(0, 7);
+          const std::vector<float> z = ptrs == 1 ? pick_floats(in, s.n_q * m) : std::vector<float>();
+          const std::int64_t new_pos = m >= 1 && m <= n ? kv.head_positions(0)[m - 1] : 0;
+          const std::size_t before = managed;
+          const bool ok = call("decode_step", [&] {
+            s.cache->decode_step(ptrs == 0 ? nullptr : x.data(), m, z.empty() ? nullptr : z.data());
+          });
+          if (ok) {
+            KVFUZZ_CHECK(prefilled && m == before + 1 && m == n, where(), ": decode_step(n = ", m,
+                         ") accepted with ", before, " managed slots, view length ", n);
+            KVFUZZ_CHECK(accepted.empty() || new_pos > accepted.back(), where(), ": decode accepted position ",
+                         new_pos, " after ", accepted.back());
+            const std::size_t k = s.cache->budget();
+            KVFUZZ_CHECK(kv.lengths[0] == std::min(m, k), where(), ": decode step left ", kv.lengths[0],
+                         " slots, expected min(n = ", m, ", k = ", k, ")");
+            accepted.push_back(new_pos);
+            managed = kv.lengths[0];
+          }
+          break;
+        }
+        case 9: {  // sorts the managed slots (before prefill: all); slots appended since the last step stay
+          const std::vector<std::int64_t> before = layer.pos;
+          const std::size_t sorted = prefilled ? managed : n;
+          if (call("restore_position_order", [&] { s.cache->restore_position_order(); }))
+            for (std::size_t h = 0; h < layer.nkv; ++h) {
+              const std::int64_t* p = kv.head_positions(h);
+              const std::int64_t* q = before.data() + h * layer.cap;
+              KVFUZZ_CHECK(std::is_sorted(p, p + sorted), where(), ": restore_position_order left head ", h,
+                           " unsorted");
+              KVFUZZ_CHECK(std::equal(p + sorted, p + n, q + sorted), where(),
+                           ": restore_position_order moved a slot appended since the last step");
+            }
+          break;
+        }
+        case 10:
+          call("reset", [&] { s.cache->reset(in.ConsumeIntegral<std::uint64_t>()); });
+          KVFUZZ_CHECK(kv.lengths[0] == 0 && s.cache->step() == 0 && s.cache->budget() == 0, where(),
+                       ": reset left state behind");
+          accepted.clear();
+          managed = 0;
+          prefilled = false;
+          break;
+        default: {  // queries, including an out-of-range head
+          const std::size_t h = in.ConsumeIntegralInRange<std::size_t>(0, layer.nkv);
+          call("retained_positions", [&] {
+            const std::vector<std::int64_t> r = s.cache->retained_positions(h);
+            KVFUZZ_CHECK(h < layer.nkv && r.size() == kv.lengths[h] && std::is_sorted(r.begin(), r.end()), where(),
+                         ": retained_positions(", h, ")");
+          });
+          break;
+        }
+      }
+      check_common();
+    }
+  }
+};
+
+template <class T>
+void fuzz_one(FuzzedDataProvider& in) {
+  const std::size_t nkv = in.ConsumeIntegralInRange<std::size_t>(1, 4);
+  const std::size_t cap = in.ConsumeIntegralInRange<std::size_t>(1, kMaxCapacity);
+  const std::size_t hd = in.ConsumeIntegralInRange<std::size_t>(1, 8);
+  const bool slot_major = in.ConsumeBool();
+  const std::size_t pad = in.ConsumeIntegralInRange<std::size_t>(0, 2);
+  Layer<T> layer(nkv, cap, hd, slot_major, pad);
+  if (in.ConsumeIntegralInRange<int>(0, 31) == 0) layer.append(0);  // not empty at construction: must throw
+
+  Subject subject;
+  try {
+    const CacheConfig config = pick_config(in, nkv, cap);
+    subject = make_subject(in, config, layer.view);
+  } catch (const std::invalid_argument&) {
+    return;  // a rejected configuration
+  }
+  KVFUZZ_CHECK(layer.view.lengths[0] == 0, "a cache was built over a non-empty view");
+  Harness<T> harness{layer, subject, {}, 0, false};
+  harness.run(in);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  FuzzedDataProvider in(data, size);
+  switch (in.ConsumeIntegralInRange<int>(0, 2)) {
+    case 0: fuzz_one<float>(in); break;
+    case 1: fuzz_one<Eigen::half>(in); break;
+    default: fuzz_one<Eigen::bfloat16>(in); break;
+  }
+  return 0;
+}
