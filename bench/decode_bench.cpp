@@ -27,9 +27,7 @@ kvevict::CacheConfig make_config(kvevict::Policy policy, const Shape& s) {
   cfg.budget = kvevict::Budget::tokens(s.n);
   // Keyformer / H2O: recent window 30% of k; TOVA has none; StreamingLLM and
   // window derive theirs from the budget (k - sinks), so theirs must be 0.
-  const bool no_window = policy == kvevict::Policy::tova || policy == kvevict::Policy::streaming_llm ||
-                         policy == kvevict::Policy::window;
-  cfg.recent = kvevict::RecentWindow::ratio(no_window ? 0.0 : 0.3);
+  cfg.recent = kvevict::RecentWindow::ratio(kvevict::takes_recent_window(policy) ? 0.3 : 0.0);
   cfg.seed = kSeed;
   return cfg;
 }

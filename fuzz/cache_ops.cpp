@@ -86,7 +86,7 @@ struct Layer {
     view.slot_stride = slot_major ? nkv * row_stride : row_stride;
     view.validate();
   }
-  void append(std::int64_t p) const {
+  void append(std::int64_t p) {
     std::vector<T> kn(nkv * hd), vn(nkv * hd);
     for (std::size_t h = 0; h < nkv; ++h) {
       row_bytes(p, h, false, reinterpret_cast<unsigned char*>(kn.data() + h * hd), hd * sizeof(T));

@@ -6,7 +6,7 @@
 // (score descending, index ascending) — ties to the older token — and keep the first
 // min(k, n) - min(w, n); report ascending. Both overloads must return exactly that, and throw
 // std::invalid_argument (writing nothing) exactly when k < 1, w > k, or a score is NaN.
-// The victim entry points of RecentTopKSelection (`victim`, `victim_flagged`) are checked against
+// The victim entry point of RecentTopKSelection (`victim` over per-slot recent flags) is checked against
 // the same order: the weakest non-recent candidate, ties to the newest.
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -106,16 +106,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (expect == n || by_slot[i] < by_slot[expect] || (by_slot[i] == by_slot[expect] && pos[i] > pos[expect]))
       expect = i;
   }
-  const std::size_t got = sel.victim(by_slot.data(), pos.data(), n, r == 0 ? std::numeric_limits<std::int64_t>::max()
-                                                                           : recent_from);
-  KVFUZZ_CHECK(got == expect, "victim = ", got, ", reference ", expect, " (n = ", n, ", w = ", w, ")");
-  // victim_flagged requires finite scores >= +0 (the cache's scores: sums of probabilities).
+  // victim(scores, recent_flags, positions, n) requires finite scores >= +0 (the cache's scores: sums of
+  // probabilities), whose order is their bits' order.
   if (std::all_of(by_slot.begin(), by_slot.end(),
                   [](float x) { return std::isfinite(x) && x >= 0.0f && !std::signbit(x); })) {
     std::vector<std::uint8_t> flags(n);
     for (std::size_t i = 0; i < n; ++i) flags[i] = pos[i] >= recent_from ? 1 : 0;
-    const std::size_t got_flagged = sel.victim_flagged(by_slot.data(), flags.data(), pos.data(), n);
-    KVFUZZ_CHECK(got_flagged == expect, "victim_flagged = ", got_flagged, ", reference ", expect);
+    const std::size_t got = sel.victim(by_slot.data(), flags.data(), pos.data(), n);
+    KVFUZZ_CHECK(got == expect, "victim = ", got, ", reference ", expect, " (n = ", n, ", w = ", w, ")");
   }
   return 0;
 }

@@ -21,10 +21,7 @@ long count_decode_allocations(kvevict::Policy policy, bool shared_heads) {
   kvevict::CacheConfig cfg;
   cfg.n_q_heads = n_kv * g;
   cfg.budget = kvevict::Budget::tokens(k);
-  // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
-  const bool no_window = policy == kvevict::Policy::tova || policy == kvevict::Policy::streaming_llm ||
-                         policy == kvevict::Policy::window;
-  cfg.recent = kvevict::RecentWindow::tokens(no_window ? 0 : 16);
+  cfg.recent = kvevict::RecentWindow::tokens(kvevict::takes_recent_window(policy) ? 16 : 0);
   cfg.shared_heads = shared_heads;
   kvevict::PolicyParams params;
   params.horizon = steps;
@@ -147,9 +144,7 @@ long count_paged_decode_allocations(kvevict::Policy policy, kvevict::EvictUnit u
   kvevict::CacheConfig cfg;
   cfg.n_q_heads = n_kv * g;
   cfg.budget = kvevict::Budget::tokens(k);
-  const bool no_window = policy == kvevict::Policy::tova || policy == kvevict::Policy::streaming_llm ||
-                         policy == kvevict::Policy::window;
-  cfg.recent = kvevict::RecentWindow::tokens(no_window ? 0 : 16);
+  cfg.recent = kvevict::RecentWindow::tokens(kvevict::takes_recent_window(policy) ? 16 : 0);
   cfg.shared_heads = true;
   kvevict::PagedEvictionConfig pc;
   pc.unit = unit;

@@ -288,8 +288,7 @@ struct EquivalenceCase {
 
 void run_equivalence(const EquivalenceCase& c) {
   const std::size_t nkv = 2, g = 2, nq = nkv * g, d = 4, P = 37, k = 17, steps = 70;
-  const bool no_window = c.policy == Policy::tova || c.policy == Policy::streaming_llm || c.policy == Policy::window;
-  const std::size_t w = no_window ? 0 : 5;  // StreamingLLM / window: their window is k - sinks
+  const std::size_t w = kvevict::takes_recent_window(c.policy) ? 5 : 0;
   const std::size_t cap = P + steps;
   SCOPED_TRACE(std::string(kvevict::policy_name(c.policy)) + " " + kvevict::page_layout_name(c.layout) +
                " page_size " + std::to_string(c.page_size));

@@ -16,8 +16,28 @@ KvLayout parse_kv_layout(const std::string& name) {
 
 const char* kv_layout_name(KvLayout layout) { return layout == KvLayout::paged ? "paged" : "contiguous"; }
 
+namespace {
+/// The library configuration of `settings` for a layer of `n_q_heads` query heads (its seed is set per
+/// layer by `layer_seed`). Throws `std::invalid_argument` naming `who` for `n_q_heads == 0`.
+kvevict::CacheConfig cache_config(const EvictionSettings& settings, std::size_t n_q_heads, bool shared_heads,
+                                  const char* who) {
+  if (n_q_heads == 0) throw std::invalid_argument(std::string(who) + ": n_q_heads must be >= 1");
+  kvevict::CacheConfig config;
+  config.n_q_heads = n_q_heads;
+  config.budget = settings.budget;
+  config.recent = settings.recent;
+  config.shared_heads = shared_heads;
+  return config;
+}
+/// Layer `layer`'s generator seed: distinct per layer, derived from the run's seed.
+std::uint64_t layer_seed(std::uint64_t seed, std::size_t layer) {
+  return seed + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(layer);
+}
+}  // namespace
+
 CacheFactory make_cache_factory(const EvictionSettings& settings, std::size_t n_q_heads) {
-  if (n_q_heads == 0) throw std::invalid_argument("llama2::make_cache_factory: n_q_heads must be >= 1");
+  kvevict::CacheConfig config =
+      cache_config(settings, n_q_heads, settings.shared_heads, "llama2::make_cache_factory");
   if (settings.bounded_prefill && settings.prefill_chunk == 0)
     throw std::invalid_argument("llama2::make_cache_factory: bounded_prefill needs prefill_chunk >= 1");
   if (settings.policy == "full") {
@@ -25,18 +45,13 @@ CacheFactory make_cache_factory(const EvictionSettings& settings, std::size_t n_
       throw std::invalid_argument("llama2::make_cache_factory: bounded_prefill needs an evicting policy, not \"full\"");
     return {};
   }
-  const kvevict::Policy policy = kvevict::parse_policy(settings.policy);
-  kvevict::CacheConfig config;
-  config.n_q_heads = n_q_heads;
-  config.budget = settings.budget;
-  config.recent = settings.recent;
-  config.shared_heads = settings.shared_heads;
   config.max_prefill_chunk = settings.prefill_chunk;
   config.bounded_prefill = settings.bounded_prefill;
+  const kvevict::Policy policy = kvevict::parse_policy(settings.policy);
   const kvevict::PolicyParams params = settings.params;
   const std::uint64_t seed = settings.seed;
   return [policy, config, params, seed](std::size_t layer, const kvevict::KVView<float>& view) mutable {
-    config.seed = seed + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(layer);
+    config.seed = layer_seed(seed, layer);
     return kvevict::make_cache(policy, config, view, params);
   };
 }
@@ -46,14 +61,10 @@ CacheFactory make_cache_factory(const EvictionSettings& settings, std::size_t n_
 namespace llama2 {
 
 PagedCacheFactory make_paged_cache_factory(const EvictionSettings& settings, std::size_t n_q_heads) {
-  if (n_q_heads == 0) throw std::invalid_argument("llama2::make_paged_cache_factory: n_q_heads must be >= 1");
+  // A page slot holds the token for every KV head: one selection for the layer.
+  kvevict::CacheConfig config = cache_config(settings, n_q_heads, true, "llama2::make_paged_cache_factory");
   if (settings.policy == "full") return {};
   const kvevict::Policy policy = kvevict::parse_policy(settings.policy);
-  kvevict::CacheConfig config;
-  config.n_q_heads = n_q_heads;
-  config.budget = settings.budget;
-  config.recent = settings.recent;
-  config.shared_heads = true;
   kvevict::PagedEvictionConfig paged;
   paged.unit = settings.evict_unit;
   paged.start_pages = settings.start_pages;
@@ -62,7 +73,7 @@ PagedCacheFactory make_paged_cache_factory(const EvictionSettings& settings, std
   const std::uint64_t seed = settings.seed;
   return [policy, config, paged, params, seed](std::size_t layer, const kvevict::PagedKVView<float>& view,
                                                kvevict::PagePool& pool) mutable {
-    config.seed = seed + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(layer);
+    config.seed = layer_seed(seed, layer);
     return kvevict::make_paged_cache(policy, config, paged, view, pool, params);
   };
 }

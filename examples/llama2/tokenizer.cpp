@@ -9,7 +9,18 @@
 namespace llama2 {
 
 Tokenizer::Tokenizer(const std::string& model_path) : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  const auto status = sp_->Load(model_path);
+  // SentencePiece reports most bad files through its status, but a malformed model can also throw from
+  // inside the library (e.g. Darts' "zero-length key" for an empty piece, found by fuzz_llama2_load):
+  // every failure is the same input error naming the file.
+  sentencepiece::util::Status status;
+  try {
+    status = sp_->Load(model_path);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("llama2::Tokenizer: cannot load SentencePiece model '" + model_path + "': " + e.what());
+  } catch (...) {
+    throw std::invalid_argument("llama2::Tokenizer: cannot load SentencePiece model '" + model_path +
+                                "': the SentencePiece library rejected it");
+  }
   if (!status.ok())
     throw std::invalid_argument("llama2::Tokenizer: cannot load SentencePiece model '" + model_path +
                              "': " + status.ToString());

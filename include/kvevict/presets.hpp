@@ -50,6 +50,11 @@ inline Policy parse_policy(const std::string& name) {
                                              "' (expected keyformer, h2o, streaming, window or tova)"));
 }
 
+/// Whether policy `p` takes a configured recent window `w` (`CacheConfig::recent`): Keyformer and
+/// H2O do. TOVA has none, and StreamingLLM / window derive theirs from the budget (`k − sinks`), so
+/// for them the configured window must be 0 (else the cache throws `std::invalid_argument`). O(1).
+constexpr bool takes_recent_window(Policy p) { return p == Policy::keyformer || p == Policy::h2o; }
+
 /// Canonical name of a policy ("keyformer", "h2o", "streaming", "window", "tova").
 inline const char* policy_name(Policy p) {
   switch (p) {

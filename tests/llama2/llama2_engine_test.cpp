@@ -83,10 +83,7 @@ llama2::EvictionSettings settings(const char* policy, kvevict::Budget budget) {
   llama2::EvictionSettings s;
   s.policy = policy;
   s.budget = budget;
-  // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
-  const std::string name = policy;
-  const bool no_window = name == "tova" || name == "streaming" || name == "window";
-  s.recent = kvevict::RecentWindow::ratio(no_window ? 0.0 : 0.3);
+  s.recent = kvevict::RecentWindow::ratio(kvevict::takes_recent_window(kvevict::parse_policy(policy)) ? 0.3 : 0.0);
   s.params.horizon = 16;
   s.seed = 3;
   return s;

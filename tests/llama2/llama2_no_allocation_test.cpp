@@ -28,9 +28,8 @@ TEST(Llama2NoAllocation, DecodeStepsAllocateNothing) {
     llama2::EvictionSettings s;
     s.policy = policy;
     s.budget = kvevict::Budget::tokens(8);
-    // TOVA has no recent window; StreamingLLM and window derive theirs from the budget (k - sinks).
     const std::string name = policy;
-    s.recent = kvevict::RecentWindow::tokens(name == "tova" || name == "streaming" || name == "window" ? 0 : 2);
+    s.recent = kvevict::RecentWindow::tokens(name != "full" && kvevict::takes_recent_window(kvevict::parse_policy(name)) ? 2 : 0);
     s.params.horizon = 40;
     llama2::Engine engine(model, llama2::make_cache_factory(s, model.config().n_heads));
     const long at_start = kvtest::allocation_count();
@@ -55,7 +54,7 @@ TEST(Llama2NoAllocation, PagedDecodeStepsAllocateNothing) {
       s.policy = policy;
       s.budget = kvevict::Budget::tokens(8);
       const std::string name = policy;
-      s.recent = kvevict::RecentWindow::tokens(name == "tova" || name == "streaming" || name == "window" ? 0 : 2);
+      s.recent = kvevict::RecentWindow::tokens(name != "full" && kvevict::takes_recent_window(kvevict::parse_policy(name)) ? 2 : 0);
       s.params.horizon = 40;
       s.kv_layout = llama2::KvLayout::paged;
       s.page_size = 4;

@@ -31,8 +31,7 @@ EvictionSettings settings(const std::string& policy, std::size_t budget, std::si
   EvictionSettings s;
   s.policy = policy;
   s.budget = kvevict::Budget::tokens(budget);
-  const bool no_window = policy == "tova" || policy == "streaming" || policy == "window";
-  s.recent = kvevict::RecentWindow::ratio(no_window ? 0.0 : 0.3);
+  s.recent = kvevict::RecentWindow::ratio(kvevict::takes_recent_window(kvevict::parse_policy(policy)) ? 0.3 : 0.0);
   s.shared_heads = true;
   s.params.horizon = horizon;
   s.seed = 11;

@@ -41,6 +41,24 @@ inline float max_propagate_nan(const float* v, std::size_t len) {
 }
 
 /// Chunks of `kChunk` elements in a row of `n`.
+/// Σ v[0, len) in one fixed order: 16 lane sums (`lane[i % 16] += v[i]`, which
+/// compilers vectorise without reassociating), then the lanes and the tail in
+/// index order. Unlike Eigen's `sum()`, whose vectorised order depends on the
+/// pointer's alignment and on the packet width (SSE / AVX / AVX-512), the
+/// result is the same bits for any address and any target, which the
+/// bit-identical guarantees (paged vs contiguous, `accumulate_softmax` vs the
+/// cache) rely on. O(len), no allocation.
+inline float sum_fixed_order(const float* v, std::size_t len) {
+  constexpr std::size_t kLanes = 16;
+  float lane[kLanes] = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= len; i += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) lane[l] += v[i + l];
+  float total = 0.0f;
+  for (std::size_t l = 0; l < kLanes; ++l) total += lane[l];
+  for (; i < len; ++i) total += v[i];
+  return total;
+}
 inline constexpr std::size_t chunk_count(std::size_t n) { return (n + kChunk - 1) / kChunk; }
 
 /// `y = x + ζ` of chunk `[c0, c0 + len)` of a row: a pointer into `x` when
@@ -89,7 +107,7 @@ bool softmax_chunks(const float* x, Noise noise, std::size_t n, float inv_tau, f
       continue;
     }
     for (std::size_t i = 0; i < len; ++i) ec[i] = exp_nonpositive((y[i] - m) * inv_tau);  // -inf -> 0
-    f[c] = Eigen::Map<const Eigen::ArrayXf>(ec, static_cast<Eigen::Index>(len)).sum();  // chunk sum, >= 1
+    f[c] = sum_fixed_order(ec, len);  // chunk sum, >= 1
     row_max = std::max(row_max, m);
   }
   if (row_max == -kInf) {  // fully masked row (or n = 0): adds nothing
