@@ -83,9 +83,8 @@ llama2::EvictionSettings settings(const char* policy, kvevict::Budget budget) {
   llama2::EvictionSettings s;
   s.policy = policy;
   s.budget = budget;
-  // "full" is no kvevict policy (parse_policy rejects it): no recent window.
-  const bool window = std::string(policy) != "full" && kvevict::takes_recent_window(kvevict::parse_policy(policy));
-  s.recent = kvevict::RecentWindow::ratio(window ? 0.3 : 0.0);
+  const bool windowed = std::string(policy) != "full" && kvevict::takes_recent_window(kvevict::parse_policy(policy));
+  s.recent = kvevict::RecentWindow::ratio(windowed ? 0.3 : 0.0);
   s.params.horizon = 16;
   s.seed = 3;
   return s;
