@@ -300,7 +300,8 @@ int main(int argc, char** argv) {
           llama2::EvictionSettings s;
           s.policy = row.policy;
           s.budget = kvevict::Budget::tokens(run.kws.k);
-          s.recent = kvevict::RecentWindow::tokens(row.policy == "keyformer" || row.policy == "h2o" ? run.kws.w : 0);
+          s.recent = kvevict::RecentWindow::tokens(
+              kvevict::takes_recent_window(kvevict::parse_policy(row.policy)) ? run.kws.w : 0);
           s.params.horizon = window - prompt - 1;
           s.params.gumbel_noise = row.noise;
           s.params.sinks = run.kws.sinks;

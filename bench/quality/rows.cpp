@@ -11,7 +11,8 @@
 namespace kvquality {
 namespace {
 
-const std::vector<std::string> kBases{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova", "oracle"};
+const std::vector<std::string> kBases{"keyformer", "keyformer-nonoise", "h2o",   "streaming",
+                                      "window",    "tova",              "snapkv", "oracle"};
 
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw kvcli::UsageError("--policies", "row '" + spec + "': " + why + " (see --help for the row syntax)");
@@ -25,10 +26,10 @@ bool all_digits(const std::string& s) {
 
 std::string row_spec_help() {
   return "rows to run, comma-separated specs BASE[+MOD]...[@KEY=VALUE]... (default: keyformer,keyformer-nonoise,"
-         "h2o,streaming,window,tova). BASE: keyformer, keyformer-nonoise, h2o, streaming, window, tova, oracle (the "
+         "h2o,streaming,window,tova). BASE: keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, oracle (the "
          "reference bound: evicts the token the full cache attends least over the rest of the window; not a "
          "policy). MOD: +shared (one selection per layer), +reindexed (positions re-indexed after each eviction), "
-         "+boundedC (bounded prefill in chunks of C). KEY: @recent=Q (w = floor(Q k), keyformer/h2o/oracle), "
+         "+boundedC (bounded prefill in chunks of C). KEY: @recent=Q (w = floor(Q k), keyformer/h2o/snapkv/oracle), "
          "@seeds=N (Keyformer with noise). E.g. keyformer@recent=0.5,h2o+shared,keyformer+bounded32@seeds=3,oracle";
 }
 
@@ -54,7 +55,8 @@ RowSpec parse_row_spec(const std::string& text) {
   }
   const std::string& base = parts[0];
   if (std::find(kBases.begin(), kBases.end(), base) == kBases.end())
-    bad(text, "unknown base '" + base + "'; expected keyformer, keyformer-nonoise, h2o, streaming, window, tova or oracle");
+    bad(text, "unknown base '" + base +
+                  "'; expected keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv or oracle");
   row.policy = base == "keyformer-nonoise" ? "keyformer" : base;
   row.noise = base != "keyformer-nonoise";
   const bool oracle = row.policy == "oracle";
@@ -81,8 +83,9 @@ RowSpec parse_row_spec(const std::string& text) {
     if (eq == std::string::npos || value.empty()) bad(text, "'@" + kv + "' needs a value, e.g. @recent=0.5 or @seeds=3");
     if (key == "recent") {
       if (row.recent) bad(text, "@recent given twice");
-      if (row.policy != "keyformer" && row.policy != "h2o" && !oracle)
-        bad(text, "@recent needs keyformer, keyformer-nonoise, h2o or oracle (" + base + " has no separate recent window)");
+      if (row.policy != "keyformer" && row.policy != "h2o" && row.policy != "snapkv" && !oracle)
+        bad(text, "@recent needs keyformer, keyformer-nonoise, h2o, snapkv or oracle (" + base +
+                      " has no separate recent window)");
       char* end = nullptr;
       const double q = std::strtod(value.c_str(), &end);
       if (end == value.c_str() || *end != '\0' || !std::isfinite(q) || q < 0.0 || q > 1.0)

@@ -3,12 +3,14 @@
 //
 // A row spec is `BASE[+MOD]...[@KEY=VALUE]...` (no spaces), e.g. `keyformer`, `keyformer@recent=0.5`,
 // `keyformer+shared`, `h2o+reindexed`, `keyformer+bounded32@seeds=3`, `oracle`:
-//   BASE  keyformer, keyformer-nonoise, h2o, streaming, window, tova, oracle
+//   BASE  keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv (SnapKV prefill, H2O decode,
+//         the library's defaults L = 32, K = 7, max pooling; k and w as h2o), oracle
 //         (oracle: the reference bound of bench/quality/oracle.hpp, not a runnable policy)
 //   +shared       one selection per layer for all KV heads (CacheConfig::shared_heads)
 //   +reindexed    positions re-indexed after every eviction (llama2::Engine::set_reindex_positions)
 //   +boundedC     the prompt prefilled in chunks of C tokens, cut to k after each (bounded prefill)
-//   @recent=Q     recent window w = floor(Q · k) (Q in [0, 1]) instead of --recent (keyformer, h2o, oracle)
+//   @recent=Q     recent window w = floor(Q · k) (Q in [0, 1]) instead of --recent (keyformer, h2o, snapkv,
+//                 oracle)
 //   @seeds=N      Keyformer with noise: seeds 1..N instead of --seeds
 // Every row of one invocation is compared with the same full-cache reference.
 #pragma once
@@ -33,8 +35,8 @@ struct RowSpec {
   std::optional<std::size_t> seeds;   ///< @seeds=N
   /// Whether the row runs Keyformer with noise (several seeds).
   bool seeded() const { return policy == "keyformer" && noise; }
-  /// The policy whose k and w rules the row follows ("h2o" for the oracle).
-  std::string budget_policy() const { return policy == "oracle" ? "h2o" : policy; }
+  /// The policy whose k and w rules the row follows ("h2o" for the oracle and snapkv).
+  std::string budget_policy() const { return policy == "oracle" || policy == "snapkv" ? "h2o" : policy; }
 };
 
 /// Parses one row spec. Throws `kvcli::UsageError("--policies", ...)` naming the spec and the bad part

@@ -43,6 +43,7 @@ TEST(QualityRows, SpecsParseIntoTheirVariants) {
   EXPECT_EQ(o.policy, "oracle");
   EXPECT_EQ(o.budget_policy(), "h2o");
   EXPECT_EQ(parse_row_spec("window").budget_policy(), "window");
+  EXPECT_EQ(parse_row_spec("snapkv@recent=0.5").budget_policy(), "h2o");
 }
 
 void expect_error(const std::string& spec, const std::string& needle) {
