@@ -172,8 +172,13 @@ int main(int argc, char** argv) {
     }
     // k, w, sinks per policy and ratio, resolved as every kvevict tool resolves them (errors name the flags).
     // (row: its @recent=Q replaces --recent.)
-    auto resolved_for = [&](const std::string& policy, double ratio, const RowSpec* row = nullptr) {
+    // The flags of one row at one ratio: its @recent=Q replaces --recent, +pyramid sets the schedule.
+    auto flags_for = [&](double ratio, const RowSpec* row) {
       kvcli::EvictionFlags f = flags;
+      if (row != nullptr && row->pyramid) {
+        f.layer_budgets = kvevict::LayerBudgets::make_pyramid();
+        f.layer_budgets_label = "pyramid";
+      }
       if (row != nullptr && row->recent) {
         kvcli::Amount q;
         q.is_ratio = true;
@@ -189,7 +194,10 @@ int main(int argc, char** argv) {
       f.budget.text = typed.str();
       f.budget_given = true;
       f.budget_flag = "--ratios";
-      return kvcli::resolve(f, prompt, policy);
+      return f;
+    };
+    auto resolved_for = [&](const std::string& policy, double ratio, const RowSpec* row = nullptr) {
+      return kvcli::resolve(flags_for(ratio, row), prompt, policy);
     };
     for (double r : ratios)
       for (const RowSpec& row : rows) resolved_for(row.budget_policy(), r, &row);
@@ -300,8 +308,11 @@ int main(int argc, char** argv) {
           llama2::EvictionSettings s;
           s.policy = row.policy;
           s.budget = kvevict::Budget::tokens(run.kws.k);
-          s.recent = kvevict::RecentWindow::tokens(
-              kvevict::takes_recent_window(kvevict::parse_policy(row.policy)) ? run.kws.w : 0);
+          const kvcli::EvictionFlags f = flags_for(run.ratio, &row);
+          s.recent = kvcli::recent_for(f, run.kws, row.policy);  // per-layer budgets: a ratio of each layer's k
+          s.layer_budgets = kvcli::layer_budgets_for(f, run.kws, row.policy);
+          s.prompt_len = prompt;
+          if (row.policy == "snapkv") s.params.snap_window = run.kws.snap_window;
           s.params.horizon = window - prompt - 1;
           s.params.gumbel_noise = row.noise;
           s.params.sinks = run.kws.sinks;

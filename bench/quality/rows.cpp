@@ -29,6 +29,7 @@ std::string row_spec_help() {
          "h2o,streaming,window,tova). BASE: keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, oracle (the "
          "reference bound: evicts the token the full cache attends least over the rest of the window; not a "
          "policy). MOD: +shared (one selection per layer), +reindexed (positions re-indexed after each eviction), "
+         "+pyramid (PyramidKV per-layer budgets, beta 20), "
          "+boundedC (bounded prefill in chunks of C). KEY: @recent=Q (w = floor(Q k), keyformer/h2o/snapkv/oracle), "
          "@seeds=N (Keyformer with noise). E.g. keyformer@recent=0.5,h2o+shared,keyformer+bounded32@seeds=3,oracle";
 }
@@ -69,13 +70,17 @@ RowSpec parse_row_spec(const std::string& text) {
       row.shared = true;
     } else if (m == "reindexed") {
       row.reindexed = true;
+    } else if (m == "pyramid") {
+      row.pyramid = true;
     } else if (m.rfind("bounded", 0) == 0 && all_digits(m.substr(7)) && std::stoul(m.substr(7)) >= 1) {
       if (row.bounded_chunk != 0) bad(text, "two +bounded modifiers");
       row.bounded_chunk = std::stoul(m.substr(7));
     } else {
-      bad(text, "unknown modifier '+" + m + "'; expected +shared, +reindexed or +boundedC (C >= 1, e.g. +bounded32)");
+      bad(text, "unknown modifier '+" + m +
+                    "'; expected +shared, +reindexed, +pyramid or +boundedC (C >= 1, e.g. +bounded32)");
     }
-    if (oracle) bad(text, "the oracle takes no modifier ('+" + m + "'): it selects per KV head, original positions, one-shot prefill");
+    if (oracle) bad(text, "the oracle takes no modifier ('+" + m +
+                      "'): it selects per KV head, original positions, uniform budgets, one-shot prefill");
   }
   for (const std::string& kv : keys) {
     const std::size_t eq = kv.find('=');

@@ -43,7 +43,10 @@ TEST(QualityRows, SpecsParseIntoTheirVariants) {
   EXPECT_EQ(o.policy, "oracle");
   EXPECT_EQ(o.budget_policy(), "h2o");
   EXPECT_EQ(parse_row_spec("window").budget_policy(), "window");
-  EXPECT_EQ(parse_row_spec("snapkv@recent=0.5").budget_policy(), "h2o");
+  EXPECT_EQ(parse_row_spec("snapkv@recent=0.5").budget_policy(), "snapkv");
+  const auto p = parse_row_spec("keyformer+pyramid@seeds=3");
+  EXPECT_TRUE(p.pyramid);
+  EXPECT_FALSE(p.shared || p.reindexed);
 }
 
 void expect_error(const std::string& spec, const std::string& needle) {
@@ -67,6 +70,8 @@ TEST(QualityRows, BadSpecsNameTheFlagTheSpecAndThePart) {
   expect_error("h2o+boundedx", "unknown modifier '+boundedx'");
   expect_error("h2o+bounded8+bounded16", "two +bounded modifiers");
   expect_error("oracle+shared", "the oracle takes no modifier ('+shared')");
+  expect_error("oracle+pyramid", "the oracle takes no modifier ('+pyramid')");
+  expect_error("h2o+pyramid+pyramid", "modifier '+pyramid' given twice");
   expect_error("window@recent=0.5", "@recent needs keyformer");
   expect_error("h2o@recent=1.5", "@recent=1.5 must be a fraction of k in [0, 1]");
   expect_error("h2o@recent=abc", "@recent=abc must be a fraction");
