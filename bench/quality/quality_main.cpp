@@ -210,7 +210,8 @@ int main(int argc, char** argv) {
                                                      seeds_text = "5", threads_text, out_prefix = "quality",
                                                      prefill_chunk_text;
   bool bounded_prefill = false;
-  const std::vector<std::string> all_labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova"};
+  const std::vector<std::string> all_labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova",
+                                            "snapkv"};
   std::vector<std::string> labels = all_labels;
   std::vector<std::string> ratio_texts{"0.1", "0.2", "0.3", "0.5", "0.7", "0.9"};
   kvcli::EvictionFlags flags;
@@ -233,10 +234,11 @@ int main(int argc, char** argv) {
   spec.budget = false;  // --ratios sweeps the budget
   spec.seed = false;    // --seeds: Keyformer runs with seeds 1..S
   spec.kv_layout = true;  // --shared-heads, --kv-layout, --page-size, --evict-unit (as kvevict-generate)
+  spec.layer_budgets = true;  // --layer-budgets applies to every row of the sweep (labels "h2o+pyramid")
   kvcli::add_eviction_options(app, flags, spec);
   app.add_option("--seeds", seeds_text, "Keyformer seeds (noise on): 1..S (default 5)");
   app.add_option("--policies", labels,
-                 "rows to run, a subset of keyformer,keyformer-nonoise,h2o,streaming,window,tova (default: all)")
+                 "rows to run, a subset of keyformer,keyformer-nonoise,h2o,streaming,window,tova,snapkv (default: all)")
       ->delimiter(',');
   auto* chunk_opt = app.add_option("--prefill-chunk", prefill_chunk_text,
                                    "every policy prefills the prompt in chunks of C tokens (README \"Long prompts\"); "
@@ -269,13 +271,16 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < labels.size(); ++i) {
       if (std::find(all_labels.begin(), all_labels.end(), labels[i]) == all_labels.end())
         throw kvcli::UsageError("--policies", "unknown row '" + labels[i] +
-                                                  "'; expected keyformer, keyformer-nonoise, h2o, streaming, window "
-                                                  "or tova");
+                                                  "'; expected keyformer, keyformer-nonoise, h2o, streaming, window, "
+                                                  "tova or snapkv");
       if (std::find(labels.begin(), labels.begin() + static_cast<std::ptrdiff_t>(i), labels[i]) !=
           labels.begin() + static_cast<std::ptrdiff_t>(i))
         throw kvcli::UsageError("--policies", "row '" + labels[i] + "' is given twice");
     }
     auto wanted = [&](const char* label) { return std::find(labels.begin(), labels.end(), label) != labels.end(); };
+    if (prefill_chunk != 0 && wanted("snapkv"))
+      throw kvcli::UsageError("--prefill-chunk", "snapkv scores the prompt with its last L queries, so it prefills in "
+                                                 "one shot; leave snapkv out of --policies or drop --prefill-chunk");
     std::vector<double> ratios;
     for (const std::string& t : ratio_texts) {
       const float r = kvcli::parse_float(t, "--ratios");
@@ -370,8 +375,24 @@ int main(int argc, char** argv) {
           runs.push_back({"keyformer", "keyformer", r, true, s, resolved_for("keyformer", r)});
       if (wanted("keyformer-nonoise"))
         runs.push_back({"keyformer-nonoise", "keyformer", r, false, 0, resolved_for("keyformer", r)});
-      for (const char* policy : {"h2o", "streaming", "window", "tova"})
+      for (const char* policy : {"h2o", "streaming", "window", "tova", "snapkv"})
         if (wanted(policy)) runs.push_back({policy, policy, r, false, 0, resolved_for(policy, r)});
+    }
+    // --layer-budgets other than uniform: every row is labelled with it ("h2o+pyramid").
+    if (flags.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform) {
+      for (Run& run : runs) {
+        llama2::EvictionSettings s;  // the schedule must fit the model (one weight per layer, ...)
+        s.budget = kvevict::Budget::tokens(run.kws.k);
+        s.layer_budgets = kvcli::layer_budgets_for(flags, run.kws, run.policy);
+        s.prompt_len = prompt;
+        try {
+          (void)llama2::layer_budget_tokens(s, model.config().n_layers);
+        } catch (const std::invalid_argument& e) {
+          throw kvcli::UsageError("--layer-budgets", kvcli::strip_origin(e.what()));
+        }
+        run.label += "+" + flags.layer_budgets_label;
+      }
+      for (std::string& label : labels) label += "+" + flags.layer_budgets_label;
     }
     std::cerr << "kvevict-quality: " << ids.size() << " tokens, " << n_windows << " of " << available
               << " windows of " << window << " (prompt " << prompt << "), " << runs.size() << " runs per window, "
@@ -392,12 +413,12 @@ int main(int argc, char** argv) {
           llama2::EvictionSettings s;
           s.policy = run.policy;
           s.budget = kvevict::Budget::tokens(run.kws.k);
-          s.recent = kvevict::RecentWindow::tokens(run.policy == "keyformer" || run.policy == "h2o" ? run.kws.w : 0);
+          s.recent = kvcli::recent_for(flags, run.kws, run.policy);
+          s.params = kvcli::policy_params(flags, run.kws);
           s.params.horizon = window - prompt - 1;
           s.params.gumbel_noise = run.noise;
-          s.params.sinks = run.kws.sinks;
-          s.params.tau_init = flags.tau_init;
-          s.params.tau_end = flags.tau_end;
+          s.layer_budgets = kvcli::layer_budgets_for(flags, run.kws, run.policy);
+          s.prompt_len = prompt;
           s.seed = run.seed;
           s.shared_heads = flags.shared_heads || flags.paged;
           s.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
@@ -507,6 +528,14 @@ int main(int argc, char** argv) {
               << " of k; StreamingLLM sinks = " << flags.sinks << "; Keyformer: " << seeds
               << " seeds, tau " << flags.tau_init << " -> " << flags.tau_end << ". Means over windows ± standard error.\n";
     std::cout << "KV layout of the policies: " << layout_desc << "; the full cache is contiguous.\n";
+    if (flags.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform)
+      std::cout << "Per-layer budgets: " << flags.layer_budgets_label
+                << " (kvevict::layer_budgets; the layers' total equals layers x k; snapkv keeps L in every layer).\n";
+    if (std::any_of(runs.begin(), runs.end(), [](const Run& run) { return run.policy == "snapkv"; }))
+      std::cout << "SnapKV: observation window L = "
+                << (flags.snap_window_given ? std::to_string(flags.snap_window) : std::string("min(32, k)"))
+                << ", pooling " << kvevict::pooling_name(flags.snap_pooling) << " over K = " << flags.snap_kernel
+                << ", decode " << kvevict::snap_decode_name(flags.snap_decode) << ".\n";
     if (prefill_chunk != 0)
       std::cout << "Prefill of the policies: chunks of " << prefill_chunk << " tokens"
                 << (bounded_prefill ? ", bounded (cut to k after every chunk: at most k + " +
