@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
                                                      seeds_text = "5", threads_text, out_prefix = "quality",
                                                      prefill_chunk_text;
   bool bounded_prefill = false;
-  std::vector<std::string> labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova"};
+  std::vector<std::string> labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova", "snapkv"};
   std::vector<std::string> ratio_texts{"0.1", "0.2", "0.3", "0.5", "0.7", "0.9"};
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
   spec.budget = false;  // --ratios sweeps the budget
   spec.seed = false;    // --seeds: Keyformer runs with seeds 1..S
   spec.kv_layout = true;  // --shared-heads, --kv-layout, --page-size, --evict-unit (as kvevict-generate)
+  spec.layer_budgets = true;  // --layer-budgets applies to every row of the sweep (labels "h2o+pyramid")
   kvcli::add_eviction_options(app, flags, spec);
   app.add_option("--seeds", seeds_text, "Keyformer seeds (noise on): 1..S (default 5)");
   app.add_option("--policies", labels, kvquality::row_spec_help())
@@ -148,12 +149,29 @@ int main(int argc, char** argv) {
     if (prefill_chunk != 0 && flags.paged)
       throw kvcli::UsageError("--prefill-chunk", "needs the contiguous KV layout (paged caches prefill in one shot); "
                                                  "drop --kv-layout paged");
-    const std::vector<RowSpec> rows = kvquality::parse_row_specs(labels);
-    for (const RowSpec& row : rows)
-      if (flags.paged && (row.reindexed || row.bounded_chunk != 0))
-        throw kvcli::UsageError("--policies", "row '" + row.label +
-                                                  "': +reindexed and +boundedC need the contiguous KV layout; drop "
-                                                  "--kv-layout paged");
+    const std::vector<RowSpec> rows = [&] {
+      std::vector<RowSpec> parsed = kvquality::parse_row_specs(labels);
+      const bool global_schedule = flags.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform;
+      for (RowSpec& row : parsed) {
+        if (flags.paged && (row.reindexed || row.bounded_chunk != 0))
+          throw kvcli::UsageError("--policies", "row '" + row.label +
+                                                    "': +reindexed and +boundedC need the contiguous KV layout; drop "
+                                                    "--kv-layout paged");
+        if (row.policy == "snapkv" && (prefill_chunk != 0 || row.bounded_chunk != 0))
+          throw kvcli::UsageError(row.bounded_chunk != 0 ? "--policies" : "--prefill-chunk",
+                                  "row '" + row.label + "': snapkv scores the prompt with its last L queries, so it "
+                                  "prefills in one shot; "
+                                  "leave snapkv out of --policies, or drop --prefill-chunk / +bounded");
+        if (global_schedule && row.pyramid)
+          throw kvcli::UsageError("--policies", "row '" + row.label + "': +pyramid with --layer-budgets " +
+                                                    flags.layer_budgets_label + "; use one of them");
+        // --layer-budgets other than uniform applies to every row but the oracle, labelled with it.
+        if (global_schedule && row.policy != "oracle") row.label += "+" + flags.layer_budgets_label;
+      }
+      return parsed;
+    }();
+    labels.clear();
+    for (const RowSpec& row : rows) labels.push_back(row.label);
     const bool any_oracle =
         std::any_of(rows.begin(), rows.end(), [](const RowSpec& r) { return r.policy == "oracle"; });
     std::vector<double> ratios;
@@ -268,6 +286,21 @@ int main(int argc, char** argv) {
           runs.push_back({row.label, &row, r, row.seeded() ? sd : 0, resolved_for(row.budget_policy(), r, &row)});
       }
     }
+    // A non-uniform schedule must fit the model (one weight per layer, ...).
+    for (const Run& run : runs) {
+      if (run.row->policy == "oracle") continue;
+      const kvcli::EvictionFlags f = flags_for(run.ratio, run.row);
+      if (f.layer_budgets.kind == kvevict::LayerBudgets::Kind::uniform) continue;
+      llama2::EvictionSettings s;
+      s.budget = kvevict::Budget::tokens(run.kws.k);
+      s.layer_budgets = kvcli::layer_budgets_for(f, run.kws, run.row->policy);
+      s.prompt_len = prompt;
+      try {
+        (void)llama2::layer_budget_tokens(s, model.config().n_layers);
+      } catch (const std::invalid_argument& e) {
+        throw kvcli::UsageError(run.row->pyramid ? "--policies" : "--layer-budgets", kvcli::strip_origin(e.what()));
+      }
+    }
     auto row_of = [&](const std::string& label) -> const RowSpec& {
       for (const RowSpec& row : rows)
         if (row.label == label) return row;
@@ -310,14 +343,11 @@ int main(int argc, char** argv) {
           s.budget = kvevict::Budget::tokens(run.kws.k);
           const kvcli::EvictionFlags f = flags_for(run.ratio, &row);
           s.recent = kvcli::recent_for(f, run.kws, row.policy);  // per-layer budgets: a ratio of each layer's k
-          s.layer_budgets = kvcli::layer_budgets_for(f, run.kws, row.policy);
-          s.prompt_len = prompt;
-          if (row.policy == "snapkv") s.params.snap_window = run.kws.snap_window;
+          s.params = kvcli::policy_params(f, run.kws);
           s.params.horizon = window - prompt - 1;
           s.params.gumbel_noise = row.noise;
-          s.params.sinks = run.kws.sinks;
-          s.params.tau_init = flags.tau_init;
-          s.params.tau_end = flags.tau_end;
+          s.layer_budgets = kvcli::layer_budgets_for(f, run.kws, row.policy);
+          s.prompt_len = prompt;
           s.seed = run.seed;
           s.shared_heads = flags.shared_heads || flags.paged || row.shared;
           s.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
@@ -432,9 +462,17 @@ int main(int argc, char** argv) {
               << " seeds, tau " << flags.tau_init << " -> " << flags.tau_end << ". Means over windows ± standard error.\n";
     std::cout << "KV layout of the policies: " << layout_desc << "; the full cache is contiguous.\n";
     std::cout << "Row specs (--policies): +shared = one selection per layer; +reindexed = positions re-indexed after "
-                 "every eviction; +boundedC = bounded prefill in chunks of C; @recent=Q = w = floor(Q k); oracle = "
-                 "evicts the token the full cache attends least over the rest of the window (per KV head, w as "
-                 "h2o; a reference bound, not a policy).\n";
+                 "every eviction; +pyramid = PyramidKV per-layer budgets; +boundedC = bounded prefill in chunks of C; "
+                 "@recent=Q = w = floor(Q k); oracle = evicts the token the full cache attends least over the rest "
+                 "of the window (per KV head, w as h2o; a reference bound, not a policy).\n";
+    if (flags.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform)
+      std::cout << "Per-layer budgets: " << flags.layer_budgets_label
+                << " (kvevict::layer_budgets; the layers' total equals layers x k; snapkv keeps L in every layer).\n";
+    if (std::any_of(rows.begin(), rows.end(), [](const RowSpec& row) { return row.policy == "snapkv"; }))
+      std::cout << "SnapKV: observation window L = "
+                << (flags.snap_window_given ? std::to_string(flags.snap_window) : std::string("min(32, k)"))
+                << ", pooling " << kvevict::pooling_name(flags.snap_pooling) << " over K = " << flags.snap_kernel
+                << ", decode " << kvevict::snap_decode_name(flags.snap_decode) << ".\n";
     if (prefill_chunk != 0)
       std::cout << "Prefill of the policies: chunks of " << prefill_chunk << " tokens"
                 << (bounded_prefill ? ", bounded (cut to k after every chunk: at most k + " +

@@ -66,6 +66,10 @@ CacheFactory make_cache_factory(const EvictionSettings& settings, std::size_t n_
   config.max_prefill_chunk = settings.prefill_chunk;
   config.bounded_prefill = settings.bounded_prefill;
   const kvevict::Policy policy = kvevict::parse_policy(settings.policy);
+  if (policy == kvevict::Policy::snapkv && settings.prefill_chunk != 0)
+    throw std::invalid_argument("llama2::make_cache_factory: snapkv scores the prompt with its last L queries and "
+                                "needs a one-shot prefill (prefill_chunk = 0, got " +
+                                std::to_string(settings.prefill_chunk) + ")");
   const kvevict::PolicyParams params = settings.params;
   const std::uint64_t seed = settings.seed;
   const std::vector<std::size_t> budgets = factory_budgets(settings, n_layers, "llama2::make_cache_factory");

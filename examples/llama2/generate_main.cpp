@@ -199,6 +199,11 @@ int main(int argc, char** argv) {
     ev.params.gumbel_noise = !no_noise;
     ev.layer_budgets = kvcli::layer_budgets_for(flags, resolved, flags.policy);
     ev.prompt_len = prompt_ids.size();
+    try {  // a schedule that does not fit the model (weights per layer, floor) names the flag
+      (void)llama2::layer_budget_tokens(ev, cfg.n_layers);
+    } catch (const std::invalid_argument& e) {
+      throw kvcli::UsageError("--layer-budgets", kvcli::strip_origin(e.what()));
+    }
     ev.seed = flags.seed;
     ev.shared_heads = flags.shared_heads || flags.paged;
     ev.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;

@@ -241,6 +241,38 @@ std::vector<Case> cases() {
       {"GenDumpFolderMissing", G, kTiny + "--dump-logits /nonexistent/dir/d.json --prompt-ids 1 --print-ids", 2,
        {"--dump-logits: cannot write '/nonexistent/dir/d.json': the folder '/nonexistent/dir' does not exist"}},
       {"GenUnknownFlag", G, kTiny + "--budgett 3", 2, {"--budgett"}},
+      // ---- SnapKV and per-layer budgets (issue 14) ----
+      {"GenSnapKV", G, kTiny + "--policy snapkv --budget 4 --snap-window 2 --snap-kernel 3 --snap-pooling avg "
+       "--prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0, {"[snapkv k=4 w=1 sinks=0 L=2]"}},
+      {"GenSnapKVWindowDecode", G, kTiny + "--policy snapkv --budget 4 --snap-decode window --prompt-ids 1,2,3,4,5,6,7,8 "
+       "--print-ids --steps 2", 0, {"[snapkv k=4 w=1 sinks=0 L=4]"}},  // default L = min(32, k)
+      {"GenSnapKernelEven", G, kTiny + "--policy snapkv --snap-kernel 4 --prompt-ids 1", 2,
+       {"--snap-kernel: must be odd (got 4)"}},
+      {"GenSnapKernelZero", G, kTiny + "--policy snapkv --snap-kernel 0 --prompt-ids 1", 2,
+       {"--snap-kernel: expected an integer in [1, "}},
+      {"GenSnapWindowAboveBudget", G, kTiny + "--policy snapkv --budget 4 --snap-window 5 --prompt-ids 1", 2,
+       {"--snap-window: L = 5 exceeds the budget k = 4 (--budget 4); lower --snap-window or raise --budget"}},
+      {"GenSnapWindowAbovePercentBudget", G, kTiny + "--policy snapkv --budget 50% --snap-window 4 --prompt-ids 1,2,3,4,5,6 --print-ids", 2,
+       {"--snap-window: L = 4 exceeds the budget k = 3 (--budget 50% of a 6-token prompt)"}},
+      {"GenSnapWindowWithH2O", G, kTiny + "--policy h2o --snap-window 8 --prompt-ids 1", 2,
+       {"--snap-window: only --policy snapkv has an observation window (the policy is h2o)"}},
+      {"GenSnapPoolingUnknown", G, kTiny + "--policy snapkv --snap-pooling mean --prompt-ids 1", 2,
+       {"--snap-pooling: unknown pooling 'mean' (expected max or avg)"}},
+      {"GenSnapDecodeUnknown", G, kTiny + "--policy snapkv --snap-decode tova --prompt-ids 1", 2,
+       {"--snap-decode: unknown decode rule 'tova' (expected h2o or window)"}},
+      {"GenSnapKVChunked", G, kTiny + "--policy snapkv --prefill-chunk 4 --prompt-ids 1", 2,
+       {"--prefill-chunk: snapkv scores the prompt with its last L queries"}},
+      // 2 layers, k = 4, P = 8: b_min = 0.2, b_max = 7.8 -> [8, 0] -> no layer at 0: [7, 1].
+      {"GenLayerBudgetsPyramid", G, kTiny + "--policy h2o --budget 4 --layer-budgets pyramid --prompt-ids 1,2,3,4,5,6,7,8 "
+       "--print-ids --steps 2", 0, {"[h2o k=4 w=1 sinks=0 layer-budgets=pyramid]", "retained per layer: 7 1 of 9"}},
+      {"GenLayerBudgetsWeights", G, kTiny + "--policy h2o --budget 4 --layer-budgets 3,1 --prompt-ids 1,2,3,4,5,6,7,8 "
+       "--print-ids --steps 2", 0, {"layer-budgets=weights", "retained per layer: 6 2 of 9"}},
+      {"GenLayerBudgetsWrongCount", G, kTiny + "--policy h2o --budget 4 --layer-budgets 1,2,3 --prompt-ids 1 --print-ids", 2,
+       {"--layer-budgets: 3 weights for 2 layers (give one per layer)"}},
+      {"GenLayerBudgetsNotANumber", G, kTiny + "--policy h2o --layer-budgets 1,x --prompt-ids 1", 2,
+       {"--layer-budgets: weight 'x' in '1,x' is not a number"}},
+      {"GenLayerBudgetsWithFull", G, kTiny + "--layer-budgets pyramid --prompt-ids 1", 2,
+       {"--layer-budgets: --policy full keeps every token in every layer"}},
       // ---- kvevict-replay: the same flags ----
       {"ReplayBudgetPercent", R, "{W}/t.json --policy h2o --budget 67%", 0, {"[h2o k=2 w=1 sinks=0]"}},
       {"ReplayDefaultRecentIs30Percent", R, "{W}/t.json --policy h2o --budget 3", 0, {"[h2o k=3 w=1 sinks=0]"}},
@@ -252,6 +284,10 @@ std::vector<Case> cases() {
       {"ReplaySeedNegative", R, "{W}/t.json --seed -1", 2, {"--seed: expected an integer >= 0, got '-1'"}},
       {"ReplayPromptLenNotANumber", R, "{W}/t.json --prompt-len three", 2, {"--prompt-len: expected an integer"}},
       {"ReplayJsonNumberOverflow", R, "{W}/overflow.json --policy h2o --budget 1", 2, {"kvevict-replay: "}},
+      {"ReplaySnapKV", R, "{W}/t.json --policy snapkv --budget 2 --snap-kernel 3", 0, {"[snapkv k=2 w=1 sinks=0 L=2]"}},
+      {"ReplaySnapWindowAboveBudget", R, "{W}/t.json --policy snapkv --budget 2 --snap-window 3", 2,
+       {"--snap-window: L = 3 exceeds the budget k = 2"}},
+      {"ReplaySnapKernelEven", R, "{W}/t.json --policy snapkv --snap-kernel 2", 2, {"--snap-kernel: must be odd (got 2)"}},
       {"ReplayBudgetAbove2To53", R, "{W}/t.json --budget 18446744073709551615", 2, {"--budget: k = 18446744073709551615 exceeds 2^53"}},
       // ---- kvevict-quality: cases 1, 2 and 6 ----
       {"QualityOutFolderMissing", Q, "--windows 1 --ratios 0.5 --seeds 1 --out /nonexistent/dir/x", 2,
@@ -283,6 +319,16 @@ std::vector<Case> cases() {
       {"QualityPrefillChunkPaged", Q, "--kv-layout paged --prefill-chunk 8", 2,
        {"--prefill-chunk: needs the contiguous KV layout"}},
       {"QualityBoundedWithoutChunk", Q, "--bounded-prefill", 2, {"--bounded-prefill"}},
+      // ---- kvevict-quality: SnapKV and per-layer budgets (issue 14), checked before any file ----
+      {"QualitySnapKernelEven", Q, "--snap-kernel 2", 2, {"--snap-kernel: must be odd (got 2)"}},
+      {"QualitySnapWindowAboveSmallestBudget", Q, "--snap-window 30 --ratios 0.1,0.5 --prompt 256", 2,
+       {"--snap-window: L = 30 exceeds the budget k = 25", "--ratios 0.1"}},
+      {"QualitySnapKVChunked", Q, "--policies h2o,snapkv --prefill-chunk 8", 2,
+       {"--prefill-chunk: snapkv scores the prompt with its last L queries"}},
+      {"QualityLayerBudgetsBadBeta", Q, "--layer-budgets pyramid:0.5", 2,
+       {"--layer-budgets: pyramid beta must be >= 1 (got 0.5)"}},
+      {"QualityLayerBudgetsWrongCount", Q, kSmall + "--layer-budgets 1,2 --windows 1 --out {W}/q", 2,
+       {"--layer-budgets: 2 weights for 5 layers"}, true},
   };
 }
 
@@ -365,6 +411,29 @@ TEST(CliQuality, TinyRunWritesEveryOutputAndNoTemporaryFile) {
   EXPECT_NE(csv.find("\nstreaming,0.5,16,12,0,0,"), std::string::npos) << csv;
   EXPECT_NE(csv.find("\nwindow,0.5,16,16,0,0,"), std::string::npos) << csv;
   EXPECT_NE(csv.find("\ntova,0.5,16,0,0,0,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nsnapkv,0.5,16,4,0,0,"), std::string::npos) << csv;  // L = min(32, 16)
+}
+
+// --layer-budgets applies to the whole sweep and labels every row; the snapkv row states its parameters.
+TEST(CliQuality, LayerBudgetsLabelTheRowsAndSnapKVStatesItsParameters) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  const std::string out = Workspace::get().file("qlayers");
+  fs::create_directories(out);
+  const ToolRun run = Workspace::get().run(
+      binary(Tool::quality), expand(kSmall) + "--data " + shared() +
+                                 "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 --policies "
+                                 "h2o,snapkv --snap-window 8 --snap-pooling avg --snap-kernel 5 --layer-budgets pyramid "
+                                 "--window 64 --prompt 32 --threads 1 --out " + out + "/q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string csv = slurp(out + "/q.csv");
+  EXPECT_NE(csv.find("\nh2o+pyramid,0.5,16,4,0,0,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nsnapkv+pyramid,0.5,16,4,0,0,"), std::string::npos) << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);  // header + full + 2 rows (1 window)
+  EXPECT_NE(run.out.find("| h2o+pyramid |"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("Per-layer budgets: pyramid"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("SnapKV: observation window L = 8, pooling avg over K = 5, decode h2o."), std::string::npos)
+      << run.out;
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ class Scorer {
   /// chunk's queries `i` sit at slots `held + i`; each query head `h` adds, row
   /// by row in ascending `i`, `softmax((x + ζ) / τ)` of `rows.row(h, i)` (over
   /// slots `[0, held + i]`) into its own accumulator `acc[h]` (TOVA: the
-  /// chunk's last row replaces it). Per-query-head accumulators summed only by
+  /// chunk's last row replaces it; SnapKV: only rows from `first_row(C)`). Per-query-head accumulators summed only by
   /// `fold` make the result the same, bit for bit, for every chunking of a
   /// prompt: each `acc[h][s]` adds the same rows in the same order. The new
   /// slots `[held, held + C)` start at 0. ζ is `rows.noise(h, i)`, else drawn
