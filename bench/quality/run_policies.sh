@@ -5,7 +5,8 @@
 # keyformer with PyramidKV per-layer budgets, shared vs per-KV-head selection, positions re-indexed,
 # bounded prefill (C = 32), and the oracle bound. Keyformer variant rows run VARIANT_SEEDS seeds (default 3).
 # Writes bench/quality/results/policies.md (+ the CSVs under bench/quality/results/policies/) with the
-# command and its wall time. RATIOS (default 0.5) picks the budgets; extra arguments go to
+# command and its wall time; with RATIOS other than 0.5 (e.g. RATIOS=0.2) policies_r0.2.md and
+# policies_r0.2/ instead, so that the committed r = 0.5 report stays. Extra arguments go to
 # kvevict-quality, e.g.:  nohup nice -n 5 bash bench/quality/run_policies.sh --windows 256 --threads 2 &
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,12 +19,14 @@ rows+=",keyformer-nonoise,snapkv,h2o+pyramid,keyformer+pyramid@seeds=$vs"
 rows+=",h2o+shared,keyformer+shared@seeds=$vs,h2o+reindexed,keyformer+reindexed@seeds=$vs"
 rows+=",h2o+bounded32,keyformer+bounded32@seeds=$vs,oracle"
 res=bench/quality/results
-out=$res/policies
+name=policies
+[ "$ratios" = 0.5 ] || name=policies_r${ratios//,/_}
+out=$res/$name
 mkdir -p "$out"
 start=$(date +%s)
-./build/bench/quality/kvevict-quality --ratios "$ratios" --policies "$rows" --out "$out/policies" "$@" >"$out/policies.md"
+./build/bench/quality/kvevict-quality --ratios "$ratios" --policies "$rows" --out "$out/$name" "$@" >"$out/$name.md"
 secs=$(( $(date +%s) - start ))
-rm -f "$out/policies.gp" "$out/policies_plot.dat"
+rm -f "$out/$name.gp" "$out/${name}_plot.dat"
 {
   echo "# Policies and ablations (issue 14)"
   echo
@@ -35,8 +38,8 @@ rm -f "$out/policies.gp" "$out/policies_plot.dat"
   echo "\`+pyramid\`: PyramidKV per-layer budgets (same total); \`+shared\`: one selection per layer for all KV"
   echo "heads; \`+reindexed\`: positions re-indexed after every eviction; \`+bounded32\`: bounded prefill in"
   echo "chunks of 32; \`oracle\`: evicts the token the full cache attends least over the rest of the window"
-  echo "(a reference bound, not a policy). CSVs: policies/policies.csv (per window), policies/policies_summary.csv."
+  echo "(a reference bound, not a policy). CSVs: $name/$name.csv (per window), $name/${name}_summary.csv."
   echo
-  cat "$out/policies.md"
-} >"$res/policies.md"
-echo "wrote $res/policies.md (${secs} s)" >&2
+  cat "$out/$name.md"
+} >"$res/$name.md"
+echo "wrote $res/$name.md (${secs} s)" >&2
