@@ -1,5 +1,6 @@
 // SnapKV (Li et al. 2024): the observation-window score, pooling, the prefill selection, both decode
 // rules, its errors, and the paged twin. Hand-computed expected values.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -267,6 +268,52 @@ TEST(SnapKVErrors, ChunkedPrefillIsRejected) {
   kvevict::KVBuffer<float> buf(1, 16, 2);
   expect_invalid([&] { kvevict::SnapKV(c, buf.view(), kvevict::SnapKVScore(2, 1)); },
                  "kvevict::Cache: bounded_prefill is not supported by SnapKV (it scores the last L prompt rows)");
+}
+
+// The cache invariants over a long run (cache_test.cpp's style), for both decode rules and 16-bit
+// KV: K/V rows stay with their positions, every KV head holds k, the recent window (w = 2) is the two
+// newest positions, an evicted token never returns, restore_position_order sorts the slots.
+template <class T, class Cache>
+void long_run_invariants() {
+  kvevict::KVBuffer<T> buf(2, 12, 4);
+  auto kv = buf.view();
+  kvevict::CacheConfig c = config(6, 2);
+  c.n_q_heads = 4;
+  Cache cache(c, kv, kvevict::SnapKVScore(3, 3, kvevict::Pooling::avg));
+  for (int p = 0; p < 8; ++p) append_token(kv, p);
+  kvevict::Xoshiro256pp gen(5);
+  std::vector<float> x(4 * 8 * 8);
+  kvevict::fill_gumbel(gen, x.data(), x.size());  // arbitrary finite logits
+  cache.prefill(x.data(), 8);
+  std::vector<std::vector<bool>> gone(2, std::vector<bool>(20, false));
+  for (int t = 8; t < 20; ++t) {
+    std::vector<Positions> before{cache.retained_positions(0), cache.retained_positions(1)};
+    append_token(kv, t);
+    std::vector<float> row(4 * kv.length(0));
+    kvevict::fill_gumbel(gen, row.data(), row.size());
+    cache.decode_step(row.data(), kv.length(0));
+    ASSERT_TRUE(rows_aligned(kv));
+    for (std::size_t h = 0; h < 2; ++h) {
+      const Positions now = cache.retained_positions(h);
+      ASSERT_EQ(now.size(), 6u);
+      for (std::int64_t p : before[h])
+        if (!std::binary_search(now.begin(), now.end(), p)) gone[h][static_cast<std::size_t>(p)] = true;
+      for (std::int64_t p : now) ASSERT_FALSE(gone[h][static_cast<std::size_t>(p)]) << "position " << p << " returned";
+      ASSERT_EQ(now[5], t);
+      ASSERT_EQ(now[4], t - 1);
+    }
+  }
+  cache.restore_position_order();
+  ASSERT_TRUE(rows_aligned(kv));
+  for (std::size_t h = 0; h < 2; ++h)
+    EXPECT_EQ(Positions(cache.positions(h), cache.positions(h) + cache.length(h)), cache.retained_positions(h));
+}
+
+TEST(SnapKV, LongRunKeepsTheCacheInvariants) {
+  long_run_invariants<float, kvevict::SnapKV>();
+  long_run_invariants<Eigen::half, kvevict::SnapKV>();
+  long_run_invariants<float, kvevict::SnapKVWindow>();
+  long_run_invariants<Eigen::bfloat16, kvevict::SnapKVWindow>();
 }
 
 // The paged twin (token unit == contiguous shared_heads, bit for bit) is in paged_test.cpp.

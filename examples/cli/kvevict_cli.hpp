@@ -3,7 +3,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // One place declares the flags the tools share (--policy, --budget, --recent, --sinks, --tau-init,
-// --tau-end, --seed, --threads), parses their values into one validated struct, resolves the budget
+// --tau-end, --seed, --threads, --snap-window/-kernel/-pooling/-decode, --layer-budgets), parses their values into one validated struct, resolves the budget
 // k, the recent window w and the sinks for a prompt of P tokens, names the environment variables
 // and maps every error to the same exit codes:
 //

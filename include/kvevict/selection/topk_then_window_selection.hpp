@@ -9,14 +9,13 @@
 #include <cstdint>
 
 #include "kvevict/selection/recent_topk_selection.hpp"
-#include "kvevict/selection/sink_recent_selection.hpp"
 
 namespace kvevict {
 
 /// Selection policy composed of `RecentTopKSelection` at prefill (the recent window `w` plus the top
-/// `k − w` scores, `select_keep`'s rule, ties to the older token) and `SinkRecentSelection{0}` while
-/// decoding (evict the oldest retained token, whatever the scores: a sliding window over what prefill
-/// kept). Used by `SnapKVWindow` (SnapKV, Li et al. 2024, whose prefill selection is followed by plain
+/// `k − w` scores, `select_keep`'s rule, ties to the older token) and window attention's rule
+/// (`SinkRecentSelection{0}`) while decoding (evict the oldest retained token, whatever the scores: a
+/// sliding window over what prefill kept). Used by `SnapKVWindow` (SnapKV, Li et al. 2024, whose prefill selection is followed by plain
 /// decoding; here the budget stays `k`). Implements the selection-policy contract of kvevict/concepts.hpp.
 ///
 /// The oldest of `n = k + 1` slots is never one of the `w <= k` most recent ones, so `victim` respects the
@@ -30,10 +29,14 @@ struct TopKThenWindowSelection {
                            std::size_t* out) const noexcept {
     return RecentTopKSelection{}.prefill_keep(scores, n, k, w, out);
   }
-  /// `SinkRecentSelection{0}::victim`: the slot with the smallest position. O(n); no allocation.
-  std::size_t victim(const float* scores, const std::uint8_t* recent, const std::int64_t* positions,
+  /// The rule of `SinkRecentSelection{0}::victim` (window attention): the slot with the smallest
+  /// position (positions are distinct), written as one scan. Returns 0 for `n == 0`. O(n); no
+  /// allocation; scores and flags are not read.
+  std::size_t victim(const float* /*scores*/, const std::uint8_t* /*recent*/, const std::int64_t* positions,
                      std::size_t n) const noexcept {
-    return SinkRecentSelection{0}.victim(scores, recent, positions, n);
+    std::size_t oldest = 0;
+    for (std::size_t i = 1; i < n; ++i) oldest = positions[i] < positions[oldest] ? i : oldest;
+    return oldest;
   }
 };
 
