@@ -159,9 +159,9 @@ int main(int argc, char** argv) {
                                                     "--kv-layout paged");
         if (row.policy == "snapkv" && (prefill_chunk != 0 || row.bounded_chunk != 0))
           throw kvcli::UsageError(row.bounded_chunk != 0 ? "--policies" : "--prefill-chunk",
-                                  "row '" + row.label + "': snapkv scores the prompt with its last L queries, so it "
-                                  "prefills in one shot; "
-                                  "leave snapkv out of --policies, or drop --prefill-chunk / +bounded");
+                                  "snapkv scores the prompt with its last L queries, so it prefills in one shot "
+                                  "(row '" + row.label + "'); leave snapkv out of --policies, or drop "
+                                  "--prefill-chunk / +bounded");
         if (global_schedule && row.pyramid)
           throw kvcli::UsageError("--policies", "row '" + row.label + "': +pyramid with --layer-budgets " +
                                                     flags.layer_budgets_label + "; use one of them");

@@ -313,7 +313,7 @@ std::vector<Case> cases() {
       {"QualityUnknownEvictUnit", Q, "--kv-layout paged --evict-unit slab", 2, {"--evict-unit: unknown unit 'slab'"}},
       {"QualityPageSizeZero", Q, "--kv-layout paged --page-size 0", 2, {"--page-size"}},
       // ---- kvevict-quality: rows and chunked prefill (issue 15), checked before any file ----
-      {"QualityPoliciesUnknownRow", Q, "--policies h2o,snap", 2, {"--policies: unknown row 'snap'"}},
+      {"QualityPoliciesUnknownRow", Q, "--policies h2o,snap", 2, {"--policies: row 'snap': unknown base 'snap'"}},
       {"QualityPoliciesRowTwice", Q, "--policies h2o,window,h2o", 2, {"--policies: row 'h2o' is given twice"}},
       {"QualityPrefillChunkZero", Q, "--prefill-chunk 0", 2, {"--prefill-chunk: expected an integer in [1, "}},
       {"QualityPrefillChunkPaged", Q, "--kv-layout paged --prefill-chunk 8", 2,
