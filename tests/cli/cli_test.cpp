@@ -414,6 +414,44 @@ TEST(CliQuality, TinyRunWritesEveryOutputAndNoTemporaryFile) {
   EXPECT_NE(csv.find("\nsnapkv,0.5,16,4,0,0,"), std::string::npos) << csv;  // L = min(32, 16)
 }
 
+// Row specs (issue 14): every variant is its own row, in the order asked, with its own k, w and seeds;
+// the ablations change the numbers; the oracle runs beside the policies against the same reference.
+TEST(CliQuality, RowSpecsRunEveryVariantAgainstOneReference) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  const std::string out = Workspace::get().file("qrows");
+  fs::create_directories(out);
+  const ToolRun run = Workspace::get().run(
+      binary(Tool::quality),
+      expand(kSmall) + "--data " + shared() + "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 "
+                       "--window 64 --prompt 32 --threads 1 --policies h2o,h2o+shared,h2o+reindexed,h2o+bounded8,"
+                       "keyformer@recent=0.5@seeds=2,h2o+pyramid,oracle --out " + out + "/q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string csv = slurp(out + "/q.csv");
+  auto row = [&](const std::string& prefix) {
+    const std::size_t at = csv.find("\n" + prefix);
+    return at == std::string::npos ? std::string() : csv.substr(at + 1, csv.find('\n', at + 1) - at - 1);
+  };
+  // k = 16; w = floor(0.3 * 16) = 4, with @recent=0.5 floor(0.5 * 16) = 8; the oracle's w is h2o's.
+  for (const char* r : {"h2o,0.5,16,4,0,0,", "h2o+shared,0.5,16,4,0,0,", "h2o+reindexed,0.5,16,4,0,0,",
+                        "h2o+bounded8,0.5,16,4,0,0,", "keyformer@recent=0.5@seeds=2,0.5,16,8,1,0,",
+                        "keyformer@recent=0.5@seeds=2,0.5,16,8,2,0,", "h2o+pyramid,0.5,16,4,0,0,", "oracle,0.5,16,4,0,0,"})
+    EXPECT_FALSE(row(r).empty()) << r << "\n" << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 10);  // header + full + 8 runs
+  // Rows in the order asked.
+  EXPECT_LT(csv.find("\nh2o+shared,"), csv.find("\nh2o+reindexed,"));
+  EXPECT_LT(csv.find("\nh2o+pyramid,"), csv.find("\noracle,"));
+  // Shared selection and re-indexed positions change h2o's numbers (columns after the window index).
+  auto numbers = [&](const std::string& prefix) { const std::string r = row(prefix); return r.substr(r.find(",0,0,") + 5); };
+  EXPECT_NE(numbers("h2o,"), numbers("h2o+shared,"));
+  EXPECT_NE(numbers("h2o,"), numbers("h2o+reindexed,"));
+  const std::string summary = slurp(out + "/q_summary.csv");
+  // The summary's last columns: w and the runs averaged (2 seeds).
+  EXPECT_NE(summary.find("\nkeyformer@recent=0.5@seeds=2,0.5,16,"), std::string::npos) << summary;
+  EXPECT_NE(summary.find(",8,2\n"), std::string::npos) << summary;
+  EXPECT_NE(run.out.find("| oracle |"), std::string::npos) << run.out;
+}
+
 // --layer-budgets applies to the whole sweep and labels every row; the snapkv row states its parameters.
 TEST(CliQuality, LayerBudgetsLabelTheRowsAndSnapKVStatesItsParameters) {
   if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
