@@ -42,6 +42,33 @@ TEST(Llama2NoAllocation, DecodeStepsAllocateNothing) {
   }
 }
 
+// Positions re-indexed (Engine::set_reindex_positions) and the decode attention hook: a step sorts
+// the slots and re-rotates keys in place, and calls the hook, without allocating.
+TEST(Llama2NoAllocation, ReindexedDecodeStepsAndTheHookAllocateNothing) {
+  llama2_test::Header h;
+  h.seq_len = 64;
+  llama2_test::TempFile f("kvevict_noalloc_reindex");
+  llama2_test::write_checkpoint(f.path, h, llama2_test::random_weights(h, 31));
+  const llama2::Model model = llama2::Model::load(f.path);
+  for (const char* policy : {"keyformer", "h2o", "streaming", "tova"}) {
+    llama2::EvictionSettings s;
+    s.policy = policy;
+    s.budget = kvevict::Budget::tokens(8);
+    s.recent = kvevict::RecentWindow::tokens(kvevict::takes_recent_window(kvevict::parse_policy(policy)) ? 2 : 0);
+    s.params.horizon = 40;
+    s.reindex_positions = true;
+    auto engine = llama2::make_engine(model, s);
+    std::size_t calls = 0;
+    engine->set_decode_attention_hook([&calls](std::size_t, const float*, std::size_t) { ++calls; });
+    engine->prefill({1, 4, 9, 16, 25, 6, 17, 30, 11, 2, 13, 24});
+    const long before = kvtest::allocation_count();
+    for (int t = 0; t < 40; ++t) engine->step(t % 32);
+    EXPECT_EQ(kvtest::allocation_count() - before, 0) << policy;
+    EXPECT_EQ(calls, 40u * model.config().n_layers) << policy;
+    EXPECT_EQ(engine->retained(0), 8u) << policy;
+  }
+}
+
 TEST(Llama2NoAllocation, PagedDecodeStepsAllocateNothing) {
   llama2_test::Header h;
   h.seq_len = 64;
