@@ -26,7 +26,7 @@ bool all_digits(const std::string& s) {
 
 std::string row_spec_help() {
   return "rows to run, comma-separated specs BASE[+MOD]...[@KEY=VALUE]... (default: keyformer,keyformer-nonoise,"
-         "h2o,streaming,window,tova). BASE: keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, oracle (the "
+         "h2o,streaming,window,tova,snapkv). BASE: keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, oracle (the "
          "reference bound: evicts the token the full cache attends least over the rest of the window; not a "
          "policy). MOD: +shared (one selection per layer), +reindexed (positions re-indexed after each eviction), "
          "+pyramid (PyramidKV per-layer budgets, beta 20), "

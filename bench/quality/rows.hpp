@@ -1,7 +1,8 @@
 // kvevict — bench/quality/rows.hpp: the rows of the quality report, as typed in --policies.
 // SPDX-License-Identifier: Apache-2.0
 //
-// A row spec is `BASE[+MOD]...[@KEY=VALUE]...` (no spaces), e.g. `keyformer`, `keyformer@recent=0.5`,
+// A row spec is `BASE[+MOD]...[@KEY=VALUE]...` (no spaces; default rows keyformer,keyformer-nonoise,h2o,
+// streaming,window,tova,snapkv), e.g. `keyformer`, `keyformer@recent=0.5`,
 // `keyformer+shared`, `h2o+reindexed`, `keyformer+bounded32@seeds=3`, `oracle`:
 //   BASE  keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv (SnapKV prefill, H2O decode,
 //         L = min(32, k) as kvevict-generate, K = 7, max pooling), oracle
