@@ -41,7 +41,7 @@ namespace kvevict {
 ///
 /// The cache does not own K and V: it works on the engine's `KVView<T>` and
 /// owns only the scores `[kv_head][capacity]` (float), scratch space and the
-/// noise generator, all allocated in the constructor. It keeps, per KV head,
+/// noise seed, all allocated in the constructor. It keeps, per KV head,
 /// slots `[0, length)` live with K row, V row, position ID and score aligned;
 /// eviction removes tokens for good and never renumbers position IDs.
 ///
@@ -60,9 +60,10 @@ namespace kvevict {
 ///
 /// Errors: every call validates its arguments and the view before any change and throws
 /// `std::invalid_argument` (naming the argument and value) or `std::length_error`, leaving
-/// cache, view and generator as before. `decode_step` and `prefill_chunk` never allocate.
+/// cache and view as before. `decode_step` and `prefill_chunk` never allocate.
 ///
-/// Thread safety: none; one cache per layer per sequence, used by one thread.
+/// Threads: one cache per layer per sequence, called by one thread; that call may run its
+/// work on an executor's workers (`set_executor`), with bit-identical results for any count.
 template <class Score, class Temperature, class Selection>
 class Cache final : public CacheInterface {
   // The policy contracts (kvevict/concepts.hpp): one readable error per missing member.
@@ -116,7 +117,8 @@ class Cache final : public CacheInterface {
   /// `logits`: `[q_head][P][P]` row-major, `x[h][r][c]` = logit of the query at
   /// slot `r` against slot `c`; only `c <= r` is read (the causal part; `-inf`
   /// entries count as masked). May be `nullptr` for `NoScore`. `gumbel`: optional pre-drawn ζ, same layout (read where the logits are),
-  /// else drawn from the generator; used only by a noisy score policy.
+  /// else drawn (`fill_gumbel_row`: prompt row r of q_head h has key (seed, h, r));
+  /// used only by a noisy score policy.
   /// Resolves and checks `k` and `w` with `resolve_budget`; row r of query
   /// head h adds `softmax((x[h][r][0..r] + ζ) / τ_0)` to h's accumulator (TOVA:
   /// last row only), KV head j's scores are the sum over its group (so that
@@ -161,7 +163,7 @@ class Cache final : public CacheInterface {
   /// `C > config.max_prefill_chunk` (when set), `n != held + C`, a length is not
   /// `n`, positions do not rise or differ across heads, τ_0 is invalid,
   /// `logits` is null when needed, or a value of `x + ζ` is NaN / `+inf`; the
-  /// cache, the view and the generator are then unchanged.
+  /// cache and the view are then unchanged.
   void prefill_chunk(const float* logits, std::size_t chunk_len, std::size_t n, const float* gumbel = nullptr) override {
     if constexpr (Score::kUsesLogits)
       detail::require(logits != nullptr, "kvevict::Cache::prefill_chunk: logits must be non-null");
@@ -179,7 +181,7 @@ class Cache final : public CacheInterface {
     const auto [k, w] = bounded ? resolve_budget(config_.budget.token_count(), "kvevict::Cache::prefill_chunk")
                                 : std::pair<std::size_t, std::size_t>{0, 0};
     const float tau = checked_tau(0, "prefill_chunk");
-    if constexpr (Score::kUsesLogits) scorer_.score_chunk(rows, n_, C, 1.0f / tau, "prefill_chunk");
+    if constexpr (Score::kUsesLogits) scorer_.score_chunk(rows, n_, C, 1.0f / tau, "prefill_chunk", prompt_len_);
     // ---- nothing below can throw ----
     take_chunk(C, tau);
     if (bounded && n_ > k) {
@@ -226,7 +228,8 @@ class Cache final : public CacheInterface {
     const float tau = checked_tau(step_ + 1, "decode_step");
     if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::Cache::decode_step: logits must be non-null");
-      scorer_.score_step(logits, gumbel, n, 1.0f / tau, slots_.all_scores(), slots_.capacity());
+      scorer_.score_step(logits, gumbel, n, 1.0f / tau, slots_.all_scores(), slots_.capacity(),
+                         static_cast<std::uint64_t>(new_pos));
     } else {
       for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.scores(j)[n - 1] = 0.0f;
     }
@@ -251,7 +254,7 @@ class Cache final : public CacheInterface {
   }
 
   /// Forgets the sequence: every length 0, scores 0, step 0, no recent window,
-  /// and re-seeds the generator with `seed`. The view's K/V bytes are left as
+  /// and sets the noise seed to `seed`. The view's K/V bytes are left as
   /// they are. O(n_kv_heads · capacity).
   void reset(std::uint64_t seed) override {
     for (std::size_t h = 0; h < kv().n_kv_heads; ++h) kv().lengths[h] = 0;
@@ -291,6 +294,13 @@ class Cache final : public CacheInterface {
       slots_.sort_by_position(j, prefilled_ || chunking_ ? n_ : kv().lengths[j]);
   }
 
+  /// Runs the scoring of `prefill`, `prefill_chunk` (when its rows are `concurrent()`) and
+  /// `decode_step` as tasks on `executor` (core/executor.hpp; the default is serial); the
+  /// referenced executor must outlive its use. Prefill splits across query heads; a step
+  /// across KV heads, and across 512-slot chunks of a row when n_kv_heads < workers. Scores,
+  /// kept sets and errors are bit-identical for every executor. Allocates the per-task
+  /// scratch, O(min(workers, n_q_heads) · capacity) floats, here (never in a step).
+  void set_executor(ExecutorRef executor) override { scorer_.set_executor(executor); }
   /// Query heads per KV head (`g`).
   std::size_t group_size() const { return group_; }
   /// The configuration (with the latest seed).
@@ -373,7 +383,7 @@ class Cache final : public CacheInterface {
 
   CacheConfig config_;
   detail::SlotTable slots_;          // the view's rows + scores + recent flags, moved together
-  detail::Scorer<Score> scorer_;     // the score policy, the generator, the kernel's scratch
+  detail::Scorer<Score> scorer_;     // the score policy, the noise seed, the kernel's scratch
   Temperature temperature_;
   Selection selection_;
   std::size_t group_ = 1;
