@@ -24,6 +24,10 @@
 // reference is always the contiguous full cache, so every layout is compared with the same p.
 // bench/quality/run_paged.sh writes the committed token- vs page-granular rows (paged.md).
 //
+// Rows and prefill (issue 15): --policies picks the rows; --prefill-chunk C [--bounded-prefill] makes every
+// policy engine prefill the prompt in chunks of C tokens (bounded: cut to k after every chunk), while the
+// full-cache reference keeps the one-shot prefill. bench/quality/run_bounded.sh writes bounded.md.
+//
 // Output: long-format CSV (one row per policy/budget/seed/window), a summary
 // CSV, gnuplot data + script (NLL and KL against budget; bench/quality/run.sh
 // renders the PNG), Markdown tables on stdout; progress on stderr.
@@ -204,7 +208,10 @@ int main(int argc, char** argv) {
                "against the full KV cache, on consecutive windows of a text."};
   std::string model_path, tokenizer_path, data_path, windows_opt = "32", window_text = "512", prompt_text = "256",
                                                      seeds_text = "5", threads_text, step_threads_text = "1",
-                                                     out_prefix = "quality";
+                                                     out_prefix = "quality", prefill_chunk_text;
+  bool bounded_prefill = false;
+  const std::vector<std::string> all_labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova"};
+  std::vector<std::string> labels = all_labels;
   std::vector<std::string> ratio_texts{"0.1", "0.2", "0.3", "0.5", "0.7", "0.9"};
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
@@ -228,6 +235,16 @@ int main(int argc, char** argv) {
   spec.kv_layout = true;  // --shared-heads, --kv-layout, --page-size, --evict-unit (as kvevict-generate)
   kvcli::add_eviction_options(app, flags, spec);
   app.add_option("--seeds", seeds_text, "Keyformer seeds (noise on): 1..S (default 5)");
+  app.add_option("--policies", labels,
+                 "rows to run, a subset of keyformer,keyformer-nonoise,h2o,streaming,window,tova (default: all)")
+      ->delimiter(',');
+  auto* chunk_opt = app.add_option("--prefill-chunk", prefill_chunk_text,
+                                   "every policy prefills the prompt in chunks of C tokens (README \"Long prompts\"); "
+                                   "default: one shot. The full-cache reference always prefills in one shot");
+  app.add_flag("--bounded-prefill", bounded_prefill,
+               "with --prefill-chunk: evict to the budget after every chunk (each layer holds at most k + C tokens "
+               "during the prompt)")
+      ->needs(chunk_opt);
   app.add_option("--threads", threads_text,
                  "windows evaluated at once, one worker thread each, >= 1 (default: the number of hardware threads)")
       ->type_name("N");
@@ -250,6 +267,22 @@ int main(int argc, char** argv) {
     const std::size_t seeds = kvcli::parse_count(seeds_text, "--seeds", 1, 1000);
     const unsigned threads = kvcli::parse_threads(threads_text);
     const std::size_t step_threads = kvcli::parse_count(step_threads_text, "--step-threads", 1, 1024);
+    const std::size_t prefill_chunk =
+        prefill_chunk_text.empty() ? 0 : kvcli::parse_count(prefill_chunk_text, "--prefill-chunk", 1, 1u << 20);
+    if (prefill_chunk != 0 && flags.paged)
+      throw kvcli::UsageError("--prefill-chunk", "needs the contiguous KV layout (paged caches prefill in one shot); "
+                                                 "drop --kv-layout paged");
+    if (labels.empty()) throw kvcli::UsageError("--policies", "give at least one row, e.g. keyformer,h2o");
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      if (std::find(all_labels.begin(), all_labels.end(), labels[i]) == all_labels.end())
+        throw kvcli::UsageError("--policies", "unknown row '" + labels[i] +
+                                                  "'; expected keyformer, keyformer-nonoise, h2o, streaming, window "
+                                                  "or tova");
+      if (std::find(labels.begin(), labels.begin() + static_cast<std::ptrdiff_t>(i), labels[i]) !=
+          labels.begin() + static_cast<std::ptrdiff_t>(i))
+        throw kvcli::UsageError("--policies", "row '" + labels[i] + "' is given twice");
+    }
+    auto wanted = [&](const char* label) { return std::find(labels.begin(), labels.end(), label) != labels.end(); };
     std::vector<double> ratios;
     for (const std::string& t : ratio_texts) {
       const float r = kvcli::parse_float(t, "--ratios");
@@ -277,7 +310,7 @@ int main(int argc, char** argv) {
       return kvcli::resolve(f, prompt, policy);
     };
     for (double r : ratios)
-      for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) resolved_for(policy, r);
+      for (const std::string& label : labels) resolved_for(label == "keyformer-nonoise" ? "keyformer" : label, r);
     kvcli::check_output_prefix(out_prefix, "--out");
 
     const std::string model_file = kvcli::find_checkpoint(model_path.empty() ? kvcli::model_dir() : model_path,
@@ -339,13 +372,13 @@ int main(int argc, char** argv) {
     // The sweep.
     std::vector<Run> runs;
     for (double r : ratios) {
-      for (std::size_t s = 1; s <= seeds; ++s)
-        runs.push_back({"keyformer", "keyformer", r, true, s, resolved_for("keyformer", r)});
-      runs.push_back({"keyformer-nonoise", "keyformer", r, false, 0, resolved_for("keyformer", r)});
-      runs.push_back({"h2o", "h2o", r, false, 0, resolved_for("h2o", r)});
-      runs.push_back({"streaming", "streaming", r, false, 0, resolved_for("streaming", r)});
-      runs.push_back({"window", "window", r, false, 0, resolved_for("window", r)});
-      runs.push_back({"tova", "tova", r, false, 0, resolved_for("tova", r)});
+      if (wanted("keyformer"))
+        for (std::size_t s = 1; s <= seeds; ++s)
+          runs.push_back({"keyformer", "keyformer", r, true, s, resolved_for("keyformer", r)});
+      if (wanted("keyformer-nonoise"))
+        runs.push_back({"keyformer-nonoise", "keyformer", r, false, 0, resolved_for("keyformer", r)});
+      for (const char* policy : {"h2o", "streaming", "window", "tova"})
+        if (wanted(policy)) runs.push_back({policy, policy, r, false, 0, resolved_for(policy, r)});
     }
     std::cerr << "kvevict-quality: " << ids.size() << " tokens, " << n_windows << " of " << available
               << " windows of " << window << " (prompt " << prompt << "), " << runs.size() << " runs per window, "
@@ -381,6 +414,8 @@ int main(int argc, char** argv) {
           s.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
           s.page_size = flags.page_size;
           s.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
+          s.prefill_chunk = prefill_chunk;
+          s.bounded_prefill = bounded_prefill;
           engines.push_back(llama2::make_engine(model, s));
           engines.back()->set_pool(step_pool.get());
         }
@@ -425,7 +460,6 @@ int main(int argc, char** argv) {
 
     // Summary: per (label, ratio) over windows; Keyformer-with-noise: per-window mean over seeds,
     // and the std over seeds of the per-seed means.
-    const std::vector<std::string> labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova"};
     struct Cell {
       Stat nll, kl, top1;
       double seed_std_nll = 0.0;
@@ -485,6 +519,12 @@ int main(int argc, char** argv) {
               << " of k; StreamingLLM sinks = " << flags.sinks << "; Keyformer: " << seeds
               << " seeds, tau " << flags.tau_init << " -> " << flags.tau_end << ". Means over windows ± standard error.\n";
     std::cout << "KV layout of the policies: " << layout_desc << "; the full cache is contiguous.\n";
+    if (prefill_chunk != 0)
+      std::cout << "Prefill of the policies: chunks of " << prefill_chunk << " tokens"
+                << (bounded_prefill ? ", bounded (cut to k after every chunk: at most k + " +
+                                          std::to_string(prefill_chunk) + " tokens held during the prompt)"
+                                    : " (unbounded: equals the one-shot prefill)")
+                << "; the full cache prefills in one shot.\n";
     std::cout << "Full cache NLL: " << fmt(full.mean, 4) << " ± " << fmt(full.se, 4) << " nats/token\n";
     header("Mean NLL (nats/token)");
     for (const auto& label : labels) {

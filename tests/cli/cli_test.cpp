@@ -279,6 +279,13 @@ std::vector<Case> cases() {
       {"QualityUnknownKvLayout", Q, "--kv-layout blocks", 2, {"--kv-layout: unknown layout 'blocks'"}},
       {"QualityUnknownEvictUnit", Q, "--kv-layout paged --evict-unit slab", 2, {"--evict-unit: unknown unit 'slab'"}},
       {"QualityPageSizeZero", Q, "--kv-layout paged --page-size 0", 2, {"--page-size"}},
+      // ---- kvevict-quality: rows and chunked prefill (issue 15), checked before any file ----
+      {"QualityPoliciesUnknownRow", Q, "--policies h2o,snap", 2, {"--policies: unknown row 'snap'"}},
+      {"QualityPoliciesRowTwice", Q, "--policies h2o,window,h2o", 2, {"--policies: row 'h2o' is given twice"}},
+      {"QualityPrefillChunkZero", Q, "--prefill-chunk 0", 2, {"--prefill-chunk: expected an integer in [1, "}},
+      {"QualityPrefillChunkPaged", Q, "--kv-layout paged --prefill-chunk 8", 2,
+       {"--prefill-chunk: needs the contiguous KV layout"}},
+      {"QualityBoundedWithoutChunk", Q, "--bounded-prefill", 2, {"--bounded-prefill"}},
   };
 }
 
@@ -429,15 +436,14 @@ TEST(CliGenerate, ThreadsGiveTheSameIdsForEveryCount) {
   }
 }
 
-// Issue 15: --prefill-chunk reproduces the one-shot greedy ids for every policy (Keyformer without
-// noise), and --bounded-prefill runs; the flags are validated and named.
+// Issue 15: --prefill-chunk reproduces the one-shot greedy ids for every policy (Keyformer with its
+// drawn noise, the same for every chunking since issue 13), and --bounded-prefill runs; the flags are validated and named.
 TEST(CliGenerate, PrefillChunkReproducesTheOneShotIds) {
   const std::string prompt = "--prompt-ids 1,5,9,3,7,11,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,1,3,5,7,9,11,13";
   for (const char* policy : {"full", "keyformer", "h2o", "streaming", "window", "tova"}) {
     const bool full = std::string(policy) == "full";  // the full cache takes no --budget
     const std::string common = std::string("--model tiny.bin --policy ") + policy + (full ? "" : " --budget 8") +
-                               " --temperature 0 " + prompt + " --print-ids --steps 40" +
-                               (std::string(policy) == "keyformer" ? " --no-noise" : "");
+                               " --temperature 0 " + prompt + " --print-ids --steps 40";
     const ToolRun one = Workspace::get().run(KVEVICT_GENERATE_BIN, common);
     ASSERT_EQ(one.exit_code, 0) << one.err;
     EXPECT_EQ(one.out_lines(), 40u) << policy;
@@ -528,6 +534,49 @@ TEST(CliQuality, PagedTokenUnitReportsTheNumbersOfSharedHeads) {
   EXPECT_NE(page_csv, shared_csv);
   EXPECT_NE(page_csv.find("\nh2o,0.5,16,4,0,0,"), std::string::npos) << page_csv;
   EXPECT_EQ(std::count(page_csv.begin(), page_csv.end(), '\n'), std::count(shared_csv.begin(), shared_csv.end(), '\n'));
+}
+
+// kvevict-quality --prefill-chunk: unbounded chunked prefill equals the one-shot prefill, so every
+// deterministic row reports the same numbers digit for digit; --bounded-prefill runs, says so, and changes them.
+TEST(CliQuality, ChunkedPrefillReportsTheOneShotNumbers) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  const std::string out = Workspace::get().file("qchunk");
+  fs::create_directories(out);
+  auto quality = [&](const std::string& name, const std::string& extra) {
+    return Workspace::get().run(binary(Tool::quality),
+                                expand(kSmall) + "--data " + shared() +
+                                    "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 "
+                                    "--policies keyformer-nonoise,h2o,window,tova --window 64 --prompt 32 "
+                                    "--threads 1 --out " + out + "/" + name + " " + extra);
+  };
+  const ToolRun one_shot = quality("oneshot", "");
+  const ToolRun chunked = quality("chunked", "--prefill-chunk 7");
+  const ToolRun bounded = quality("bounded", "--prefill-chunk 8 --bounded-prefill");
+  for (const ToolRun* r : {&one_shot, &chunked, &bounded}) ASSERT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_EQ(one_shot.out.find("Prefill of the policies"), std::string::npos);
+  EXPECT_NE(chunked.out.find("Prefill of the policies: chunks of 7 tokens (unbounded: equals the one-shot prefill)"),
+            std::string::npos) << chunked.out;
+  EXPECT_NE(bounded.out.find("Prefill of the policies: chunks of 8 tokens, bounded (cut to k after every chunk: at "
+                             "most k + 8 tokens held during the prompt)"),
+            std::string::npos) << bounded.out;
+  const std::string one_csv = slurp(out + "/oneshot.csv");
+  // Only the asked rows, in the asked order: full, keyformer-nonoise, h2o, window, tova (k = 16, w = 4).
+  EXPECT_NE(one_csv.find("\nkeyformer-nonoise,0.5,16,4,0,0,"), std::string::npos) << one_csv;
+  EXPECT_NE(one_csv.find("\ntova,0.5,16,0,0,0,"), std::string::npos) << one_csv;
+  EXPECT_EQ(one_csv.find("\nkeyformer,"), std::string::npos) << one_csv;
+  EXPECT_EQ(one_csv.find("\nstreaming,"), std::string::npos) << one_csv;
+  EXPECT_EQ(std::count(one_csv.begin(), one_csv.end(), '\n'), 6);  // header + full + 4 rows (1 window)
+  EXPECT_EQ(slurp(out + "/chunked.csv"), one_csv);
+  const std::string bounded_csv = slurp(out + "/bounded.csv");
+  EXPECT_EQ(std::count(bounded_csv.begin(), bounded_csv.end(), '\n'), 6);
+  // Window attention keeps the last k tokens however the prompt arrives: bounded prefill cannot change it.
+  auto row = [](const std::string& csv, const std::string& label) {
+    const std::size_t at = csv.find("\n" + label + ",");
+    return at == std::string::npos ? std::string() : csv.substr(at, csv.find('\n', at + 1) - at);
+  };
+  EXPECT_EQ(row(bounded_csv, "window"), row(one_csv, "window"));
+  EXPECT_FALSE(row(one_csv, "window").empty());
 }
 
 }  // namespace
