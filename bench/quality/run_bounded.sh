@@ -3,6 +3,7 @@
 # chunks of C = 32 and cut to k after every chunk (at most k + 32 = 160 tokens per layer during the prompt),
 # against the same rows with the one-shot prefill, on the same windows. Writes
 # bench/quality/results/bounded.md (+ the CSVs of both runs under bench/quality/results/bounded/).
+# The committed file: `bash bench/quality/run_bounded.sh --windows 256 --threads 2`.
 # Extra arguments (e.g. --windows 256 --threads 2) go to both runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,5 +28,10 @@ secs=$(( $(date +%s) - start ))
   echo
   echo "## Bounded prefill, C = 32"
   cat "$out/bounded.md"
+  echo
+  echo "## What bounded prefill costs: bounded minus one-shot, paired per window"
+  echo
+  python3 bench/quality/paired_delta.py "$out/oneshot.csv" "$out/bounded.csv"
 } > bench/quality/results/bounded.md
+rm -f "$out"/*.gp "$out"/*_plot.dat "$out"/*.md  # the tables are in bounded.md; the CSVs stay
 cat bench/quality/results/bounded.md
