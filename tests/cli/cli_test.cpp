@@ -330,7 +330,7 @@ std::vector<Case> cases() {
        {"--prefill-chunk: snapkv scores the prompt with its last L queries"}},
       {"QualityLayerBudgetsBadBeta", Q, "--layer-budgets pyramid:0.5", 2,
        {"--layer-budgets: pyramid beta must be >= 1 (got 0.5)"}},
-      {"QualityLayerBudgetsWrongCount", Q, kSmall + "--layer-budgets 1,2 --windows 1 --out {W}/q", 2,
+      {"QualityLayerBudgetsWrongCount", Q, kSmall + "--data {S}/data/tinystories-val/tinystories_val.txt --layer-budgets 1,2 --windows 1 --out {W}/q", 2,
        {"--layer-budgets: 2 weights for 5 layers"}, true},
   };
 }
