@@ -24,3 +24,17 @@
 #else
 #define KVEVICT_SIMD
 #endif
+
+
+// `KVEVICT_LANES` goes right before the inner loop over the 16 lanes of a
+// fixed-order reduction (`for (l = 0; l < 16; ++l) lane[l] = op(lane[l], v[i + l])`,
+// see `detail::sum_fixed_order`): it asks g++ and clang++ to unroll it
+// completely, at any optimisation level, so that the lanes live in vector
+// registers (the SLP vectoriser of `-O2` packs them) instead of going through the
+// stack every block. Each lane still combines its elements in index order, so
+// the result is the same bits on every target; only the registers differ.
+#if defined(__GNUC__) || defined(__clang__)
+#define KVEVICT_LANES _Pragma("GCC unroll 16")
+#else
+#define KVEVICT_LANES
+#endif

@@ -14,6 +14,7 @@
 
 #include "kvevict/core/check.hpp"
 #include "kvevict/core/random.hpp"
+#include "kvevict/core/simd.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"
 
@@ -105,6 +106,7 @@ class Scorer {
       std::copy_n(acc(j * group_), n, s);
       for (std::size_t t = 1; t < group_; ++t) {
         const float* a = acc(j * group_ + t);
+        KVEVICT_SIMD
         for (std::size_t i = 0; i < n; ++i) s[i] += a[i];
       }
     }
@@ -136,24 +138,24 @@ class Scorer {
   /// query head's row `x[h][0, n)` (`logits`, `gumbel` optional: `[q_head][n]`)
   /// adds its softmax into KV head `h / g`'s scores (`kAccumulates == false`:
   /// the group's first row replaces them). In place, KV head by KV head, q_head
-  /// order (the documented noise order); each head's scores are backed up first
-  /// and restored, with the generator, if a row holds NaN / `+inf`.
+  /// order (the documented noise order). Every row is checked first
+  /// (`row_accepted`, a read-only pass): on a NaN / `+inf` nothing changes (scores,
+  /// generator) and `std::invalid_argument` names the q_head — no backup copy
+  /// of the scores, so the step reads and writes each score once per row.
   /// O(n_q_heads · n), no allocation.
   void score_step(const float* logits, const float* gumbel, std::size_t n, float inv_tau, float* scores,
                   std::size_t stride) {
-    const Xoshiro256pp saved = rng_;
+    const bool noisy = score_.noisy();
+    for (std::size_t h = 0; h < n_kv_heads_ * group_; ++h)
+      if (!row_accepted(logits + h * n, noisy && gumbel != nullptr ? gumbel + h * n : nullptr, n))
+        throw std::invalid_argument(concat(who_, "::decode_step: logits of q_head ", h, " contain NaN or +inf"));
     for (std::size_t j = 0; j < n_kv_heads_; ++j) {
       float* s = scores + j * stride;
-      std::copy_n(s, n, backup_.data() + j * stride);
       s[n - 1] = 0.0f;
       for (std::size_t t = 0; t < group_; ++t) {
         const std::size_t h = j * group_ + t;
-        if (!softmax_row(logits + h * n, gumbel != nullptr ? gumbel + h * n : nullptr, n, inv_tau)) {
-          for (std::size_t i = 0; i <= j; ++i) std::copy_n(backup_.data() + i * stride, n, scores + i * stride);
-          rng_ = saved;
-          throw std::invalid_argument(
-              concat(who_, "::decode_step: logits of q_head ", h, " contain NaN or +inf"));
-        }
+        // Cannot fail: row_accepted passed (the same test on the same values).
+        (void)softmax_row(logits + h * n, gumbel != nullptr ? gumbel + h * n : nullptr, n, inv_tau);
         add_chunks(row_.data(), chunk_f_.data(), n, s, !Score::kAccumulates && t == 0);
       }
     }
@@ -162,10 +164,14 @@ class Scorer {
   /// `Σ_j scores[j][0, n)` (for a selection shared by every KV head), in scratch
   /// valid until the next call. O(n_kv_heads · n).
   const float* sum_over_heads(const float* scores, std::size_t stride, std::size_t n) {
-    std::fill_n(row_.data(), n, 0.0f);
-    for (std::size_t j = 0; j < n_kv_heads_; ++j)
-      for (std::size_t i = 0; i < n; ++i) row_[i] += scores[j * stride + i];
-    return row_.data();
+    float* sum = row_.data();
+    std::fill_n(sum, n, 0.0f);
+    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
+      const float* s = scores + j * stride;
+      KVEVICT_SIMD
+      for (std::size_t i = 0; i < n; ++i) sum[i] += s[i];
+    }
+    return sum;
   }
 
  private:
@@ -186,7 +192,7 @@ class Scorer {
   Xoshiro256pp rng_;
   std::size_t n_kv_heads_ = 0, group_ = 1, stride_ = 0;
   std::vector<float> acc_;      // [q_head][stride]: prefill accumulators, one per query head
-  std::vector<float> backup_;   // [q_head][stride]: acc_ before a chunk; [kv_head][stride]: decode's score backup
+  std::vector<float> backup_;   // [q_head][stride]: acc_ before a chunk (prefill)
   std::vector<float> row_;      // [capacity]: one row's numerators, or the summed scores
   std::vector<float> chunk_f_;  // [2 * chunks]: one row's per-chunk factors
 };
