@@ -274,6 +274,7 @@ const char* bench_name(kvevict::Policy p) {
     case kvevict::Policy::streaming_llm: return "StreamingLLMDecodeStep";
     case kvevict::Policy::window: return "WindowDecodeStep";
     case kvevict::Policy::tova: return "TOVADecodeStep";
+    case kvevict::Policy::snapkv: return "SnapKVDecodeStep";
   }
   return "?";
 }

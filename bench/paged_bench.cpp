@@ -227,6 +227,7 @@ const char* policy_label(kvevict::Policy p) {
     case kvevict::Policy::streaming_llm: return "StreamingLLM";
     case kvevict::Policy::window: return "Window";
     case kvevict::Policy::tova: return "TOVA";
+    case kvevict::Policy::snapkv: return "SnapKV";
   }
   return "?";
 }

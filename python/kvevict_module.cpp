@@ -251,7 +251,7 @@ struct OwnedKV final : StorageBase {
 const char* const kCacheOptions[] = {"n_q_heads", "budget",  "recent", "n_kv_heads", "capacity",
                                      "head_dim",  "dtype",   "k",      "v",          "sinks",
                                      "tau_init",  "tau_end", "horizon", "noise",     "seed",
-                                     "shared_heads"};
+                                     "shared_heads", "snap_window", "snap_kernel", "snap_pooling", "snap_decode"};
 
 /// One layer's evicting KV cache (`kvevict::make_cache` over a `KVView`), owning or wrapping
 /// its K/V storage. Thread safety: every call takes the cache's mutex (prefill and decode_step
@@ -283,6 +283,8 @@ class PyCache {
     };
     only_for("sinks", policy_ == kvevict::Policy::streaming_llm, "'streaming'");
     for (const char* key : {"tau_init", "tau_end", "horizon", "noise"}) only_for(key, keyformer, "'keyformer'");
+    for (const char* key : {"snap_window", "snap_kernel", "snap_pooling", "snap_decode"})
+      only_for(key, policy_ == kvevict::Policy::snapkv, "'snapkv'");
 
     // ---- storage: owned (n_kv_heads, capacity, head_dim[, dtype]) or wrapped (k, v) ----
     const py::object k = get("k"), v = get("v");
@@ -360,6 +362,19 @@ class PyCache {
     if (get("tau_init")) params_.tau_init = static_cast<float>(to_double(get("tau_init"), "tau_init"));
     if (get("tau_end")) params_.tau_end = static_cast<float>(to_double(get("tau_end"), "tau_end"));
     if (get("noise")) params_.gumbel_noise = to_bool(get("noise"), "noise");
+    if (get("snap_window")) params_.snap_window = to_size(get("snap_window"), "snap_window");
+    if (get("snap_kernel")) params_.snap_kernel = to_size(get("snap_kernel"), "snap_kernel");
+    auto choice = [&](const char* key) {
+      if (!py::isinstance<py::str>(get(key)))
+        throw py::type_error(std::string(key) + " must be a str (got " + type_name(get(key)) + ")");
+      return get(key).cast<std::string>();
+    };
+    try {
+      if (get("snap_pooling")) params_.snap_pooling = kvevict::parse_pooling(choice("snap_pooling"));
+      if (get("snap_decode")) params_.snap_decode = kvevict::parse_snap_decode(choice("snap_decode"));
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
     if (keyformer) {
       if (!get("horizon"))
         throw py::value_error("horizon (T, the number of tokens to generate) is required for policy 'keyformer'");
@@ -764,9 +779,10 @@ constexpr const char* kCacheDoc = R"doc(One transformer layer's evicting KV cach
 
 Cache(policy, *, n_q_heads, budget=0.5, recent=0, n_kv_heads=None, capacity=None, head_dim=None,
       dtype='float32', k=None, v=None, sinks=None, tau_init=None, tau_end=None, horizon=None,
-      noise=None, seed=0, shared_heads=False)
+      noise=None, seed=0, shared_heads=False, snap_window=None, snap_kernel=None,
+      snap_pooling=None, snap_decode=None)
 
-policy      'keyformer', 'h2o', 'streaming', 'window' or 'tova' (or use the subclasses
+policy      'keyformer', 'h2o', 'streaming', 'window', 'tova' or 'snapkv' (or use the subclasses
             kvevict.Keyformer, H2O, StreamingLLM, Window, TOVA).
 n_q_heads   query heads of the layer, a positive multiple g * n_kv_heads (GQA: query head h
             reads KV head h // g).
@@ -784,6 +800,11 @@ tau_init, tau_end, horizon, noise
             'keyformer' only: temperature rises linearly from tau_init (default 1) to tau_end
             (default 2) over horizon T decode steps (required, >= 1); noise=False drops the
             Gumbel noise (deterministic variant; default True).
+snap_window, snap_kernel, snap_pooling, snap_decode
+            'snapkv' only (SnapKV, Li et al. 2024): the last snap_window = L prompt rows score the
+            prompt (default 32, must be <= k), pooled with an odd kernel (default 7) by 'max'
+            (default) or 'avg'; decoding continues by 'h2o' (default) or 'window'. prefill only
+            (no prefill_chunk).
 seed        seed of the Gumbel noise generator (same seed, same result).
 shared_heads
             True: one selection per layer from scores summed over KV heads.

@@ -18,7 +18,7 @@
 
 namespace {
 
-enum class Kind { keyformer, h2o, tova, streaming, window };
+enum class Kind { keyformer, h2o, tova, streaming, window, snapkv, snapkv_window };
 
 struct Tok {
   std::int64_t pos;
@@ -46,8 +46,28 @@ struct Reference {
   std::size_t n_q, n_kv, k, w, sinks, horizon;
   bool shared;
   std::vector<std::vector<Tok>> heads;  // per KV head, ascending position
+  std::size_t L = 1, K = 1;             // SnapKV: observation window, pooling kernel
+  bool avg = false;                     // SnapKV: average (else max) pooling
+  bool in_prefill = false;
 
-  bool uses_logits() const { return kind == Kind::keyformer || kind == Kind::h2o || kind == Kind::tova; }
+  bool snap() const { return kind == Kind::snapkv || kind == Kind::snapkv_window; }
+  bool uses_logits() const {
+    return kind == Kind::keyformer || kind == Kind::h2o || kind == Kind::tova || snap();
+  }
+  // SnapKV's selection scores at prefill, written out plainly: the window's last L tokens rank first
+  // (+inf), the others by their score pooled over [i - K/2, i + K/2] clipped to [0, n - L) (max, or
+  // sum / K).
+  std::vector<double> snap_selection(const std::vector<double>& s) const {
+    const std::size_t n = s.size(), before = n - std::min(L, n);
+    std::vector<double> out(n, std::numeric_limits<double>::infinity());
+    for (std::size_t i = 0; i < before; ++i) {
+      double acc = avg ? 0.0 : -std::numeric_limits<double>::infinity();
+      for (std::size_t j = (i >= K / 2 ? i - K / 2 : 0); j <= std::min(before - 1, i + K / 2); ++j)
+        acc = avg ? acc + s[j] : std::max(acc, s[j]);
+      out[i] = avg ? acc / static_cast<double>(K) : acc;
+    }
+    return out;
+  }
   double tau(std::size_t t) const {
     if (kind != Kind::keyformer) return 1.0;
     return 1.0 + static_cast<double>(std::min(t, horizon)) / static_cast<double>(horizon);
@@ -71,9 +91,14 @@ struct Reference {
     for (std::size_t i = 0; i < visible; ++i) acc[i] += y[i] / sum;
   }
   // Indices of `toks` to keep (ascending) by full sort.
-  std::vector<std::size_t> keep(std::size_t n, const std::vector<double>& s) const {
+  std::vector<std::size_t> keep(std::size_t n, const std::vector<double>& scores) const {
     const std::size_t m = std::min(k, n);
     std::vector<std::size_t> out;
+    if (kind == Kind::snapkv_window && !in_prefill && n > k) {  // decode by sliding window: the oldest goes
+      for (std::size_t i = 1; i < n; ++i) out.push_back(i);
+      return out;
+    }
+    const std::vector<double> s = snap() && in_prefill ? snap_selection(scores) : scores;
     if (kind == Kind::streaming || kind == Kind::window) {
       const std::size_t sk = std::min(kind == Kind::window ? 0 : sinks, m);
       for (std::size_t i = 0; i < sk; ++i) out.push_back(i);
@@ -122,8 +147,11 @@ struct Reference {
     const std::size_t g = n_q / n_kv, P = heads[0].size();
     if (uses_logits())
       for (std::size_t h = 0; h < n_q; ++h)
-        for (std::size_t r = (kind == Kind::tova ? P - 1 : 0); r < P; ++r) score_row(r, tau(0), h, h / g, r + 1, inc[h / g]);
+        for (std::size_t r = (kind == Kind::tova ? P - 1 : snap() ? P - std::min(L, P) : 0); r < P; ++r)
+          score_row(r, tau(0), h, h / g, r + 1, inc[h / g]);
+    in_prefill = true;
     commit_and_cut(inc);
+    in_prefill = false;
   }
   // Decode step t (the newest token already appended), logit ids `row_id`.
   void decode(std::size_t t, std::size_t row_id) {
@@ -137,16 +165,22 @@ struct Reference {
 
 std::unique_ptr<kvevict::CacheInterface> build(Kind kind, const kvevict::CacheConfig& cfg,
                                                const kvevict::KVView<float>& kv, std::size_t sinks,
-                                               std::size_t horizon) {
+                                               std::size_t horizon, const Reference& ref) {
   kvevict::PolicyParams p;
   p.horizon = horizon;
   p.sinks = sinks;
+  p.snap_window = ref.L;
+  p.snap_kernel = ref.K;
+  p.snap_pooling = ref.avg ? kvevict::Pooling::avg : kvevict::Pooling::max;
+  p.snap_decode = kind == Kind::snapkv_window ? kvevict::SnapDecode::window : kvevict::SnapDecode::h2o;
   switch (kind) {
     case Kind::keyformer: return kvevict::make_cache(kvevict::Policy::keyformer, cfg, kv, p);
     case Kind::h2o: return kvevict::make_cache(kvevict::Policy::h2o, cfg, kv, p);
     case Kind::tova: return kvevict::make_cache(kvevict::Policy::tova, cfg, kv, p);
     case Kind::streaming: return kvevict::make_cache(kvevict::Policy::streaming_llm, cfg, kv, p);
     case Kind::window: return kvevict::make_cache(kvevict::Policy::window, cfg, kv, p);
+    case Kind::snapkv:
+    case Kind::snapkv_window: return kvevict::make_cache(kvevict::Policy::snapkv, cfg, kv, p);
   }
   return nullptr;
 }
@@ -166,11 +200,15 @@ void run_trial(Kind kind, bool shared, std::size_t g, std::uint64_t seed) {
   cfg.budget = kvevict::Budget::tokens(k);
   cfg.recent = kvevict::RecentWindow::tokens(w);
   cfg.shared_heads = shared;
-  auto cache = build(kind, cfg, kv, sinks, horizon);
   Reference ref{kind, n_q, n_kv, k, w, sinks, horizon, shared, std::vector<std::vector<Tok>>(n_kv)};
+  ref.L = 1 + gen() % k;       // SnapKV: 1 <= L <= k
+  ref.K = 1 + 2 * (gen() % 3);  // 1, 3 or 5
+  ref.avg = gen() % 2 == 1;
+  auto cache = build(kind, cfg, kv, sinks, horizon, ref);
   const std::string where = "kind " + std::to_string(static_cast<int>(kind)) + " shared " + std::to_string(shared) +
                             " g " + std::to_string(g) + " seed " + std::to_string(seed) + " P " + std::to_string(P) +
-                            " k " + std::to_string(k) + " w " + std::to_string(w) + " sinks " + std::to_string(sinks);
+                            " k " + std::to_string(k) + " w " + std::to_string(w) + " sinks " + std::to_string(sinks) + " L " + std::to_string(ref.L) + " K " +
+                            std::to_string(ref.K) + (ref.avg ? " avg" : " max");
 
   // Prefill with positions 3, 5, 7, ... (gaps on purpose); row r's logits are step id r.
   std::vector<std::int64_t> prompt_pos(P);
@@ -234,7 +272,7 @@ TEST_P(CacheVsReference, SameKeptSetsAndScoresEveryStep) {
 
 INSTANTIATE_TEST_SUITE_P(AllPolicies, CacheVsReference,
                          ::testing::Combine(::testing::Values(Kind::keyformer, Kind::h2o, Kind::tova, Kind::streaming,
-                                                              Kind::window),
+                                                              Kind::window, Kind::snapkv, Kind::snapkv_window),
                                             ::testing::Bool(), ::testing::Values(std::size_t{1}, std::size_t{2})));
 
 }  // namespace

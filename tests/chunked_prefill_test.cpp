@@ -485,4 +485,32 @@ TEST(ChunkedPrefillErrors, BoundedPrefillConfigurationIsCheckedAtConstruction) {
   EXPECT_EQ(message_of([&] { kvevict::H2O cache(c, kv); }), "no exception");
 }
 
+// SnapKV scores the prompt's last L rows, unknown while chunks stream in: prefill_chunk is rejected
+// (through make_cache too), nothing changes, and the one-shot prefill still works afterwards.
+TEST(ChunkedPrefill, SnapKVRejectsChunksAndKeepsItsState) {
+  kvevict::CacheConfig c;
+  c.n_q_heads = 2;
+  c.budget = kvevict::Budget::tokens(4);
+  c.recent = kvevict::RecentWindow::tokens(1);
+  c.max_prefill_chunk = 4;
+  kvevict::PolicyParams params;
+  params.snap_window = 2;
+  params.snap_kernel = 3;
+  kvevict::KVBuffer<float> buf(1, 16, 4);
+  auto kv = buf.view();
+  auto cache = kvevict::make_cache(kvevict::Policy::snapkv, c, kv, params);
+  for (int p = 0; p < 4; ++p) append_token(kv, p);
+  const auto x = kvtest::causal_logits(2, 4, [](std::size_t h, std::size_t r, std::size_t col) {
+    return static_cast<float>(h + r * col % 3);
+  });
+  EXPECT_THROW(cache->prefill_chunk(x.data(), 4, 4), std::invalid_argument);
+  EXPECT_THROW(cache->finish_prefill(), std::invalid_argument);  // no chunk was taken
+  EXPECT_EQ(kv.length(0), 4u);
+  cache->prefill(x.data(), 4);
+  EXPECT_EQ(cache->retained_positions(0), (std::vector<std::int64_t>{0, 1, 2, 3}));
+  c.bounded_prefill = true;
+  kvevict::KVBuffer<float> buf2(1, 16, 4);
+  EXPECT_THROW(kvevict::make_cache(kvevict::Policy::snapkv, c, buf2.view(), params), std::invalid_argument);
+}
+
 }  // namespace

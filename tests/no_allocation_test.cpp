@@ -43,10 +43,42 @@ long count_decode_allocations(kvevict::Policy policy, bool shared_heads) {
 
 TEST(NoAllocation, DecodeStepsAllocateNothing) {
   for (auto policy : {kvevict::Policy::keyformer, kvevict::Policy::h2o, kvevict::Policy::streaming_llm,
-                      kvevict::Policy::window, kvevict::Policy::tova})
+                      kvevict::Policy::window, kvevict::Policy::tova, kvevict::Policy::snapkv})
     for (bool shared : {false, true})
       EXPECT_EQ(count_decode_allocations(policy, shared), 0)
           << kvevict::policy_name(policy) << (shared ? " shared" : " per-head");
+}
+
+// SnapKV's prefill (observation-window scoring, pooling into the scorer's scratch, selection) and both
+// of its decode rules allocate nothing once the cache is built.
+TEST(NoAllocation, SnapKVPrefillAndDecodeAllocateNothing) {
+  for (auto decode : {kvevict::SnapDecode::h2o, kvevict::SnapDecode::window})
+    for (bool shared : {false, true}) {
+      const std::size_t n_kv = 2, g = 2, d = 8, k = 40, prompt = 96, steps = 50;
+      kvevict::KVBuffer<float> buf(n_kv, prompt + 1, d);
+      auto kv = buf.view();
+      kvevict::CacheConfig cfg;
+      cfg.n_q_heads = n_kv * g;
+      cfg.budget = kvevict::Budget::tokens(k);
+      cfg.recent = kvevict::RecentWindow::tokens(4);
+      cfg.shared_heads = shared;
+      kvevict::PolicyParams params;
+      params.snap_decode = decode;
+      params.snap_pooling = shared ? kvevict::Pooling::avg : kvevict::Pooling::max;
+      auto cache = kvevict::make_cache(kvevict::Policy::snapkv, cfg, kv, params);
+      std::vector<float> rows(n_kv * d, 0.5f);
+      for (std::size_t p = 0; p < prompt; ++p) kv.append(static_cast<std::int64_t>(p), rows.data(), rows.data());
+      std::vector<float> logits(cfg.n_q_heads * prompt * prompt);
+      for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 11) * 0.1f;
+      const long before = kvtest::allocation_count();
+      cache->prefill(logits.data(), prompt);
+      for (std::size_t t = 0; t < steps; ++t) {
+        kv.append(static_cast<std::int64_t>(prompt + t), rows.data(), rows.data());
+        cache->decode_step(logits.data(), kv.length(0));
+      }
+      EXPECT_EQ(kvtest::allocation_count() - before, 0) << kvevict::snap_decode_name(decode) << " " << shared;
+      EXPECT_EQ(kv.length(0), k);
+    }
 }
 
 // Chunked prefill (unbounded and bounded) allocates nothing per chunk once the cache is
@@ -168,7 +200,7 @@ long count_paged_decode_allocations(kvevict::Policy policy, kvevict::EvictUnit u
 
 TEST(NoAllocation, PagedDecodeStepsAllocateNothing) {
   for (auto policy : {kvevict::Policy::keyformer, kvevict::Policy::h2o, kvevict::Policy::streaming_llm,
-                      kvevict::Policy::window, kvevict::Policy::tova})
+                      kvevict::Policy::window, kvevict::Policy::tova, kvevict::Policy::snapkv})
     for (auto unit : {kvevict::EvictUnit::token, kvevict::EvictUnit::page})
       EXPECT_EQ(count_paged_decode_allocations(policy, unit), 0)
           << kvevict::policy_name(policy) << " " << kvevict::evict_unit_name(unit);

@@ -103,6 +103,8 @@ kvevict::PolicyParams params_for(std::size_t horizon) {
   kvevict::PolicyParams p;
   p.horizon = horizon;
   p.sinks = 3;
+  p.snap_window = 8;  // SnapKV: L <= k in these tests
+  p.snap_kernel = 5;
   return p;
 }
 
@@ -284,6 +286,7 @@ struct EquivalenceCase {
   Policy policy;
   PageLayout layout;
   std::size_t page_size;
+  kvevict::SnapDecode snap_decode = kvevict::SnapDecode::h2o;
 };
 
 void run_equivalence(const EquivalenceCase& c) {
@@ -295,7 +298,8 @@ void run_equivalence(const EquivalenceCase& c) {
   kvevict::KVBuffer<float> buf(nkv, cap, d);
   const auto kv = buf.view();
   const auto cfg = shared_config(nq, k, w);
-  const auto params = params_for(steps);
+  auto params = params_for(steps);
+  params.snap_decode = c.snap_decode;
   auto ref = kvevict::make_cache(c.policy, cfg, kv, params);
 
   const std::size_t max_pages = (cap + c.page_size - 1) / c.page_size;
@@ -365,9 +369,11 @@ void run_equivalence(const EquivalenceCase& c) {
 }
 
 TEST(PagedTokenUnit, EqualsContiguousSharedHeadsBitForBitForEveryPolicy) {
-  for (Policy p : {Policy::keyformer, Policy::h2o, Policy::streaming_llm, Policy::window, Policy::tova})
+  for (Policy p : {Policy::keyformer, Policy::h2o, Policy::streaming_llm, Policy::window, Policy::tova, Policy::snapkv})
     for (PageLayout lay : {PageLayout::NHD, PageLayout::HND})
       for (std::size_t ps : {std::size_t{1}, std::size_t{4}, std::size_t{16}}) run_equivalence({p, lay, ps});
+  for (std::size_t ps : {std::size_t{1}, std::size_t{4}})
+    run_equivalence({Policy::snapkv, PageLayout::NHD, ps, kvevict::SnapDecode::window});
 }
 
 TEST(PagedTokenUnit, EvictionFreesTheEmptiedLastPageAtOnce) {

@@ -111,11 +111,12 @@ TEST(TOVA, KeepsTopKOfTheCurrentStepsAttentionOnly) {
 }
 
 TEST(MakeCache, BuildsEveryPolicyAndValidates) {
-  for (const char* name : {"keyformer", "h2o", "streaming", "window", "tova"}) {
+  for (const char* name : {"keyformer", "h2o", "streaming", "window", "tova", "snapkv"}) {
     kvevict::KVBuffer<float> buf(2, 16, 4);
     auto kv = buf.view();
     kvevict::PolicyParams params;
     params.horizon = 4;
+    params.snap_window = 2;  // SnapKV: L <= k = 4
     auto cache = kvevict::make_cache(kvevict::parse_policy(name), config(4, 4, 0), kv, params);
     for (int p = 0; p < 8; ++p) append_token(kv, p);
     const auto x = causal_logits(4, 8, [](std::size_t h, std::size_t r, std::size_t c) {
@@ -138,7 +139,8 @@ TEST(MakeCache, BuildsEveryPolicyAndValidates) {
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(),
-                 "kvevict::parse_policy: unknown policy 'h20' (expected keyformer, h2o, streaming, window or tova)");
+                 "kvevict::parse_policy: unknown policy 'h20' (expected keyformer, h2o, streaming, window, tova or "
+                 "snapkv)");
   }
 }
 

@@ -24,6 +24,14 @@
 // reference is always the contiguous full cache, so every layout is compared with the same p.
 // bench/quality/run_paged.sh writes the committed token- vs page-granular rows (paged.md).
 //
+// Rows and prefill (issues 14, 15): --policies picks the rows as specs (rows.hpp): a policy plus
+// per-row variants (+shared, +reindexed, +boundedC, @recent=Q, @seeds=N) and the oracle bound
+// (oracle.hpp), so that one invocation compares every row with one full-cache reference.
+// --prefill-chunk C [--bounded-prefill] makes every policy engine prefill the prompt in chunks of C
+// tokens (bounded: cut to k after every chunk), while the full-cache reference keeps the one-shot
+// prefill. bench/quality/run_bounded.sh writes bounded.md; bench/quality/run_policies.sh policies.md.
+// The measurement itself (corpus, reference, NLL / KL / top-1, statistics) is quality_eval.cpp.
+//
 // Output: long-format CSV (one row per policy/budget/seed/window), a summary
 // CSV, gnuplot data + script (NLL and KL against budget; bench/quality/run.sh
 // renders the PNG), Markdown tables on stdout; progress on stderr.
@@ -53,149 +61,30 @@
 #include "llama2/eviction.hpp"
 #include "llama2/model.hpp"
 #include "llama2/tokenizer.hpp"
+#include "oracle.hpp"
+#include "quality_eval.hpp"
+#include "rows.hpp"
 
 namespace {
 
-// One policy configuration of the sweep.
+using kvquality::fmt;
+using kvquality::mean_se;
+using kvquality::read_file;
+using kvquality::tokenize_corpus;
+using kvquality::window_tokens;
+using kvquality::fmt_signed;
+using kvquality::RowSpec;
+using kvquality::Stat;
+using kvquality::WindowResult;
+
+// One engine of the sweep: a row at one budget ratio (and one seed for Keyformer with noise).
 struct Run {
-  std::string label;   // "keyformer", "keyformer-nonoise", "h2o", ...
-  std::string policy;  // kvevict policy name
-  double ratio = 0.0;  // budget fraction of the prompt
-  bool noise = true;
+  std::string label;      // the row spec as typed: "keyformer", "h2o+shared", "oracle", ...
+  const RowSpec* row;     // its parsed spec
+  double ratio = 0.0;     // budget fraction of the prompt
   std::uint64_t seed = 0;
-  kvcli::Resolved kws;  // k, w, sinks (resolved for the prompt length)
+  kvcli::Resolved kws;    // k, w, sinks (resolved for the prompt length)
 };
-
-// Per-window result of one run.
-struct WindowResult {
-  double nll = 0.0, kl = 0.0, top1 = 0.0;
-};
-
-// Full-cache reference for one window: log-probabilities of each prediction.
-struct Reference {
-  std::vector<std::vector<float>> logp;  // [prediction][vocab]
-  std::vector<int> argmax;
-  double nll = 0.0;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Paragraphs separated by blank lines, each encoded with BOS, concatenated
-// (the tokenization of ../shared/reference/README.md).
-std::vector<int> tokenize_corpus(const llama2::Tokenizer& tok, const std::string& text) {
-  std::vector<int> ids;
-  std::istringstream in(text);
-  std::string line, para;
-  auto flush = [&] {
-    if (para.empty()) return;
-    const auto p = tok.encode(para, true);
-    ids.insert(ids.end(), p.begin(), p.end());
-    para.clear();
-  };
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) {
-      flush();
-    } else {
-      if (!para.empty()) para += '\n';
-      para += line;
-    }
-  }
-  flush();
-  return ids;
-}
-
-void log_softmax(const float* logits, std::size_t n, std::vector<float>& out) {
-  out.resize(n);
-  const float m = *std::max_element(logits, logits + n);
-  double sum = 0.0;
-  for (std::size_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - m));
-  const float lse = m + static_cast<float>(std::log(sum));
-  for (std::size_t i = 0; i < n; ++i) out[i] = logits[i] - lse;
-}
-
-int argmax(const std::vector<float>& v) {
-  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
-}
-
-std::vector<int> window_tokens(const std::vector<int>& ids, std::size_t w, std::size_t len) {
-  return std::vector<int>(ids.begin() + static_cast<std::ptrdiff_t>(w * len),
-                          ids.begin() + static_cast<std::ptrdiff_t>((w + 1) * len));
-}
-
-Reference full_reference(llama2::Engine& engine, const std::vector<int>& tokens, std::size_t prompt) {
-  Reference ref;
-  engine.reset();
-  engine.prefill(std::vector<int>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(prompt)));
-  const std::size_t vocab = engine.config().vocab_size;
-  std::vector<float> lp;
-  for (std::size_t t = prompt; t + 1 < tokens.size(); ++t) {
-    log_softmax(engine.step(tokens[t]), vocab, lp);
-    ref.nll -= lp[static_cast<std::size_t>(tokens[t + 1])];
-    ref.argmax.push_back(argmax(lp));
-    ref.logp.push_back(lp);
-  }
-  ref.nll /= static_cast<double>(ref.logp.size());
-  return ref;
-}
-
-WindowResult evaluate(llama2::Engine& engine, const std::vector<int>& tokens, std::size_t prompt,
-                      const Reference& ref) {
-  WindowResult r;
-  engine.reset();
-  engine.prefill(std::vector<int>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(prompt)));
-  const std::size_t vocab = engine.config().vocab_size;
-  std::vector<float> lq;
-  std::size_t i = 0;
-  for (std::size_t t = prompt; t + 1 < tokens.size(); ++t, ++i) {
-    log_softmax(engine.step(tokens[t]), vocab, lq);
-    r.nll -= lq[static_cast<std::size_t>(tokens[t + 1])];
-    double kl = 0.0;
-    const auto& lp = ref.logp[i];
-    for (std::size_t v = 0; v < vocab; ++v) kl += std::exp(static_cast<double>(lp[v])) * (lp[v] - lq[v]);
-    r.kl += kl;
-    r.top1 += argmax(lq) == ref.argmax[i] ? 1.0 : 0.0;
-  }
-  r.nll /= static_cast<double>(i);
-  r.kl /= static_cast<double>(i);
-  r.top1 /= static_cast<double>(i);
-  return r;
-}
-
-struct Stat {
-  double mean = 0.0, se = 0.0;
-};
-Stat mean_se(const std::vector<double>& x) {
-  Stat s;
-  if (x.empty()) return s;
-  for (double v : x) s.mean += v;
-  s.mean /= static_cast<double>(x.size());
-  if (x.size() > 1) {
-    double var = 0.0;
-    for (double v : x) var += (v - s.mean) * (v - s.mean);
-    var /= static_cast<double>(x.size() - 1);
-    s.se = std::sqrt(var / static_cast<double>(x.size()));
-  }
-  return s;
-}
-
-std::string fmt(double v, int prec) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
-  return buf;
-}
-
-std::string fmt_signed(double v, int prec) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%+.*f", prec, v);
-  return buf;
-}
 
 }  // namespace
 
@@ -203,7 +92,10 @@ int main(int argc, char** argv) {
   CLI::App app{"kvevict quality report: NLL, KL(full || policy) and top-1 agreement of every eviction policy "
                "against the full KV cache, on consecutive windows of a text."};
   std::string model_path, tokenizer_path, data_path, windows_opt = "32", window_text = "512", prompt_text = "256",
-                                                     seeds_text = "5", threads_text, out_prefix = "quality";
+                                                     seeds_text = "5", threads_text, out_prefix = "quality",
+                                                     prefill_chunk_text;
+  bool bounded_prefill = false;
+  std::vector<std::string> labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova", "snapkv"};
   std::vector<std::string> ratio_texts{"0.1", "0.2", "0.3", "0.5", "0.7", "0.9"};
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
@@ -225,8 +117,18 @@ int main(int argc, char** argv) {
   spec.budget = false;  // --ratios sweeps the budget
   spec.seed = false;    // --seeds: Keyformer runs with seeds 1..S
   spec.kv_layout = true;  // --shared-heads, --kv-layout, --page-size, --evict-unit (as kvevict-generate)
+  spec.layer_budgets = true;  // --layer-budgets applies to every row of the sweep (labels "h2o+pyramid")
   kvcli::add_eviction_options(app, flags, spec);
   app.add_option("--seeds", seeds_text, "Keyformer seeds (noise on): 1..S (default 5)");
+  app.add_option("--policies", labels, kvquality::row_spec_help())
+      ->delimiter(',');
+  auto* chunk_opt = app.add_option("--prefill-chunk", prefill_chunk_text,
+                                   "every policy prefills the prompt in chunks of C tokens (README \"Long prompts\"); "
+                                   "default: one shot. The full-cache reference always prefills in one shot");
+  app.add_flag("--bounded-prefill", bounded_prefill,
+               "with --prefill-chunk: evict to the budget after every chunk (each layer holds at most k + C tokens "
+               "during the prompt)")
+      ->needs(chunk_opt);
   kvcli::add_threads_option(app, threads_text);
   app.add_option("--out", out_prefix,
                  "output prefix: PREFIX.csv, PREFIX_summary.csv, PREFIX_plot.dat, PREFIX.gp (default quality); its "
@@ -242,6 +144,36 @@ int main(int argc, char** argv) {
                                               std::to_string(window - 2) + "; lower --prompt or raise --window");
     const std::size_t seeds = kvcli::parse_count(seeds_text, "--seeds", 1, 1000);
     const unsigned threads = kvcli::parse_threads(threads_text);
+    const std::size_t prefill_chunk =
+        prefill_chunk_text.empty() ? 0 : kvcli::parse_count(prefill_chunk_text, "--prefill-chunk", 1, 1u << 20);
+    if (prefill_chunk != 0 && flags.paged)
+      throw kvcli::UsageError("--prefill-chunk", "needs the contiguous KV layout (paged caches prefill in one shot); "
+                                                 "drop --kv-layout paged");
+    const std::vector<RowSpec> rows = [&] {
+      std::vector<RowSpec> parsed = kvquality::parse_row_specs(labels);
+      const bool global_schedule = flags.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform;
+      for (RowSpec& row : parsed) {
+        if (flags.paged && (row.reindexed || row.bounded_chunk != 0))
+          throw kvcli::UsageError("--policies", "row '" + row.label +
+                                                    "': +reindexed and +boundedC need the contiguous KV layout; drop "
+                                                    "--kv-layout paged");
+        if (row.policy == "snapkv" && (prefill_chunk != 0 || row.bounded_chunk != 0))
+          throw kvcli::UsageError(row.bounded_chunk != 0 ? "--policies" : "--prefill-chunk",
+                                  "snapkv scores the prompt with its last L queries, so it prefills in one shot "
+                                  "(row '" + row.label + "'); leave snapkv out of --policies, or drop "
+                                  "--prefill-chunk / +bounded");
+        if (global_schedule && row.pyramid)
+          throw kvcli::UsageError("--policies", "row '" + row.label + "': +pyramid with --layer-budgets " +
+                                                    flags.layer_budgets_label + "; use one of them");
+        // --layer-budgets other than uniform applies to every row but the oracle, labelled with it.
+        if (global_schedule && row.policy != "oracle") row.label += "+" + flags.layer_budgets_label;
+      }
+      return parsed;
+    }();
+    labels.clear();
+    for (const RowSpec& row : rows) labels.push_back(row.label);
+    const bool any_oracle =
+        std::any_of(rows.begin(), rows.end(), [](const RowSpec& r) { return r.policy == "oracle"; });
     std::vector<double> ratios;
     for (const std::string& t : ratio_texts) {
       const float r = kvcli::parse_float(t, "--ratios");
@@ -257,8 +189,22 @@ int main(int argc, char** argv) {
       n_windows_wanted = std::stoul(windows_opt);
     }
     // k, w, sinks per policy and ratio, resolved as every kvevict tool resolves them (errors name the flags).
-    auto resolved_for = [&](const std::string& policy, double ratio) {
+    // (row: its @recent=Q replaces --recent.)
+    // The flags of one row at one ratio: its @recent=Q replaces --recent, +pyramid sets the schedule.
+    auto flags_for = [&](double ratio, const RowSpec* row) {
       kvcli::EvictionFlags f = flags;
+      if (row != nullptr && row->pyramid) {
+        f.layer_budgets = kvevict::LayerBudgets::make_pyramid();
+        f.layer_budgets_label = "pyramid";
+      }
+      if (row != nullptr && row->recent) {
+        kvcli::Amount q;
+        q.is_ratio = true;
+        q.ratio = *row->recent;
+        q.text = row->recent_text;
+        f.recent = q;
+        f.recent_flag = "--policies (" + row->label + ")";
+      }
       f.budget.is_ratio = true;
       f.budget.ratio = ratio;
       std::ostringstream typed;
@@ -266,10 +212,13 @@ int main(int argc, char** argv) {
       f.budget.text = typed.str();
       f.budget_given = true;
       f.budget_flag = "--ratios";
-      return kvcli::resolve(f, prompt, policy);
+      return f;
+    };
+    auto resolved_for = [&](const std::string& policy, double ratio, const RowSpec* row = nullptr) {
+      return kvcli::resolve(flags_for(ratio, row), prompt, policy);
     };
     for (double r : ratios)
-      for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) resolved_for(policy, r);
+      for (const RowSpec& row : rows) resolved_for(row.budget_policy(), r, &row);
     kvcli::check_output_prefix(out_prefix, "--out");
 
     const std::string model_file = kvcli::find_checkpoint(model_path.empty() ? kvcli::model_dir() : model_path,
@@ -331,14 +280,32 @@ int main(int argc, char** argv) {
     // The sweep.
     std::vector<Run> runs;
     for (double r : ratios) {
-      for (std::size_t s = 1; s <= seeds; ++s)
-        runs.push_back({"keyformer", "keyformer", r, true, s, resolved_for("keyformer", r)});
-      runs.push_back({"keyformer-nonoise", "keyformer", r, false, 0, resolved_for("keyformer", r)});
-      runs.push_back({"h2o", "h2o", r, false, 0, resolved_for("h2o", r)});
-      runs.push_back({"streaming", "streaming", r, false, 0, resolved_for("streaming", r)});
-      runs.push_back({"window", "window", r, false, 0, resolved_for("window", r)});
-      runs.push_back({"tova", "tova", r, false, 0, resolved_for("tova", r)});
+      for (const RowSpec& row : rows) {
+        const std::size_t n_seeds = row.seeded() ? row.seeds.value_or(seeds) : 1;
+        for (std::size_t sd = 1; sd <= n_seeds; ++sd)
+          runs.push_back({row.label, &row, r, row.seeded() ? sd : 0, resolved_for(row.budget_policy(), r, &row)});
+      }
     }
+    // A non-uniform schedule must fit the model (one weight per layer, ...).
+    for (const Run& run : runs) {
+      if (run.row->policy == "oracle") continue;
+      const kvcli::EvictionFlags f = flags_for(run.ratio, run.row);
+      if (f.layer_budgets.kind == kvevict::LayerBudgets::Kind::uniform) continue;
+      llama2::EvictionSettings s;
+      s.budget = kvevict::Budget::tokens(run.kws.k);
+      s.layer_budgets = kvcli::layer_budgets_for(f, run.kws, run.row->policy);
+      s.prompt_len = prompt;
+      try {
+        (void)llama2::layer_budget_tokens(s, model.config().n_layers);
+      } catch (const std::invalid_argument& e) {
+        throw kvcli::UsageError(run.row->pyramid ? "--policies" : "--layer-budgets", kvcli::strip_origin(e.what()));
+      }
+    }
+    auto row_of = [&](const std::string& label) -> const RowSpec& {
+      for (const RowSpec& row : rows)
+        if (row.label == label) return row;
+      throw std::logic_error("kvevict-quality: no row '" + label + "'");
+    };
     std::cerr << "kvevict-quality: " << ids.size() << " tokens, " << n_windows << " of " << available
               << " windows of " << window << " (prompt " << prompt << "), " << runs.size() << " runs per window, "
               << threads << " threads\n";
@@ -353,27 +320,48 @@ int main(int argc, char** argv) {
     auto worker = [&] {
       try {
         llama2::Engine full(model);
+        kvquality::FutureAttention future;  // the oracle rows' view of the full cache's future attention
+        const llama2::Config& mc = model.config();
+        future.reset(mc.n_layers, mc.n_kv_heads, mc.n_heads / mc.n_kv_heads, window - prompt - 1, window);
         std::vector<std::unique_ptr<llama2::Engine>> engines;
         for (const Run& run : runs) {
+          const RowSpec& row = *run.row;
+          if (row.policy == "oracle") {
+            kvevict::CacheConfig config;
+            config.n_q_heads = model.config().n_heads;
+            config.budget = kvevict::Budget::tokens(run.kws.k);
+            config.recent = kvevict::RecentWindow::tokens(run.kws.w);
+            engines.push_back(std::make_unique<llama2::Engine>(
+                model, [config, &future](std::size_t layer,
+                                         const kvevict::KVView<float>& view) -> std::unique_ptr<kvevict::CacheInterface> {
+                  return std::make_unique<kvquality::OracleCache>(config, view, future, layer);
+                }));
+            continue;
+          }
           llama2::EvictionSettings s;
-          s.policy = run.policy;
+          s.policy = row.policy;
           s.budget = kvevict::Budget::tokens(run.kws.k);
-          s.recent = kvevict::RecentWindow::tokens(run.policy == "keyformer" || run.policy == "h2o" ? run.kws.w : 0);
+          const kvcli::EvictionFlags f = flags_for(run.ratio, &row);
+          s.recent = kvcli::recent_for(f, run.kws, row.policy);  // per-layer budgets: a ratio of each layer's k
+          s.params = kvcli::policy_params(f, run.kws);
           s.params.horizon = window - prompt - 1;
-          s.params.gumbel_noise = run.noise;
-          s.params.sinks = run.kws.sinks;
-          s.params.tau_init = flags.tau_init;
-          s.params.tau_end = flags.tau_end;
+          s.params.gumbel_noise = row.noise;
+          s.layer_budgets = kvcli::layer_budgets_for(f, run.kws, row.policy);
+          s.prompt_len = prompt;
           s.seed = run.seed;
-          s.shared_heads = flags.shared_heads || flags.paged;
+          s.shared_heads = flags.shared_heads || flags.paged || row.shared;
           s.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
           s.page_size = flags.page_size;
           s.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
+          s.prefill_chunk = row.bounded_chunk != 0 ? row.bounded_chunk : prefill_chunk;
+          s.bounded_prefill = row.bounded_chunk != 0 || bounded_prefill;
+          s.reindex_positions = row.reindexed;
           engines.push_back(llama2::make_engine(model, s));
         }
         for (std::size_t w; (w = next.fetch_add(1)) < n_windows;) {
           const auto tokens = window_tokens(ids, w, window);
-          const Reference ref = full_reference(full, tokens, prompt);
+          const kvquality::Reference ref =
+              kvquality::full_reference(full, tokens, prompt, any_oracle ? &future : nullptr);
           full_nll[w] = ref.nll;
           for (std::size_t r = 0; r < runs.size(); ++r) results[r][w] = evaluate(*engines[r], tokens, prompt, ref);
           const std::size_t d = ++done;
@@ -412,10 +400,10 @@ int main(int argc, char** argv) {
 
     // Summary: per (label, ratio) over windows; Keyformer-with-noise: per-window mean over seeds,
     // and the std over seeds of the per-seed means.
-    const std::vector<std::string> labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova"};
     struct Cell {
       Stat nll, kl, top1;
       double seed_std_nll = 0.0;
+      std::size_t seeds = 0;  // runs averaged (Keyformer with noise: its seeds; else 1)
       Stat dnll;  // paired: per-window NLL minus the full cache's NLL of the same window
     };
     std::map<std::pair<std::string, double>, Cell> table;
@@ -437,7 +425,7 @@ int main(int argc, char** argv) {
         }
         std::vector<double> dnll(n_windows);
         for (std::size_t w = 0; w < n_windows; ++w) dnll[w] = nll[w] - full_nll[w];
-        Cell c{mean_se(nll), mean_se(kl), mean_se(top1), 0.0, mean_se(dnll)};
+        Cell c{mean_se(nll), mean_se(kl), mean_se(top1), 0.0, idx.size(), mean_se(dnll)};
         // Sample standard deviation over seeds of the per-seed mean NLL (se * sqrt(n)).
         if (seed_means.size() > 1)
           c.seed_std_nll = mean_se(seed_means).se * std::sqrt(static_cast<double>(seed_means.size()));
@@ -446,7 +434,7 @@ int main(int argc, char** argv) {
     const Stat full = mean_se(full_nll);
     {
       std::ostringstream csv;
-      csv << "policy,ratio,k,nll,nll_se,delta_nll,delta_nll_se,kl,kl_se,top1,top1_se,nll_seed_std\n";
+      csv << "policy,ratio,k,nll,nll_se,delta_nll,delta_nll_se,kl,kl_se,top1,top1_se,nll_seed_std,w,seeds\n";
       for (const auto& label : labels)
         for (double ratio : ratios) {
           const Cell& c = table[{label, ratio}];
@@ -454,7 +442,8 @@ int main(int argc, char** argv) {
               << fmt(c.nll.mean, 6) << "," << fmt(c.nll.se, 6) << "," << fmt(c.dnll.mean, 6) << ","
               << fmt(c.dnll.se, 6) << "," << fmt(c.kl.mean, 6) << ","
               << fmt(c.kl.se, 6) << "," << fmt(c.top1.mean, 6) << "," << fmt(c.top1.se, 6) << ","
-              << fmt(c.seed_std_nll, 6) << "\n";
+              << fmt(c.seed_std_nll, 6) << "," << resolved_for(row_of(label).budget_policy(), ratio, &row_of(label)).w
+              << "," << c.seeds << "\n";
         }
       summary_csv = csv.str();
     }
@@ -472,6 +461,24 @@ int main(int argc, char** argv) {
               << " of k; StreamingLLM sinks = " << flags.sinks << "; Keyformer: " << seeds
               << " seeds, tau " << flags.tau_init << " -> " << flags.tau_end << ". Means over windows ± standard error.\n";
     std::cout << "KV layout of the policies: " << layout_desc << "; the full cache is contiguous.\n";
+    std::cout << "Row specs (--policies): +shared = one selection per layer; +reindexed = positions re-indexed after "
+                 "every eviction; +pyramid = PyramidKV per-layer budgets; +boundedC = bounded prefill in chunks of C; "
+                 "@recent=Q = w = floor(Q k); oracle = evicts the token the full cache attends least over the rest "
+                 "of the window (per KV head, w as h2o; a reference bound, not a policy).\n";
+    if (flags.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform)
+      std::cout << "Per-layer budgets: " << flags.layer_budgets_label
+                << " (kvevict::layer_budgets; the layers' total equals layers x k; snapkv keeps L in every layer).\n";
+    if (std::any_of(rows.begin(), rows.end(), [](const RowSpec& row) { return row.policy == "snapkv"; }))
+      std::cout << "SnapKV: observation window L = "
+                << (flags.snap_window_given ? std::to_string(flags.snap_window) : std::string("min(32, k)"))
+                << ", pooling " << kvevict::pooling_name(flags.snap_pooling) << " over K = " << flags.snap_kernel
+                << ", decode " << kvevict::snap_decode_name(flags.snap_decode) << ".\n";
+    if (prefill_chunk != 0)
+      std::cout << "Prefill of the policies: chunks of " << prefill_chunk << " tokens"
+                << (bounded_prefill ? ", bounded (cut to k after every chunk: at most k + " +
+                                          std::to_string(prefill_chunk) + " tokens held during the prompt)"
+                                    : " (unbounded: equals the one-shot prefill)")
+                << "; the full cache prefills in one shot.\n";
     std::cout << "Full cache NLL: " << fmt(full.mean, 4) << " ± " << fmt(full.se, 4) << " nats/token\n";
     header("Mean NLL (nats/token)");
     for (const auto& label : labels) {
@@ -479,7 +486,7 @@ int main(int argc, char** argv) {
       for (double r : ratios) {
         const Cell& c = table[{label, r}];
         std::cout << " " << fmt(c.nll.mean, 4) << " ± " << fmt(c.nll.se, 4);
-        if (c.seed_std_nll > 0.0) std::cout << " (seed std " << fmt(c.seed_std_nll, 4) << ")";
+        if (c.seeds > 1) std::cout << " (" << c.seeds << " seeds, std " << fmt(c.seed_std_nll, 4) << ")";
         std::cout << " |";
       }
       std::cout << "\n";

@@ -28,7 +28,7 @@ constexpr double kMaxTokens = 9007199254740992.0;  // 2^53: counts beyond cannot
 bool all_digits(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
 
 bool is_eviction_policy(const std::string& p) {
-  return p == "keyformer" || p == "h2o" || p == "streaming" || p == "window" || p == "tova";
+  return p == "keyformer" || p == "h2o" || p == "streaming" || p == "window" || p == "tova" || p == "snapkv";
 }
 
 // "--budget 50%" / "--budget-ratio 0.5" as the user typed it, for messages.
@@ -88,11 +88,11 @@ void EvictionFlags::validate() {
   if (!policy_text.empty()) {
     if (policy_text != "full" && !is_eviction_policy(policy_text) && policy_text != "streamingllm")
       throw UsageError("--policy", "unknown policy '" + policy_text +
-                                       "' (expected keyformer, h2o, streaming, window or tova" +
+                                       "' (expected keyformer, h2o, streaming, window, tova or snapkv" +
                                        (allow_full ? std::string(", or full") : std::string()) + ")");
     if (policy_text == "full" && !allow_full)
       throw UsageError("--policy", "'full' keeps every token; this tool replays an eviction policy (expected "
-                                   "keyformer, h2o, streaming, window or tova)");
+                                   "keyformer, h2o, streaming, window, tova or snapkv)");
     policy = policy_text == "streamingllm" ? "streaming" : policy_text;
   }
   const bool any = sweep;  // the tool runs every policy: policy-specific flags all apply
@@ -186,6 +186,55 @@ void EvictionFlags::validate() {
   // --seed
   if (!seed_text.empty()) seed = parse_count(seed_text, "--seed");
 
+  // --snap-window, --snap-kernel, --snap-pooling, --snap-decode (SnapKV, issue 14)
+  const bool snap = any || policy == "snapkv";
+  auto only_snapkv = [&](const char* flag, const std::string& what) {
+    throw UsageError(flag, "only --policy snapkv has " + what + " (the policy is " + policy + "); drop " + flag);
+  };
+  if (!snap_window_text.empty()) {
+    const std::size_t L = static_cast<std::size_t>(parse_count(snap_window_text, "--snap-window", 1, 1u << 30));
+    if (!snap && L != 32) only_snapkv("--snap-window", "an observation window");
+    if (snap && budget_given && !budget.is_ratio && L > budget.tokens)
+      throw UsageError("--snap-window", "L = " + std::to_string(L) + " exceeds the budget k = " +
+                                            std::to_string(budget.tokens) + " (" + typed(budget_flag, budget) +
+                                            "); lower --snap-window or raise " + budget_flag);
+    snap_window = L;
+    snap_window_given = snap;
+  }
+  if (!snap_kernel_text.empty()) {
+    const std::size_t K = static_cast<std::size_t>(parse_count(snap_kernel_text, "--snap-kernel", 1, 1u << 20));
+    if (K % 2 == 0)
+      throw UsageError("--snap-kernel", "must be odd (got " + snap_kernel_text +
+                                            "): the pooling window is centred on each token");
+    if (!snap && K != 7) only_snapkv("--snap-kernel", "a pooling kernel");
+    snap_kernel = K;
+  }
+  if (!snap_pooling_text.empty()) {
+    if (snap_pooling_text != "max" && snap_pooling_text != "avg")
+      throw UsageError("--snap-pooling", "unknown pooling '" + snap_pooling_text + "' (expected max or avg)");
+    snap_pooling = kvevict::parse_pooling(snap_pooling_text);
+    if (!snap && snap_pooling != kvevict::Pooling::max) only_snapkv("--snap-pooling", "pooling");
+  }
+  if (!snap_decode_text.empty()) {
+    if (snap_decode_text != "h2o" && snap_decode_text != "window")
+      throw UsageError("--snap-decode", "unknown decode rule '" + snap_decode_text + "' (expected h2o or window)");
+    snap_decode = kvevict::parse_snap_decode(snap_decode_text);
+    if (!snap && snap_decode != kvevict::SnapDecode::h2o) only_snapkv("--snap-decode", "a decode rule");
+  }
+
+  // --layer-budgets (per-layer budgets, issue 14)
+  if (!layer_budgets_text.empty()) {
+    try {
+      layer_budgets = kvevict::parse_layer_budgets(layer_budgets_text);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--layer-budgets", strip_origin(e.what()));
+    }
+    layer_budgets_label = layer_budgets.kind == kvevict::LayerBudgets::Kind::weights ? "weights" : layer_budgets_text;
+    if (layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform && !evicts)
+      throw UsageError("--layer-budgets", "--policy full keeps every token in every layer; drop --layer-budgets or "
+                                          "choose an eviction policy");
+  }
+
   // --kv-layout, --page-size, --evict-unit (paged KV storage, issue 11)
   if (!kv_layout_text.empty() && kv_layout_text != "contiguous" && kv_layout_text != "paged")
     throw UsageError("--kv-layout", "unknown layout '" + kv_layout_text + "' (expected contiguous or paged)");
@@ -210,7 +259,7 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
   flags.seed = spec.default_seed;
   if (spec.policy)
     app.add_option("--policy", flags.policy_text,
-                   std::string("KV-cache policy: keyformer, h2o, streaming, window, tova") +
+                   std::string("KV-cache policy: keyformer, h2o, streaming, window, tova, snapkv") +
                        (spec.allow_full ? ", or full (no eviction)" : "") + " (default " + spec.default_policy + ")")
         ->type_name("NAME");
   if (spec.budget) {
@@ -224,13 +273,32 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
         ->excludes(budget);
   }
   auto* recent = app.add_option("--recent", flags.recent_text,
-                                "recent window w (keyformer, h2o): tokens (8) or percent of k (30%: w = floor(0.3 k), "
+                                "recent window w (keyformer, h2o, snapkv): tokens (8) or percent of k (30%: w = floor(0.3 k), "
                                 "at least 1 when k >= 2); default 30%; tova: 0; streaming/window have none")
                      ->type_name("W|N%");
   app.add_option("--recent-ratio", flags.recent_ratio_text, "same as --recent Q*100% (e.g. 0.3 = 30%)")
       ->type_name("Q")
       ->excludes(recent);
   app.add_option("--sinks", flags.sinks_text, "attention sinks of --policy streaming (default 4)")->type_name("S");
+  if (spec.snapkv) {
+    app.add_option("--snap-window", flags.snap_window_text,
+                   "SnapKV observation window L: the last L prompt queries score the prompt, and those L tokens "
+                   "are kept (default 32, or k when k < 32; must be <= k)")
+        ->type_name("L");
+    app.add_option("--snap-kernel", flags.snap_kernel_text, "SnapKV pooling kernel K, odd (default 7; 1 = no pooling)")
+        ->type_name("K");
+    app.add_option("--snap-pooling", flags.snap_pooling_text, "SnapKV pooling over positions: max (default) or avg")
+        ->type_name("max|avg");
+    app.add_option("--snap-decode", flags.snap_decode_text,
+                   "SnapKV decode rule: h2o (default; accumulate attention, recent window --recent) or window "
+                   "(evict the oldest)")
+        ->type_name("h2o|window");
+  }
+  if (spec.layer_budgets)
+    app.add_option("--layer-budgets", flags.layer_budgets_text,
+                   "split of the total budget (layers x k) over the layers: uniform (default), pyramid (PyramidKV, "
+                   "beta 20; snapkv keeps its L in every layer), pyramid:BETA, or one weight per layer (4,2,1,1)")
+        ->type_name("uniform|pyramid|LIST");
   if (spec.tau) {
     app.add_option("--tau-init", flags.tau_init_text, "Keyformer temperature at prefill (default 1)")->type_name("TAU");
     app.add_option("--tau-end", flags.tau_end_text, "Keyformer temperature after the last step (default 2)")->type_name("TAU");
@@ -265,7 +333,8 @@ unsigned parse_threads(const std::string& text) {
 }
 
 std::string Resolved::describe() const {
-  return "k=" + std::to_string(k) + " w=" + std::to_string(w) + " sinks=" + std::to_string(sinks);
+  return "k=" + std::to_string(k) + " w=" + std::to_string(w) + " sinks=" + std::to_string(sinks) +
+         (snap_window != 0 ? " L=" + std::to_string(snap_window) : std::string());
 }
 
 Resolved resolve(const EvictionFlags& f, std::size_t prompt_len, const std::string& policy_override) {
@@ -300,7 +369,7 @@ Resolved resolve(const EvictionFlags& f, std::size_t prompt_len, const std::stri
     return r;
   }
   if (policy == "tova") return r;  // w = 0
-  // keyformer, h2o
+  // keyformer, h2o, snapkv
   const Amount recent = f.recent ? *f.recent : parse_amount("30%", "--recent");
   if (recent.is_ratio) {
     r.w = static_cast<std::size_t>(std::floor(recent.ratio * static_cast<double>(r.k)));
@@ -311,7 +380,40 @@ Resolved resolve(const EvictionFlags& f, std::size_t prompt_len, const std::stri
   if (r.w > r.k)
     throw UsageError(f.recent_flag, "w = " + std::to_string(r.w) + " exceeds the budget k = " + std::to_string(r.k) +
                                         " (" + budget_desc + "); lower " + f.recent_flag + " or raise " + f.budget_flag);
+  if (policy == "snapkv") {
+    r.snap_window = f.snap_window_given ? f.snap_window : std::min<std::size_t>(32, r.k);
+    if (r.snap_window > r.k)
+      throw UsageError("--snap-window", "L = " + std::to_string(r.snap_window) + " exceeds the budget k = " +
+                                            std::to_string(r.k) + " (" + budget_desc + "); lower --snap-window or "
+                                            "raise " + f.budget_flag);
+  }
   return r;
+}
+
+kvevict::PolicyParams policy_params(const EvictionFlags& f, const Resolved& r) {
+  kvevict::PolicyParams p;
+  p.tau_init = f.tau_init;
+  p.tau_end = f.tau_end;
+  p.sinks = r.sinks;
+  if (r.snap_window != 0) p.snap_window = r.snap_window;
+  p.snap_kernel = f.snap_kernel;
+  p.snap_pooling = f.snap_pooling;
+  p.snap_decode = f.snap_decode;
+  return p;
+}
+
+kvevict::RecentWindow recent_for(const EvictionFlags& f, const Resolved& r, const std::string& policy) {
+  if (policy != "keyformer" && policy != "h2o" && policy != "snapkv") return kvevict::RecentWindow::tokens(0);
+  const bool per_layer = f.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform;
+  if (per_layer && (!f.recent || f.recent->is_ratio))
+    return kvevict::RecentWindow::ratio(f.recent ? f.recent->ratio : 0.3);
+  return kvevict::RecentWindow::tokens(r.w);
+}
+
+kvevict::LayerBudgets layer_budgets_for(const EvictionFlags& f, const Resolved& r, const std::string& policy) {
+  kvevict::LayerBudgets s = f.layer_budgets;
+  if (s.kind == kvevict::LayerBudgets::Kind::pyramid && policy == "snapkv") s.reserved = r.snap_window;
+  return s;
 }
 
 Resolved resolve(const EvictionFlags& flags, std::size_t prompt_len) { return resolve(flags, prompt_len, ""); }

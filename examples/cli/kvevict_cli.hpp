@@ -3,7 +3,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // One place declares the flags the tools share (--policy, --budget, --recent, --sinks, --tau-init,
-// --tau-end, --seed, --threads), parses their values into one validated struct, resolves the budget
+// --tau-end, --seed, --threads, --snap-window/-kernel/-pooling/-decode, --layer-budgets), parses their values into one validated struct, resolves the budget
 // k, the recent window w and the sinks for a prompt of P tokens, names the environment variables
 // and maps every error to the same exit codes:
 //
@@ -25,6 +25,9 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "kvevict/layer_budgets.hpp"
+#include "kvevict/presets.hpp"
 
 namespace kvcli {
 
@@ -81,9 +84,14 @@ struct EvictionFlags {
   std::string kv_layout_text;      ///< --kv-layout contiguous|paged (empty: contiguous)
   std::string page_size_text;      ///< --page-size N (paged layout; empty: 16)
   std::string evict_unit_text;     ///< --evict-unit token|page (paged layout; empty: token)
+  std::string snap_window_text;    ///< --snap-window L (snapkv)
+  std::string snap_kernel_text;    ///< --snap-kernel K (snapkv)
+  std::string snap_pooling_text;   ///< --snap-pooling max|avg (snapkv)
+  std::string snap_decode_text;    ///< --snap-decode h2o|window (snapkv)
+  std::string layer_budgets_text;  ///< --layer-budgets uniform|pyramid|pyramid:BETA|W0,W1,...
 
   // ---- validated by validate() ----
-  std::string policy = "full";     ///< full, keyformer, h2o, streaming, window, tova
+  std::string policy = "full";     ///< full, keyformer, h2o, streaming, window, tova, snapkv
   Amount budget;                   ///< --budget; default 50% of the prompt
   bool budget_given = false;       ///< the user typed --budget / --budget-ratio
   std::string budget_flag = "--budget";  ///< the flag the user typed for the budget
@@ -97,6 +105,13 @@ struct EvictionFlags {
   bool paged = false;              ///< --kv-layout paged
   std::size_t page_size = 16;      ///< --page-size (paged)
   bool evict_pages = false;        ///< --evict-unit page (paged)
+  std::size_t snap_window = 32;    ///< --snap-window (SnapKV observation window L, >= 1)
+  bool snap_window_given = false;  ///< false: L = min(32, k) for each budget k
+  std::size_t snap_kernel = 7;     ///< --snap-kernel (odd, >= 1)
+  kvevict::Pooling snap_pooling = kvevict::Pooling::max;          ///< --snap-pooling
+  kvevict::SnapDecode snap_decode = kvevict::SnapDecode::h2o;     ///< --snap-decode
+  kvevict::LayerBudgets layer_budgets;  ///< --layer-budgets (default uniform)
+  std::string layer_budgets_label = "uniform";  ///< "uniform", "pyramid", "pyramid:40", "weights"
 
   // ---- set by add_eviction_options ----
   bool allow_full = true;          ///< "--policy full" is accepted
@@ -113,7 +128,12 @@ struct EvictionFlags {
   ///  - --sinks larger than a token --budget (streaming) is an error naming both;
   ///  - --kv-layout is contiguous or paged; --page-size (an integer >= 1) and --evict-unit (token or
   ///    page) need --kv-layout paged (the paged layout always shares one selection per layer, so
-  ///    --shared-heads is implied there and accepted).
+  ///    --shared-heads is implied there and accepted);
+  ///  - --snap-window (an integer >= 1), --snap-kernel (odd, >= 1), --snap-pooling (max or avg) and
+  ///    --snap-decode (h2o or window) with a value other than the default need --policy snapkv; a token
+  ///    --snap-window larger than a token --budget is an error naming both;
+  ///  - --layer-budgets is uniform, pyramid, pyramid:BETA (BETA >= 1) or one weight per layer
+  ///    (`kvevict::parse_layer_budgets`); anything but uniform needs an evicting policy.
   void validate();
 };
 
@@ -127,6 +147,8 @@ struct ToolSpec {
   std::uint64_t default_seed = 0;
   bool tau = true;                  ///< declares --tau-init / --tau-end
   bool kv_layout = false;           ///< declares --shared-heads, --kv-layout, --page-size, --evict-unit
+  bool snapkv = true;               ///< declares --snap-window, --snap-kernel, --snap-pooling, --snap-decode
+  bool layer_budgets = false;       ///< declares --layer-budgets (tools that run a whole model)
 };
 
 /// Adds the shared eviction flags of `spec` to `app`, writing into `flags` (call `flags.validate()`
@@ -142,7 +164,8 @@ struct Resolved {
   std::size_t k = 0;      ///< tokens kept per KV head
   std::size_t w = 0;      ///< recent window: always kept (streaming: k - sinks; window: k)
   std::size_t sinks = 0;  ///< StreamingLLM attention sinks (0 for other policies)
-  /// "k=64 w=19 sinks=0", for summary lines.
+  std::size_t snap_window = 0;  ///< SnapKV observation window L (snapkv only: --snap-window, else min(32, k))
+  /// "k=64 w=19 sinks=0" (snapkv: "k=64 w=19 sinks=0 L=32"), for summary lines.
   std::string describe() const;
 };
 
@@ -152,11 +175,26 @@ struct Resolved {
 ///    sinks + 1 for streaming (so that at least one recent token is kept);
 ///  - `--recent N%`: w = floor(N/100 * k), at least 1 for keyformer/h2o when N > 0 and k >= 2;
 ///    default 30% for keyformer/h2o, 0 for tova; streaming: w = k - sinks, window: w = k;
-///  - w > k, or sinks > k for streaming, is an error naming the flags and the resolved values.
+///  - snapkv: w as for h2o; L = --snap-window, or min(32, k) when it is not given;
+///  - w > k, sinks > k for streaming, or L > k for snapkv, is an error naming the flags and the
+///    resolved values.
 /// Throws `UsageError`.
 Resolved resolve(const EvictionFlags& flags, std::size_t prompt_len);
 /// As above for `policy` instead of `flags.policy` (tools that sweep every policy).
 Resolved resolve(const EvictionFlags& flags, std::size_t prompt_len, const std::string& policy);
+
+/// The policy parameters the shared flags set for `policy` resolved as `r`: τ schedule, sinks and the
+/// SnapKV parameters (`snap_window = r.snap_window`). The tool sets `horizon` and `gumbel_noise`.
+kvevict::PolicyParams policy_params(const EvictionFlags& flags, const Resolved& r);
+
+/// The recent window to give a cache of `policy`: `tokens(r.w)` for keyformer, h2o and snapkv, else 0;
+/// with non-uniform --layer-budgets and a percentage --recent (or the default 30%), the ratio itself,
+/// so that each layer resolves it against its own budget.
+kvevict::RecentWindow recent_for(const EvictionFlags& flags, const Resolved& r, const std::string& policy);
+
+/// The --layer-budgets schedule for `policy`: as parsed, except that PyramidKV keeps SnapKV's
+/// observation window in every layer (`reserved = r.snap_window` for snapkv), as its code does.
+kvevict::LayerBudgets layer_budgets_for(const EvictionFlags& flags, const Resolved& r, const std::string& policy);
 
 /// Parses --threads text; empty = the hardware's thread count (>= 1).
 unsigned parse_threads(const std::string& text);

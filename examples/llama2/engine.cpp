@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kvevict/attention/rope.hpp"
 #include "kvevict/kv/attention_logits.hpp"
 
 namespace llama2 {
@@ -227,6 +228,33 @@ void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
   }
 }
 
+void Engine::set_reindex_positions(bool on) {
+  if (position_ != 0)
+    throw std::logic_error("llama2::Engine::set_reindex_positions: the sequence has already started (position " +
+                           std::to_string(position_) + "); call reset() first");
+  if (on && paged_)
+    throw std::invalid_argument("llama2::Engine::set_reindex_positions: re-indexed positions need the contiguous "
+                                "KV layout (the engine is paged)");
+  const Config& c = model_.config();
+  if (on) rotated_at_.assign(c.n_layers * c.n_kv_heads * (c.seq_len + 1), 0);
+  reindex_ = on;
+}
+
+// Slots into position order, then each key from the position it is rotated at to its slot index
+// (kvevict::rope_rotate_key: Δ = index − rotated_at, the angle in double). O(n log n + n · head_dim).
+void Engine::reindex_layer(std::size_t layer) {
+  caches_[layer]->restore_position_order();
+  const kvevict::KVView<float>& view = views_[layer];
+  for (std::size_t h = 0; h < view.n_kv_heads; ++h)
+    for (std::size_t s = 0; s < view.length(h); ++s) {
+      std::int64_t& at = rotated_at(layer, h, static_cast<std::size_t>(view.head_positions(h)[s]));
+      const auto index = static_cast<std::int64_t>(s);
+      if (at == index) continue;
+      kvevict::rope_rotate_key(view, h, s, static_cast<double>(index - at));
+      at = index;
+    }
+}
+
 // All query heads against the live slots [0, n) of the view (n = every KV head's length):
 // logits[h][s] = q_h·k_s / sqrt(head_dim) (kvevict::attention_logits), out_h = sum_s softmax(logits[h])_s v_s.
 void Engine::attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out) {
@@ -262,15 +290,21 @@ const float* Engine::step(int token) {
     q_.noalias() = ConstMatrixMap(w.wq, dim, dim) * xb_;
     k_.noalias() = ConstMatrixMap(w.wk, kv_dim, dim) * xb_;
     v_.noalias() = ConstMatrixMap(w.wv, kv_dim, dim) * xb_;
-    rope(q_.data(), c.n_heads, position_);
-    rope(k_.data(), c.n_kv_heads, position_);
+    // Re-indexed positions: the new token sits at cache index n (the block's live slots).
+    const std::size_t rot = reindex_ ? views_[l].length(0) : position_;
+    rope(q_.data(), c.n_heads, rot);
+    rope(k_.data(), c.n_kv_heads, rot);
     const kvevict::KVView<float>& view = append_kv(l, position_, k_.data(), v_.data(), false);
+    if (reindex_)
+      for (std::size_t h = 0; h < c.n_kv_heads; ++h) rotated_at(l, h, position_) = static_cast<std::int64_t>(rot);
 
     attend(view, q_.data(), att_logits_.data(), xb2_.data());
+    if (attention_hook_) attention_hook_(l, att_logits_.data(), view.length(0));
     if (paged_) {
       if (paged_caches_[l]) paged_caches_[l]->decode_step(att_logits_.data(), view.length(0));
     } else if (caches_[l]) {
       caches_[l]->decode_step(att_logits_.data(), view.length(0));
+      if (reindex_) reindex_layer(l);
     }
     x_.noalias() += ConstMatrixMap(w.wo, dim, dim) * xb2_;
 
@@ -339,6 +373,8 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
         const auto r = static_cast<Eigen::Index>(t);
         rope(Q.row(r).data(), c.n_heads, t);
         rope(K.row(r).data(), c.n_kv_heads, t);
+        if (reindex_)
+          for (std::size_t h = 0; h < c.n_kv_heads; ++h) rotated_at(l, h, t) = static_cast<std::int64_t>(t);
         // Paged: the block's sequence is empty before t = 0 and nothing is evicted before the
         // whole prompt is in, so the gather scratch only needs the new slot (t > 0).
         const kvevict::KVView<float>& view = append_kv(l, t, K.row(r).data(), V.row(r).data(), t > 0);
@@ -357,6 +393,7 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
         cache->prefill(prompt_attention_logits_.data(), P);
       else
         cache->finish_prefill();
+      if (reindex_) reindex_layer(l);
     }
 
     for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim);

@@ -35,6 +35,12 @@ using CacheFactory =
 using PagedCacheFactory = std::function<std::unique_ptr<kvevict::PagedCacheInterface>(
     std::size_t layer, const kvevict::PagedKVView<float>& view, kvevict::PagePool& pool)>;
 
+/// Observer of each decode step's attention (`Engine::set_decode_attention_hook`): block `layer`'s
+/// pre-softmax logits `q·k / sqrt(head_dim)`, `[q_head][n]` row-major by slot (`n` = live slots of
+/// the block, the new token included), valid only during the call. Read `Engine::view(layer)` for
+/// the slots' position IDs (a full cache: slot = position).
+using DecodeAttentionHook = std::function<void(std::size_t layer, const float* logits, std::size_t n)>;
+
 /// Paged KV storage of an `Engine` (issue 11): every block owns K and V page
 /// pools of `ceil((seq_len + 1) / page_size)` pages in `layout`, a `PagePool`
 /// over them and the sequence's page table (page unit: a budget k needs
@@ -107,6 +113,26 @@ class Engine {
   /// the trained context are not supported).
   const float* step(int token);
 
+  /// Calls `hook` (empty: none, the default) in every `step`, for every block, after the
+  /// attention and before the block's cache sees the logits (see `DecodeAttentionHook`). Used by
+  /// kvevict-quality's oracle bound to record the full cache's attention. Kept across `reset`.
+  void set_decode_attention_hook(DecodeAttentionHook hook) { attention_hook_ = std::move(hook); }
+
+  /// Positions re-indexed (Keyformer §4.4.1 / Table 3 ablation; StreamingLLM's positions within the
+  /// cache; OpenVINO GenAI's cache rotation). Off by default: a key keeps the RoPE rotation of its
+  /// token's original position. On: after every eviction of a block (prefill cut, decode step) the
+  /// block's slots are sorted into position order (`CacheInterface::restore_position_order`) and
+  /// each retained key is re-rotated (`kvevict::rope_rotate_key`, interleaved pairs, θ = 10000, the
+  /// angle in double) to its cache index: slots 0..n-1 hold keys at positions 0..n-1; a decode step's
+  /// query and key then use position n (the block's live slots before the new token). The view's
+  /// position IDs stay the original ones (the caches' recency and sinks use them). Without eviction
+  /// nothing changes (cache index = position). During a chunked prefill the chunks use the original
+  /// positions; the keys are re-indexed once the prompt is finished. Contiguous layout only.
+  /// Throws `std::logic_error` unless `position() == 0`, `std::invalid_argument` for a paged engine.
+  void set_reindex_positions(bool on);
+  /// Whether positions are re-indexed (see `set_reindex_positions`).
+  bool reindex_positions() const { return reindex_; }
+
   /// Starts a new sequence: empties every KV buffer and rebuilds the caches
   /// with the factory given to the constructor (so seeds restart). Allocates.
   void reset();
@@ -148,6 +174,13 @@ class Engine {
   const RowMatrix& run_prefill(const std::vector<int>& tokens);
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
+  /// Re-indexing: sorts block `layer`'s slots and re-rotates each key to its slot index.
+  void reindex_layer(std::size_t layer);
+  /// Re-indexing: the position key (layer, kv_head, original position `pos`) is rotated at.
+  std::int64_t& rotated_at(std::size_t layer, std::size_t kv_head, std::size_t pos) {
+    const Config& c = model_.config();
+    return rotated_at_[(layer * c.n_kv_heads + kv_head) * (c.seq_len + 1) + pos];
+  }
   void attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out);
   /// Copies slots `[from, length)` of `pv` into the gather scratch (lengths = length).
   const kvevict::KVView<float>& gather(const kvevict::PagedKVView<float>& pv, std::size_t from);
@@ -184,6 +217,9 @@ class Engine {
   kvevict::KVView<float> gather_view_;
 
   std::vector<float> rope_cos_, rope_sin_;  // [seq_len][head_dim / 2]
+  DecodeAttentionHook attention_hook_;
+  bool reindex_ = false;
+  std::vector<std::int64_t> rotated_at_;  // re-indexing: [layer][kv_head][seq_len + 1], by original position
 
   // Decode-step scratch, allocated once.
   Eigen::VectorXf x_, xb_, xb2_, q_, k_, v_, h1_, h3_, logits_;

@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   spec.default_policy = "full";
   spec.default_seed = 42;
   spec.kv_layout = true;
+  spec.layer_budgets = true;
   kvcli::add_eviction_options(app, flags, spec);
   app.add_flag("--no-noise", no_noise, "Keyformer without Gumbel noise (deterministic)");
   auto* chunk_opt = app.add_option("--prefill-chunk", prefill_chunk_text,
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
     if (prefill_chunk != 0 && flags.paged)
       throw kvcli::UsageError("--prefill-chunk", "needs the contiguous KV layout (paged caches prefill in one shot); "
                                                  "drop --kv-layout paged");
+    if (prefill_chunk != 0 && flags.policy == "snapkv")
+      throw kvcli::UsageError("--prefill-chunk", "snapkv scores the prompt with its last L queries, so it prefills "
+                                                 "in one shot; drop --prefill-chunk");
     if (bounded_prefill && flags.policy == "full")
       throw kvcli::UsageError("--bounded-prefill", "needs an evicting --policy (got full)");
     if (no_noise && flags.policy != "keyformer")
@@ -189,12 +193,17 @@ int main(int argc, char** argv) {
     llama2::EvictionSettings ev;
     ev.policy = flags.policy;
     ev.budget = kvevict::Budget::tokens(std::max<std::size_t>(resolved.k, 1));
-    ev.recent = kvevict::RecentWindow::tokens((flags.policy == "keyformer" || flags.policy == "h2o") ? resolved.w : 0);
-    ev.params.tau_init = flags.tau_init;
-    ev.params.tau_end = flags.tau_end;
+    ev.recent = kvcli::recent_for(flags, resolved, flags.policy);
+    ev.params = kvcli::policy_params(flags, resolved);
     ev.params.horizon = std::max<std::size_t>(steps, 1);
     ev.params.gumbel_noise = !no_noise;
-    ev.params.sinks = resolved.sinks;
+    ev.layer_budgets = kvcli::layer_budgets_for(flags, resolved, flags.policy);
+    ev.prompt_len = prompt_ids.size();
+    try {  // a schedule that does not fit the model (weights per layer, floor) names the flag
+      (void)llama2::layer_budget_tokens(ev, cfg.n_layers);
+    } catch (const std::invalid_argument& e) {
+      throw kvcli::UsageError("--layer-budgets", kvcli::strip_origin(e.what()));
+    }
     ev.seed = flags.seed;
     ev.shared_heads = flags.shared_heads || flags.paged;
     ev.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
@@ -211,8 +220,11 @@ int main(int argc, char** argv) {
     llama2::PagedKVOptions paged_options;
     paged_options.page_size = flags.page_size;
     llama2::Engine engine = flags.paged
-                                ? llama2::Engine(model, paged_options, llama2::make_paged_cache_factory(ev, cfg.n_heads))
-                                : llama2::Engine(model, dump ? dump->factory() : llama2::make_cache_factory(ev, cfg.n_heads),
+                                ? llama2::Engine(model, paged_options,
+                                                 llama2::make_paged_cache_factory(ev, cfg.n_heads, cfg.n_layers))
+                                : llama2::Engine(model,
+                                                 dump ? dump->factory()
+                                                      : llama2::make_cache_factory(ev, cfg.n_heads, cfg.n_layers),
                                                  prefill_chunk);
     llama2::Sampler sampler(temperature, flags.seed);
 
@@ -270,6 +282,8 @@ int main(int argc, char** argv) {
     summary.precision(1);
     summary << std::fixed << "[" << flags.policy;
     if (flags.policy != "full") summary << ' ' << resolved.describe();
+    if (ev.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform)
+      summary << " layer-budgets=" << flags.layer_budgets_label;
     summary << "] prompt " << prompt_ids.size() << " tok (" << prefill_s * 1e3 << " ms), generated " << generated.size()
             << " tok, " << (decode_s > 0 ? static_cast<double>(generated.size()) / decode_s : 0.0)
             << " tok/s | retained per layer:";

@@ -39,7 +39,7 @@ Plan make_plan(const Trace& trace, const Options& o) {
     plan.policy = kvevict::parse_policy(o.policy);
   } catch (const std::invalid_argument&) {
     throw InputError("--policy",
-                     "unknown policy '" + o.policy + "' (expected keyformer, h2o, streaming, window or tova)");
+                     "unknown policy '" + o.policy + "' (expected keyformer, h2o, streaming, window, tova or snapkv)");
   }
   const std::size_t P = trace.P(), N = trace.n_tokens;
 
@@ -69,7 +69,7 @@ Plan make_plan(const Trace& trace, const Options& o) {
   plan.config.recent = o.recent_ratio ? kvevict::RecentWindow::ratio(*o.recent_ratio)
                                       : kvevict::RecentWindow::tokens(o.recent.value_or(0));
   std::size_t w = plan.config.recent.resolve(k);
-  if ((plan.policy == kvevict::Policy::keyformer || plan.policy == kvevict::Policy::h2o) && o.recent_ratio &&
+  if (kvevict::takes_recent_window(plan.policy) && o.recent_ratio &&
       *o.recent_ratio > 0.0 && k >= 2 && w == 0)
     w = 1;  // the library's floor for accumulated scores (RecentWindow)
   if ((plan.policy == kvevict::Policy::streaming_llm || plan.policy == kvevict::Policy::window) && w != 0)
@@ -92,6 +92,18 @@ Plan make_plan(const Trace& trace, const Options& o) {
   plan.params.tau_end = o.tau_end;
   plan.params.horizon = o.gen_steps.value_or(std::max<std::size_t>(N - P, 1));
   plan.params.sinks = o.sinks;
+
+  // SnapKV: observation window L <= k (default min(32, k)), odd pooling kernel.
+  if (o.snap_window && *o.snap_window < 1) throw InputError("--snap-window", "must be >= 1 (got 0)");
+  if (o.snap_kernel % 2 == 0)
+    throw InputError("--snap-kernel", "must be odd (got " + std::to_string(o.snap_kernel) + ")");
+  plan.params.snap_window = o.snap_window.value_or(std::min<std::size_t>(32, k));
+  plan.params.snap_kernel = o.snap_kernel;
+  plan.params.snap_pooling = o.snap_pooling;
+  plan.params.snap_decode = o.snap_decode;
+  if (plan.policy == kvevict::Policy::snapkv && plan.params.snap_window > k)
+    throw InputError("--snap-window", "L = " + std::to_string(plan.params.snap_window) + " exceeds the budget k = " +
+                                          std::to_string(k));
 
   // Noise.
   Noise noise = o.noise;

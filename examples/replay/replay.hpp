@@ -41,7 +41,7 @@ Noise parse_noise(const std::string& name);
 
 /// The command-line options of kvevict-replay, unresolved (checked by `replay`).
 struct Options {
-  std::string policy = "keyformer";      ///< keyformer, h2o, streaming, window, tova
+  std::string policy = "keyformer";      ///< keyformer, h2o, streaming, window, tova, snapkv
   std::optional<std::size_t> budget;     ///< --budget K
   std::optional<double> budget_ratio;    ///< --budget-ratio r (k = floor(r * P)); default 0.5
   std::optional<std::size_t> recent;     ///< --recent W
@@ -53,6 +53,10 @@ struct Options {
   Noise noise = Noise::automatic;        ///< --noise
   std::uint64_t seed = 0;                ///< --seed (the cache's Gumbel generator)
   bool shared_heads = false;             ///< --shared-heads
+  std::optional<std::size_t> snap_window;  ///< --snap-window L (snapkv); default min(32, k)
+  std::size_t snap_kernel = 7;           ///< --snap-kernel K (snapkv, odd)
+  kvevict::Pooling snap_pooling = kvevict::Pooling::max;       ///< --snap-pooling
+  kvevict::SnapDecode snap_decode = kvevict::SnapDecode::h2o;  ///< --snap-decode
 };
 
 /// Validates `trace` and `options` (throwing `InputError` naming the field), then replays the

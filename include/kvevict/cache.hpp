@@ -80,7 +80,7 @@ class Cache final : public CacheInterface {
   /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads`, or — when
   /// the budget is a token count, so that `k` and `w` are known now — the
   /// configuration fails `resolve_budget` (see there: `w > k`, sinks, capacity),
-  /// or `bounded_prefill` is set with a ratio budget.
+  /// or `bounded_prefill` is set with a ratio budget or a SnapKV score.
   template <class T>
   Cache(const CacheConfig& config, KVView<T> kv, Score score = Score(), Temperature temperature = Temperature(),
         Selection selection = Selection())
@@ -96,6 +96,8 @@ class Cache final : public CacheInterface {
       detail::require(kv.lengths[h] == 0, "kvevict::Cache: the view must be empty at construction (lengths[", h,
                       "] = ", kv.lengths[h], ")");
     group_ = config.n_q_heads / nkv;
+    detail::require(!config.bounded_prefill || !detail::has_observation_window<Score>,
+                    "kvevict::Cache: bounded_prefill is not supported by SnapKV (it scores the last L prompt rows)");
     detail::require(!config.bounded_prefill || !config.budget.is_ratio(),
                     "kvevict::Cache: bounded_prefill needs a token budget (Budget::tokens): a ratio of the prompt "
                     "length is unknown while the prompt streams in");
@@ -157,7 +159,8 @@ class Cache final : public CacheInterface {
   /// (ζ injected or off). Bounded: if `n > k`, cuts to `k` as `prefill` does.
   /// Protocol, semantics and the noise order: score/chunk_rows.hpp.
   /// O(n_q_heads · C · n) (+ O(n_kv_heads · n · head_dim) per cut); no heap
-  /// allocation. Throws `std::invalid_argument` after the prompt is finished, if `C == 0`,
+  /// allocation. Throws `std::invalid_argument` after the prompt is finished, for SnapKV (its
+  /// observation window is the prompt's last rows: use `prefill`), if `C == 0`,
   /// `C > config.max_prefill_chunk` (when set), `n != held + C`, a length is not
   /// `n`, positions do not rise or differ across heads, τ_0 is invalid,
   /// `logits` is null when needed, or a value of `x + ζ` is NaN / `+inf`; the
@@ -172,6 +175,8 @@ class Cache final : public CacheInterface {
   void prefill_chunk(ChunkRows& rows, std::size_t chunk_len, std::size_t n) override {
     const std::size_t C = chunk_len, cap = config_.max_prefill_chunk;
     detail::require(!prefilled_, "kvevict::Cache::prefill_chunk: the prompt is finished; call reset() first");
+    detail::require(!detail::has_observation_window<Score>, "kvevict::Cache::prefill_chunk: SnapKV scores the last "
+                    "L prompt rows, unknown until the prompt ends; use prefill() with the whole prompt");
     detail::require(cap == 0 || C <= cap, "kvevict::Cache::prefill_chunk: chunk_len = ", C,
                     " exceeds config.max_prefill_chunk = ", cap);
     detail::check_chunk_view(kv(), C, n, n_, last_position_);
@@ -315,17 +320,18 @@ class Cache final : public CacheInterface {
     tau_ = tau;
     chunking_ = true;
   }
-  /// Keeps `selection.prefill_keep`'s `m = min(k, n_)` of slots `[0, n_)` per KV head (one
+  /// Keeps `selection.prefill_keep`'s `m = min(k, n_)` of slots `[0, n_)` per KV head, ranked by the
+  /// scorer's `selection_scores` (the scores; SnapKV: pooled) (one
   /// selection for the layer with `shared_heads`), compacted in order; returns `m`. No throw.
   std::size_t cut(std::size_t k, std::size_t w) noexcept {
     std::size_t m = 0;
     if (config_.shared_heads) {
-      m = selection_.prefill_keep(scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), n_), n_, k, w,
-                                  slots_.index());
+      const float* sum = scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), n_);
+      m = selection_.prefill_keep(scorer_.selection_scores(sum, n_), n_, k, w, slots_.index());
       for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.compact(j, slots_.index(), m);
     } else {
       for (std::size_t j = 0; j < kv().n_kv_heads; ++j) {
-        m = selection_.prefill_keep(slots_.scores(j), n_, k, w, slots_.index());
+        m = selection_.prefill_keep(scorer_.selection_scores(slots_.scores(j), n_), n_, k, w, slots_.index());
         slots_.compact(j, slots_.index(), m);
       }
     }
@@ -348,6 +354,7 @@ class Cache final : public CacheInterface {
   std::pair<std::size_t, std::size_t> resolve_budget(std::size_t k, const char* who) const {
     const auto kw =
         detail::resolve_budget<Score>(config_.recent, selection_, k, detail::CapacityNeed{kv().capacity}, who);
+    scorer_.check_budget(k, who);  // SnapKV: L <= k
     if (config_.bounded_prefill) {
       const std::size_t C = config_.max_prefill_chunk;
       detail::require(C >= 1, who, ": bounded_prefill needs max_prefill_chunk >= 1 (got 0)");

@@ -18,6 +18,10 @@
 //   bool noisy() const;                      add Gumbel noise ζ each step (drawn from the
 //                                            cache's generator, or injected).
 // The cache runs the one softmax kernel (`accumulate_softmax`) as these say.
+// Optional (detected, see score/snapkv_score.hpp): `std::size_t observation_window() const` —
+// prefill scores only the prompt's last L rows (one-shot prefill only) — with
+// `void selection_scores(const float* s, std::size_t n, float* out) const noexcept`, the scores a
+// prefill cut ranks instead of `s` (SnapKV: pooled, the window at FLT_MAX).
 //
 // ---- Temperature schedule (τ per step; e.g. LinearTemperature) ---------------
 //   float operator()(std::size_t t) const;   τ_t; t = 0 is prefill, t >= 1 decode steps.

@@ -4,18 +4,21 @@
 // kvevict.hpp — umbrella header: includes the whole library.
 //
 // Architecture (one concept per folder; includes point down this list only):
-//   presets.hpp   Keyformer, H2O, StreamingLLM, TOVA aliases; Policy, parse_policy, make_cache
+//   presets.hpp   Keyformer, H2O, StreamingLLM, TOVA, SnapKV aliases; Policy, parse_policy, make_cache
+//   layer_budgets.hpp  per-layer budgets over a model: uniform, PyramidKV, or weights
 //   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache (orchestration);
 //                 its CacheConfig in cache_config.hpp
 //   concepts.hpp  the Score / Temperature / Selection contracts, as text and as static_asserts
 //   budget.hpp    k and w as a token count, a fraction, or none
 //   score/        what a token's score is: GumbelLogitScore (Keyformer), AccumulatedAttentionScore
-//                 (H2O), CurrentAttentionScore (TOVA), NoScore; the Gumbel sampler; the softmax kernel;
+//                 (H2O), CurrentAttentionScore (TOVA), SnapKVScore, NoScore; the Gumbel sampler; the softmax kernel;
 //                 ChunkRows (a prefill chunk's logits) and the chunked-prefill semantics
 //   temperature/  τ per step: LinearTemperature, ConstantTemperature, IncrementTemperature
-//   selection/    which tokens stay: select_keep, RecentTopKSelection, SinkRecentSelection
+//   selection/    which tokens stay: select_keep, RecentTopKSelection, SinkRecentSelection,
+//                 TopKThenWindowSelection
 //   attention/    attention_logits (decode) and prefill_chunk_qk (prefill chunks, Q·K by tiles), for
-//                 engines whose attention never materialises the logits
+//                 engines whose attention never materialises the logits; rope_rotate (re-rotating
+//                 cached keys by a position delta, never applied by a Cache)
 //   kv/           KV storage: KVView (non-owning, strided; KVView<const T> read-only), KVBuffer (owning)
 //   core/         argument checks, float bits, fast log/exp, the random generator
 //   paged/        page-table storage: PagedKVView (NHD/HND), PagePool, PagedCache (token or page unit)
@@ -23,6 +26,7 @@
 
 #include "kvevict/attention/attention_logits.hpp"
 #include "kvevict/attention/qk_chunk_logits.hpp"
+#include "kvevict/attention/rope.hpp"
 #include "kvevict/budget.hpp"
 #include "kvevict/cache.hpp"
 #include "kvevict/cache_config.hpp"
@@ -33,12 +37,15 @@
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_cache.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
+#include "kvevict/paged/paged_presets.hpp"
 #include "kvevict/presets.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/gumbel.hpp"
 #include "kvevict/score/score_policies.hpp"
+#include "kvevict/score/snapkv_score.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"
 #include "kvevict/selection/recent_topk_selection.hpp"
 #include "kvevict/selection/select_keep.hpp"
 #include "kvevict/selection/sink_recent_selection.hpp"
+#include "kvevict/selection/topk_then_window_selection.hpp"
 #include "kvevict/temperature/temperature_schedules.hpp"

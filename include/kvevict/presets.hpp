@@ -12,8 +12,10 @@
 #include "kvevict/cache.hpp"
 #include "kvevict/core/check.hpp"
 #include "kvevict/score/score_policies.hpp"
+#include "kvevict/score/snapkv_score.hpp"
 #include "kvevict/selection/recent_topk_selection.hpp"
 #include "kvevict/selection/sink_recent_selection.hpp"
+#include "kvevict/selection/topk_then_window_selection.hpp"
 #include "kvevict/temperature/temperature_schedules.hpp"
 
 namespace kvevict {
@@ -35,27 +37,52 @@ using StreamingLLM = Cache<NoScore, ConstantTemperature, SinkRecentSelection>;
 /// TOVA (Oren et al., 2024): keep the top-k of the current step's attention.
 using TOVA = Cache<CurrentAttentionScore, ConstantTemperature, RecentTopKSelection>;
 
+/// SnapKV (Li et al. 2024, arXiv 2404.14469): prefill keeps the observation window plus the top `k − L`
+/// pooled window-attention scores (`SnapKVScore`); decoding continues by H2O accumulation (recent window
+/// `w` + heavy hitters). Prefill must be one-shot (`prefill`, not `prefill_chunk`); `L <= k`.
+using SnapKV = Cache<SnapKVScore, ConstantTemperature, RecentTopKSelection>;
+/// SnapKV's prefill selection followed by a sliding window while decoding (the oldest token goes).
+using SnapKVWindow = Cache<SnapKVScore, ConstantTemperature, TopKThenWindowSelection>;
+
 /// The policies `make_cache` builds.
-enum class Policy { keyformer, h2o, streaming_llm, window, tova };
+enum class Policy { keyformer, h2o, streaming_llm, window, tova, snapkv };
+
+/// SnapKV's decode rule (`PolicyParams::snap_decode`).
+enum class SnapDecode {
+  h2o,    ///< keep accumulating plain attention; recent window w + heavy hitters (`SnapKV`)
+  window  ///< evict the oldest retained token (`SnapKVWindow`)
+};
+/// Parses "h2o" or "window"; throws `std::invalid_argument` naming the value otherwise.
+inline SnapDecode parse_snap_decode(const std::string& name) {
+  if (name == "h2o") return SnapDecode::h2o;
+  if (name == "window") return SnapDecode::window;
+  throw std::invalid_argument(
+      detail::concat("kvevict::parse_snap_decode: unknown decode rule '", name, "' (expected h2o or window)"));
+}
+/// "h2o" or "window".
+inline const char* snap_decode_name(SnapDecode d) { return d == SnapDecode::window ? "window" : "h2o"; }
 
 /// Parses "keyformer", "h2o", "streaming" (or "streamingllm"), "window",
-/// "tova". Throws `std::invalid_argument` naming the bad value otherwise.
+/// "tova", "snapkv". Throws `std::invalid_argument` naming the bad value otherwise.
 inline Policy parse_policy(const std::string& name) {
   if (name == "keyformer") return Policy::keyformer;
   if (name == "h2o") return Policy::h2o;
   if (name == "streaming" || name == "streamingllm") return Policy::streaming_llm;
   if (name == "window") return Policy::window;
   if (name == "tova") return Policy::tova;
+  if (name == "snapkv") return Policy::snapkv;
   throw std::invalid_argument(detail::concat("kvevict::parse_policy: unknown policy '", name,
-                                             "' (expected keyformer, h2o, streaming, window or tova)"));
+                                             "' (expected keyformer, h2o, streaming, window, tova or snapkv)"));
 }
 
-/// Whether policy `p` takes a configured recent window `w` (`CacheConfig::recent`): Keyformer and
-/// H2O do. TOVA has none, and StreamingLLM / window derive theirs from the budget (`k − sinks`), so
+/// Whether policy `p` takes a configured recent window `w` (`CacheConfig::recent`): Keyformer,
+/// H2O and SnapKV (its decode window; the observation window `L` is `PolicyParams::snap_window`) do. TOVA has none, and StreamingLLM / window derive theirs from the budget (`k − sinks`), so
 /// for them the configured window must be 0 (else the cache throws `std::invalid_argument`). O(1).
-constexpr bool takes_recent_window(Policy p) { return p == Policy::keyformer || p == Policy::h2o; }
+constexpr bool takes_recent_window(Policy p) {
+  return p == Policy::keyformer || p == Policy::h2o || p == Policy::snapkv;
+}
 
-/// Canonical name of a policy ("keyformer", "h2o", "streaming", "window", "tova").
+/// Canonical name of a policy ("keyformer", "h2o", "streaming", "window", "tova", "snapkv").
 inline const char* policy_name(Policy p) {
   switch (p) {
     case Policy::keyformer: return "keyformer";
@@ -63,6 +90,7 @@ inline const char* policy_name(Policy p) {
     case Policy::streaming_llm: return "streaming";
     case Policy::window: return "window";
     case Policy::tova: return "tova";
+    case Policy::snapkv: return "snapkv";
   }
   return "?";
 }
@@ -74,15 +102,33 @@ struct PolicyParams {
   std::size_t horizon = 0;   ///< Keyformer T, the number of tokens to generate; must be >= 1
   bool gumbel_noise = true;  ///< Keyformer: add Gumbel noise (false = deterministic variant)
   std::size_t sinks = 4;     ///< StreamingLLM attention sinks (window ignores it: 0)
+  std::size_t snap_window = 32;          ///< SnapKV observation window L (prompt rows; 1 <= L <= k)
+  std::size_t snap_kernel = 7;           ///< SnapKV pooling kernel K (odd, >= 1)
+  Pooling snap_pooling = Pooling::max;   ///< SnapKV pooling (max or avg)
+  SnapDecode snap_decode = SnapDecode::h2o;  ///< SnapKV decode rule
 };
+
+/// The SnapKV score of `params` (`SnapKVScore(snap_window, snap_kernel, snap_pooling)`); throws as its
+/// constructor does, with the parameter's name ("snap_window", …) in the message.
+inline SnapKVScore make_snapkv_score(const PolicyParams& params) {
+  detail::require(params.snap_window >= 1, "kvevict::make_cache: snap_window (SnapKV observation window L) must "
+                  "be >= 1 (got 0)");
+  detail::require(params.snap_kernel >= 1 && params.snap_kernel % 2 == 1, "kvevict::make_cache: snap_kernel "
+                  "(SnapKV pooling kernel K) must be odd and >= 1 (got ", params.snap_kernel, ")");
+  detail::require(params.snap_decode == SnapDecode::h2o || params.snap_decode == SnapDecode::window,
+                  "kvevict::make_cache: unknown snap_decode ", static_cast<int>(params.snap_decode));
+  return SnapKVScore(params.snap_window, params.snap_kernel, params.snap_pooling);
+}
 
 /// Builds the policy `p` over the view, for engines choosing it at run time.
 ///  - keyformer: `Keyformer` with `LinearTemperature(tau_init, tau_end, horizon)`;
 ///  - h2o: `H2O`; tova: `TOVA` (requires `config.recent.is_none()`: `none()`, 0
 ///    tokens or ratio 0; TOVA has no recent window);
-///  - streaming: `StreamingLLM` with `params.sinks`; window: `StreamingLLM` with 0 sinks.
+///  - streaming: `StreamingLLM` with `params.sinks`; window: `StreamingLLM` with 0 sinks;
+///  - snapkv: `SnapKV` (decode h2o) or `SnapKVWindow` (decode window) with `make_snapkv_score(params)`.
 /// Throws `std::invalid_argument` as the constructors do, for `horizon == 0`
-/// with keyformer, and for a non-zero recent window with tova.
+/// with keyformer, for a non-zero recent window with tova, and for bad SnapKV
+/// parameters (`snap_window` 0 or above a token budget, `snap_kernel` even or 0).
 template <class T>
 std::unique_ptr<CacheInterface> make_cache(Policy p, const CacheConfig& config, KVView<T> kv,
                                            const PolicyParams& params = PolicyParams()) {
@@ -101,6 +147,10 @@ std::unique_ptr<CacheInterface> make_cache(Policy p, const CacheConfig& config, 
       detail::require(config.recent.is_none(),
                       "kvevict::make_cache: TOVA has no recent window; set config.recent to 0");
       return std::make_unique<TOVA>(config, kv);
+    case Policy::snapkv:
+      if (params.snap_decode == SnapDecode::window)
+        return std::make_unique<SnapKVWindow>(config, kv, make_snapkv_score(params));
+      return std::make_unique<SnapKV>(config, kv, make_snapkv_score(params));
   }
   throw std::invalid_argument("kvevict::make_cache: unknown policy");
 }

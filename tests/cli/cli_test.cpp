@@ -241,6 +241,38 @@ std::vector<Case> cases() {
       {"GenDumpFolderMissing", G, kTiny + "--dump-logits /nonexistent/dir/d.json --prompt-ids 1 --print-ids", 2,
        {"--dump-logits: cannot write '/nonexistent/dir/d.json': the folder '/nonexistent/dir' does not exist"}},
       {"GenUnknownFlag", G, kTiny + "--budgett 3", 2, {"--budgett"}},
+      // ---- SnapKV and per-layer budgets (issue 14) ----
+      {"GenSnapKV", G, kTiny + "--policy snapkv --budget 4 --snap-window 2 --snap-kernel 3 --snap-pooling avg "
+       "--prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0, {"[snapkv k=4 w=1 sinks=0 L=2]"}},
+      {"GenSnapKVWindowDecode", G, kTiny + "--policy snapkv --budget 4 --snap-decode window --prompt-ids 1,2,3,4,5,6,7,8 "
+       "--print-ids --steps 2", 0, {"[snapkv k=4 w=1 sinks=0 L=4]"}},  // default L = min(32, k)
+      {"GenSnapKernelEven", G, kTiny + "--policy snapkv --snap-kernel 4 --prompt-ids 1", 2,
+       {"--snap-kernel: must be odd (got 4)"}},
+      {"GenSnapKernelZero", G, kTiny + "--policy snapkv --snap-kernel 0 --prompt-ids 1", 2,
+       {"--snap-kernel: expected an integer in [1, "}},
+      {"GenSnapWindowAboveBudget", G, kTiny + "--policy snapkv --budget 4 --snap-window 5 --prompt-ids 1", 2,
+       {"--snap-window: L = 5 exceeds the budget k = 4 (--budget 4); lower --snap-window or raise --budget"}},
+      {"GenSnapWindowAbovePercentBudget", G, kTiny + "--policy snapkv --budget 50% --snap-window 4 --prompt-ids 1,2,3,4,5,6 --print-ids", 2,
+       {"--snap-window: L = 4 exceeds the budget k = 3 (--budget 50% of a 6-token prompt)"}},
+      {"GenSnapWindowWithH2O", G, kTiny + "--policy h2o --snap-window 8 --prompt-ids 1", 2,
+       {"--snap-window: only --policy snapkv has an observation window (the policy is h2o)"}},
+      {"GenSnapPoolingUnknown", G, kTiny + "--policy snapkv --snap-pooling mean --prompt-ids 1", 2,
+       {"--snap-pooling: unknown pooling 'mean' (expected max or avg)"}},
+      {"GenSnapDecodeUnknown", G, kTiny + "--policy snapkv --snap-decode tova --prompt-ids 1", 2,
+       {"--snap-decode: unknown decode rule 'tova' (expected h2o or window)"}},
+      {"GenSnapKVChunked", G, kTiny + "--policy snapkv --prefill-chunk 4 --prompt-ids 1", 2,
+       {"--prefill-chunk: snapkv scores the prompt with its last L queries"}},
+      // 2 layers, k = 4, P = 8: b_min = 0.2, b_max = 7.8 -> [8, 0] -> no layer at 0: [7, 1].
+      {"GenLayerBudgetsPyramid", G, kTiny + "--policy h2o --budget 4 --layer-budgets pyramid --prompt-ids 1,2,3,4,5,6,7,8 "
+       "--print-ids --steps 2", 0, {"[h2o k=4 w=1 sinks=0 layer-budgets=pyramid]", "retained per layer: 7 1 of 9"}},
+      {"GenLayerBudgetsWeights", G, kTiny + "--policy h2o --budget 4 --layer-budgets 3,1 --prompt-ids 1,2,3,4,5,6,7,8 "
+       "--print-ids --steps 2", 0, {"layer-budgets=weights", "retained per layer: 6 2 of 9"}},
+      {"GenLayerBudgetsWrongCount", G, kTiny + "--policy h2o --budget 4 --layer-budgets 1,2,3 --prompt-ids 1 --print-ids", 2,
+       {"--layer-budgets: 3 weights for 2 layers (give one per layer)"}},
+      {"GenLayerBudgetsNotANumber", G, kTiny + "--policy h2o --layer-budgets 1,x --prompt-ids 1", 2,
+       {"--layer-budgets: weight 'x' in '1,x' is not a number"}},
+      {"GenLayerBudgetsWithFull", G, kTiny + "--layer-budgets pyramid --prompt-ids 1", 2,
+       {"--layer-budgets: --policy full keeps every token in every layer"}},
       // ---- kvevict-replay: the same flags ----
       {"ReplayBudgetPercent", R, "{W}/t.json --policy h2o --budget 67%", 0, {"[h2o k=2 w=1 sinks=0]"}},
       {"ReplayDefaultRecentIs30Percent", R, "{W}/t.json --policy h2o --budget 3", 0, {"[h2o k=3 w=1 sinks=0]"}},
@@ -252,6 +284,10 @@ std::vector<Case> cases() {
       {"ReplaySeedNegative", R, "{W}/t.json --seed -1", 2, {"--seed: expected an integer >= 0, got '-1'"}},
       {"ReplayPromptLenNotANumber", R, "{W}/t.json --prompt-len three", 2, {"--prompt-len: expected an integer"}},
       {"ReplayJsonNumberOverflow", R, "{W}/overflow.json --policy h2o --budget 1", 2, {"kvevict-replay: "}},
+      {"ReplaySnapKV", R, "{W}/t.json --policy snapkv --budget 2 --snap-kernel 3", 0, {"[snapkv k=2 w=1 sinks=0 L=2]"}},
+      {"ReplaySnapWindowAboveBudget", R, "{W}/t.json --policy snapkv --budget 2 --snap-window 3", 2,
+       {"--snap-window: L = 3 exceeds the budget k = 2"}},
+      {"ReplaySnapKernelEven", R, "{W}/t.json --policy snapkv --snap-kernel 2", 2, {"--snap-kernel: must be odd (got 2)"}},
       {"ReplayBudgetAbove2To53", R, "{W}/t.json --budget 18446744073709551615", 2, {"--budget: k = 18446744073709551615 exceeds 2^53"}},
       // ---- kvevict-quality: cases 1, 2 and 6 ----
       {"QualityOutFolderMissing", Q, "--windows 1 --ratios 0.5 --seeds 1 --out /nonexistent/dir/x", 2,
@@ -276,6 +312,23 @@ std::vector<Case> cases() {
       {"QualityUnknownKvLayout", Q, "--kv-layout blocks", 2, {"--kv-layout: unknown layout 'blocks'"}},
       {"QualityUnknownEvictUnit", Q, "--kv-layout paged --evict-unit slab", 2, {"--evict-unit: unknown unit 'slab'"}},
       {"QualityPageSizeZero", Q, "--kv-layout paged --page-size 0", 2, {"--page-size"}},
+      // ---- kvevict-quality: rows and chunked prefill (issue 15), checked before any file ----
+      {"QualityPoliciesUnknownRow", Q, "--policies h2o,snap", 2, {"--policies: row 'snap': unknown base 'snap'"}},
+      {"QualityPoliciesRowTwice", Q, "--policies h2o,window,h2o", 2, {"--policies: row 'h2o' is given twice"}},
+      {"QualityPrefillChunkZero", Q, "--prefill-chunk 0", 2, {"--prefill-chunk: expected an integer in [1, "}},
+      {"QualityPrefillChunkPaged", Q, "--kv-layout paged --prefill-chunk 8", 2,
+       {"--prefill-chunk: needs the contiguous KV layout"}},
+      {"QualityBoundedWithoutChunk", Q, "--bounded-prefill", 2, {"--bounded-prefill"}},
+      // ---- kvevict-quality: SnapKV and per-layer budgets (issue 14), checked before any file ----
+      {"QualitySnapKernelEven", Q, "--snap-kernel 2", 2, {"--snap-kernel: must be odd (got 2)"}},
+      {"QualitySnapWindowAboveSmallestBudget", Q, "--snap-window 30 --ratios 0.1,0.5 --prompt 256", 2,
+       {"--snap-window: L = 30 exceeds the budget k = 25", "--ratios 0.1"}},
+      {"QualitySnapKVChunked", Q, "--policies h2o,snapkv --prefill-chunk 8", 2,
+       {"--prefill-chunk: snapkv scores the prompt with its last L queries"}},
+      {"QualityLayerBudgetsBadBeta", Q, "--layer-budgets pyramid:0.5", 2,
+       {"--layer-budgets: pyramid beta must be >= 1 (got 0.5)"}},
+      {"QualityLayerBudgetsWrongCount", Q, kSmall + "--layer-budgets 1,2 --windows 1 --out {W}/q", 2,
+       {"--layer-budgets: 2 weights for 5 layers"}, true},
   };
 }
 
@@ -358,6 +411,67 @@ TEST(CliQuality, TinyRunWritesEveryOutputAndNoTemporaryFile) {
   EXPECT_NE(csv.find("\nstreaming,0.5,16,12,0,0,"), std::string::npos) << csv;
   EXPECT_NE(csv.find("\nwindow,0.5,16,16,0,0,"), std::string::npos) << csv;
   EXPECT_NE(csv.find("\ntova,0.5,16,0,0,0,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nsnapkv,0.5,16,4,0,0,"), std::string::npos) << csv;  // L = min(32, 16)
+}
+
+// Row specs (issue 14): every variant is its own row, in the order asked, with its own k, w and seeds;
+// the ablations change the numbers; the oracle runs beside the policies against the same reference.
+TEST(CliQuality, RowSpecsRunEveryVariantAgainstOneReference) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  const std::string out = Workspace::get().file("qrows");
+  fs::create_directories(out);
+  const ToolRun run = Workspace::get().run(
+      binary(Tool::quality),
+      expand(kSmall) + "--data " + shared() + "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 "
+                       "--window 64 --prompt 32 --threads 1 --policies h2o,h2o+shared,h2o+reindexed,h2o+bounded8,"
+                       "keyformer@recent=0.5@seeds=2,h2o+pyramid,oracle --out " + out + "/q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string csv = slurp(out + "/q.csv");
+  auto row = [&](const std::string& prefix) {
+    const std::size_t at = csv.find("\n" + prefix);
+    return at == std::string::npos ? std::string() : csv.substr(at + 1, csv.find('\n', at + 1) - at - 1);
+  };
+  // k = 16; w = floor(0.3 * 16) = 4, with @recent=0.5 floor(0.5 * 16) = 8; the oracle's w is h2o's.
+  for (const char* r : {"h2o,0.5,16,4,0,0,", "h2o+shared,0.5,16,4,0,0,", "h2o+reindexed,0.5,16,4,0,0,",
+                        "h2o+bounded8,0.5,16,4,0,0,", "keyformer@recent=0.5@seeds=2,0.5,16,8,1,0,",
+                        "keyformer@recent=0.5@seeds=2,0.5,16,8,2,0,", "h2o+pyramid,0.5,16,4,0,0,", "oracle,0.5,16,4,0,0,"})
+    EXPECT_FALSE(row(r).empty()) << r << "\n" << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 10);  // header + full + 8 runs
+  // Rows in the order asked.
+  EXPECT_LT(csv.find("\nh2o+shared,"), csv.find("\nh2o+reindexed,"));
+  EXPECT_LT(csv.find("\nh2o+pyramid,"), csv.find("\noracle,"));
+  // Shared selection and re-indexed positions change h2o's numbers (columns after the window index).
+  auto numbers = [&](const std::string& prefix) { const std::string r = row(prefix); return r.substr(r.find(",0,0,") + 5); };
+  EXPECT_NE(numbers("h2o,"), numbers("h2o+shared,"));
+  EXPECT_NE(numbers("h2o,"), numbers("h2o+reindexed,"));
+  const std::string summary = slurp(out + "/q_summary.csv");
+  // The summary's last columns: w and the runs averaged (2 seeds).
+  EXPECT_NE(summary.find("\nkeyformer@recent=0.5@seeds=2,0.5,16,"), std::string::npos) << summary;
+  EXPECT_NE(summary.find(",8,2\n"), std::string::npos) << summary;
+  EXPECT_NE(run.out.find("| oracle |"), std::string::npos) << run.out;
+}
+
+// --layer-budgets applies to the whole sweep and labels every row; the snapkv row states its parameters.
+TEST(CliQuality, LayerBudgetsLabelTheRowsAndSnapKVStatesItsParameters) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  const std::string out = Workspace::get().file("qlayers");
+  fs::create_directories(out);
+  const ToolRun run = Workspace::get().run(
+      binary(Tool::quality), expand(kSmall) + "--data " + shared() +
+                                 "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 --policies "
+                                 "h2o,snapkv --snap-window 8 --snap-pooling avg --snap-kernel 5 --layer-budgets pyramid "
+                                 "--window 64 --prompt 32 --threads 1 --out " + out + "/q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string csv = slurp(out + "/q.csv");
+  EXPECT_NE(csv.find("\nh2o+pyramid,0.5,16,4,0,0,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nsnapkv+pyramid,0.5,16,4,0,0,"), std::string::npos) << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);  // header + full + 2 rows (1 window)
+  EXPECT_NE(run.out.find("| h2o+pyramid |"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("Per-layer budgets: pyramid"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("SnapKV: observation window L = 8, pooling avg over K = 5, decode h2o."), std::string::npos)
+      << run.out;
 }
 
 }  // namespace
@@ -485,6 +599,53 @@ TEST(CliQuality, PagedTokenUnitReportsTheNumbersOfSharedHeads) {
   EXPECT_NE(page_csv, shared_csv);
   EXPECT_NE(page_csv.find("\nh2o,0.5,16,4,0,0,"), std::string::npos) << page_csv;
   EXPECT_EQ(std::count(page_csv.begin(), page_csv.end(), '\n'), std::count(shared_csv.begin(), shared_csv.end(), '\n'));
+}
+
+// kvevict-quality --prefill-chunk: unbounded chunked prefill equals the one-shot prefill, so every
+// deterministic row reports the same numbers digit for digit; --bounded-prefill runs and says so, and when
+// the budget holds the whole prompt (r = 1: nothing is evicted before the prompt ends) it reports the
+// one-shot numbers too.
+TEST(CliQuality, ChunkedPrefillReportsTheOneShotNumbers) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  const std::string out = Workspace::get().file("qchunk");
+  fs::create_directories(out);
+  auto quality = [&](const std::string& name, const std::string& extra) {
+    return Workspace::get().run(binary(Tool::quality),
+                                expand(kSmall) + "--data " + shared() +
+                                    "/data/tinystories-val/tinystories_val.txt --windows 1 "
+                                    "--policies keyformer-nonoise,h2o,window,tova --window 64 --prompt 32 "
+                                    "--threads 1 --out " + out + "/" + name + " " + extra);
+  };
+  const ToolRun one_shot = quality("oneshot", "--ratios 0.5");
+  const ToolRun chunked = quality("chunked", "--ratios 0.5 --prefill-chunk 7");
+  const ToolRun bounded = quality("bounded", "--ratios 0.5 --prefill-chunk 8 --bounded-prefill");
+  const ToolRun one_shot_all = quality("oneshot_all", "--ratios 1");
+  const ToolRun bounded_all = quality("bounded_all", "--ratios 1 --prefill-chunk 8 --bounded-prefill");
+  for (const ToolRun* r : {&one_shot, &chunked, &bounded, &one_shot_all, &bounded_all})
+    ASSERT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_EQ(one_shot.out.find("Prefill of the policies"), std::string::npos);
+  EXPECT_NE(chunked.out.find("Prefill of the policies: chunks of 7 tokens (unbounded: equals the one-shot prefill)"),
+            std::string::npos) << chunked.out;
+  EXPECT_NE(bounded.out.find("Prefill of the policies: chunks of 8 tokens, bounded (cut to k after every chunk: at "
+                             "most k + 8 tokens held during the prompt)"),
+            std::string::npos) << bounded.out;
+  const std::string one_csv = slurp(out + "/oneshot.csv");
+  // Only the asked rows, in the asked order: full, keyformer-nonoise, h2o, window, tova (k = 16, w = 4).
+  EXPECT_NE(one_csv.find("\nkeyformer-nonoise,0.5,16,4,0,0,"), std::string::npos) << one_csv;
+  EXPECT_NE(one_csv.find("\ntova,0.5,16,0,0,0,"), std::string::npos) << one_csv;
+  EXPECT_EQ(one_csv.find("\nkeyformer,"), std::string::npos) << one_csv;
+  EXPECT_EQ(one_csv.find("\nstreaming,"), std::string::npos) << one_csv;
+  EXPECT_EQ(std::count(one_csv.begin(), one_csv.end(), '\n'), 6);  // header + full + 4 rows (1 window)
+  EXPECT_EQ(slurp(out + "/chunked.csv"), one_csv);
+  // Bounded at k = 16 < 32: later prompt tokens see a cut cache, so the rows differ but are all there.
+  const std::string bounded_csv = slurp(out + "/bounded.csv");
+  EXPECT_EQ(std::count(bounded_csv.begin(), bounded_csv.end(), '\n'), 6);
+  EXPECT_NE(bounded_csv.find("\nwindow,0.5,16,"), std::string::npos) << bounded_csv;
+  // k = 32 = the prompt: a bounded prefill never cuts before the prompt ends, the numbers are the one-shot ones.
+  const std::string one_all_csv = slurp(out + "/oneshot_all.csv");
+  EXPECT_NE(one_all_csv.find("\nh2o,1,32,9,0,0,"), std::string::npos) << one_all_csv;
+  EXPECT_EQ(slurp(out + "/bounded_all.csv"), one_all_csv);
 }
 
 }  // namespace

@@ -83,8 +83,11 @@ llama2::EvictionSettings settings(const char* policy, kvevict::Budget budget) {
   llama2::EvictionSettings s;
   s.policy = policy;
   s.budget = budget;
-  s.recent = kvevict::RecentWindow::ratio(kvevict::takes_recent_window(kvevict::parse_policy(policy)) ? 0.3 : 0.0);
+  const bool windowed = std::string(policy) != "full" && kvevict::takes_recent_window(kvevict::parse_policy(policy));
+  s.recent = kvevict::RecentWindow::ratio(windowed ? 0.3 : 0.0);
   s.params.horizon = 16;
+  s.params.snap_window = 2;  // SnapKV: L <= k for the budgets below
+  s.params.snap_kernel = 3;
   s.seed = 3;
   return s;
 }
@@ -95,7 +98,7 @@ TEST(Llama2Engine, PolicyWhoseBudgetIsNeverReachedChangesNothing) {
   Engine full(m);
   const llama2::RowMatrix expected_prefill = full.prefill(prompt);
   const auto expected = step_logits(full, rest);
-  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) {
+  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova", "snapkv"}) {
     Engine e(m, llama2::make_cache_factory(settings(policy, kvevict::Budget::tokens(40)), m.config().n_heads));
     EXPECT_EQ(e.prefill(prompt), expected_prefill) << policy;
     EXPECT_EQ(step_logits(e, rest), expected) << policy;
@@ -106,7 +109,7 @@ TEST(Llama2Engine, PolicyWhoseBudgetIsNeverReachedChangesNothing) {
 TEST(Llama2Engine, EvictingPolicyKeepsEveryLayerAtItsBudget) {
   const Model m = make_model(Header{}, 23);
   const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 10), rest(kTokens.begin() + 10, kTokens.end());
-  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) {
+  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova", "snapkv"}) {
     Engine e(m, llama2::make_cache_factory(settings(policy, kvevict::Budget::ratio(0.5)), m.config().n_heads));
     Engine full(m);
     full.prefill(prompt);
@@ -172,6 +175,52 @@ TEST(Llama2Engine, RatioBudgetOnAOneTokenPromptKeepsOneToken) {
 // Chunked prefill (issue 15): same prefill logits, same kept tokens, same decode logits as the
 // one-shot prefill, for every policy and chunk size (Keyformer without noise: drawn noise comes
 // chunk by chunk).
+// Per-layer budgets (issue 14): PyramidKV over 5 layers, k = 6, a 10-token prompt: b_min = 6 / 20 = 0.3,
+// b_max = 11.7 > 10 = P, so b_max = 10 and b_min = 12 - 10 = 2: [10, 8, 6, 4, 2] (total 30 = 5 x 6).
+// Every layer holds exactly its budget after the prompt and after every decode step, with h2o and with
+// snapkv (L = 2 kept in every layer: 2 + [7.8, 5.9, 4, 2.1, 0.2] rounds to the same budgets), with
+// both of SnapKV's decode rules.
+TEST(Llama2Engine, PyramidBudgetsPerLayerWithH2OAndSnapKV) {
+  Header h;
+  h.n_layers = 5;
+  const Model m = make_model(h, 27);
+  const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 10), rest(kTokens.begin() + 10, kTokens.end());
+  const std::vector<std::size_t> expected{10, 8, 6, 4, 2};
+  for (const char* policy : {"h2o", "snapkv", "snapkv-window"}) {
+    const bool snap_window = std::string(policy) == "snapkv-window";
+    auto s = settings(snap_window ? "snapkv" : policy, kvevict::Budget::tokens(6));
+    s.params.snap_decode = snap_window ? kvevict::SnapDecode::window : kvevict::SnapDecode::h2o;
+    s.layer_budgets = kvevict::LayerBudgets::make_pyramid(20.0, std::string(policy) == "h2o" ? 0 : 2);
+    s.prompt_len = prompt.size();
+    EXPECT_EQ(llama2::layer_budget_tokens(s, 5), expected) << policy;
+    const auto engine = llama2::make_engine(m, s);
+    engine->prefill(prompt);
+    for (std::size_t l = 0; l < 5; ++l)
+      for (std::size_t kv = 0; kv < m.config().n_kv_heads; ++kv)
+        ASSERT_EQ(engine->retained(l, kv), expected[l]) << policy << " layer " << l;
+    for (int t : rest) {
+      const float* logits = engine->step(t);
+      for (std::size_t v = 0; v < m.config().vocab_size; ++v) ASSERT_TRUE(std::isfinite(logits[v])) << policy;
+      for (std::size_t l = 0; l < 5; ++l) ASSERT_EQ(engine->retained(l), expected[l]) << policy << " layer " << l;
+    }
+    EXPECT_EQ(engine->kv_bytes_held(), 30 * 2 * m.config().kv_dim() * sizeof(float)) << policy;
+  }
+}
+
+TEST(Llama2Engine, PerLayerBudgetsAreRejectedWhereTheyCannotApply) {
+  auto s = settings("h2o", kvevict::Budget::ratio(0.5));
+  s.layer_budgets = kvevict::LayerBudgets::make_pyramid();
+  EXPECT_THROW(llama2::make_cache_factory(s, 4, 2), std::invalid_argument);  // a ratio budget
+  s.budget = kvevict::Budget::tokens(6);
+  EXPECT_THROW(llama2::make_cache_factory(s, 4), std::invalid_argument);      // number of layers unknown
+  EXPECT_NO_THROW(llama2::make_cache_factory(s, 4, 2));
+  s.layer_budgets = kvevict::LayerBudgets::make_weights({1, 2, 3});
+  EXPECT_THROW(llama2::make_cache_factory(s, 4, 2), std::invalid_argument);   // 3 weights for 2 layers
+  auto snap = settings("snapkv", kvevict::Budget::tokens(6));
+  snap.prefill_chunk = 4;
+  EXPECT_THROW(llama2::make_cache_factory(snap, 4, 2), std::invalid_argument);  // one-shot prefill only
+}
+
 TEST(Llama2Engine, ChunkedPrefillEqualsOneShotForEveryPolicyAndChunkSize) {
   const Model m = make_model(Header{}, 26);
   const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 13), rest(kTokens.begin() + 13, kTokens.end());

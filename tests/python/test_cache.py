@@ -216,3 +216,35 @@ def test_concurrent_decode_steps_on_separate_caches():
     for t in threads:
         t.join()
     assert len(set(map(tuple, results.values()))) == 1 and len(results) == 4
+
+
+def test_snapkv_keeps_the_window_and_the_pooled_top_scores():
+    # The hand example of tests/snapkv_test.cpp: rows 4 and 5 (L = 2) put their attention on slots
+    # 0 and 3 + 5 (query head 0) and 2 and 5 (query head 1): window sums [1, 0, 1, 0.5, 0, 1.5].
+    x = np.full((2, 6, 6), -np.inf, np.float32)
+    for h in range(2):
+        for r in range(4):
+            x[h, r, r] = 0.0  # rows outside the observation window are not scored
+    x[0, 4, 0] = x[0, 5, 3] = x[0, 5, 5] = 0.0
+    x[1, 4, 2] = x[1, 5, 5] = 0.0
+
+    def run(**kw):
+        c = kvevict.Cache("snapkv", n_q_heads=2, n_kv_heads=1, capacity=8, head_dim=2, budget=4, **kw)
+        for p in range(6):
+            c.append(p, np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32))
+        c.prefill(x)
+        return c
+
+    c = run(snap_window=2, snap_kernel=1)
+    assert c.retained_positions(0) == [0, 2, 4, 5]
+    assert c.scores(0).tolist() == [1.0, 1.0, 0.0, 1.5]
+    assert run(snap_window=2, snap_kernel=3, snap_pooling="avg").retained_positions(0) == [1, 2, 4, 5]
+    assert run(snap_window=2, snap_kernel=3, snap_decode="window").retained_positions(0) == [0, 1, 4, 5]
+    with pytest.raises(ValueError, match="snap_kernel \\(SnapKV pooling kernel K\\) must be odd and >= 1 \\(got 4\\)"):
+        run(snap_window=2, snap_kernel=4)
+    with pytest.raises(ValueError, match="SnapKV observation window L = 5 exceeds budget k = 4"):
+        run(snap_window=5)
+    with pytest.raises(ValueError, match="unknown pooling 'mean'"):
+        run(snap_pooling="mean")
+    with pytest.raises(ValueError, match="snap_window is used only by policy 'snapkv'"):
+        small("h2o", snap_window=2)

@@ -172,7 +172,7 @@ class PagedCache final : public PagedCacheInterface {
     std::size_t m = P;
     if (paged_.unit == EvictUnit::token) {
       slots_.reset_window(w);
-      m = selection_.prefill_keep(summed, P, k, w, slots_.index());
+      m = selection_.prefill_keep(scorer_.selection_scores(summed, P), P, k, w, slots_.index());
       slots_.compact(slots_.index(), m);
       pages_freed_ += slots_.release_tail(*pool_, P, m);
       // The recent window: the last min(w, m) prompt tokens, now the last slots.
@@ -327,6 +327,7 @@ class PagedCache final : public PagedCacheInterface {
       need.why = "a page goes when the sequence reaches k + page_size";
     }
     const auto kw = detail::resolve_budget<Score>(config_.recent, selection_, k, need, who);
+    scorer_.check_budget(k, who);  // SnapKV: L <= k
     if (page)
       detail::require(k >= paged_.start_pages * ps + std::max<std::size_t>(kw.second, 1), who,
                       ": page unit needs k >= start_pages * page_size + max(w, 1) (k = ", k, ", start_pages = ",
@@ -362,38 +363,7 @@ class PagedCache final : public PagedCacheInterface {
   bool prefilled_ = false;
 };
 
-/// Keyformer, H2O, StreamingLLM and TOVA over paged storage (see `policies.hpp`).
-using PagedKeyformer = PagedCache<GumbelLogitScore, LinearTemperature, RecentTopKSelection>;
-using PagedH2O = PagedCache<AccumulatedAttentionScore, ConstantTemperature, RecentTopKSelection>;
-using PagedStreamingLLM = PagedCache<NoScore, ConstantTemperature, SinkRecentSelection>;
-using PagedTOVA = PagedCache<CurrentAttentionScore, ConstantTemperature, RecentTopKSelection>;
-
-/// Builds policy `p` over one paged sequence, exactly as `make_cache` builds
-/// it over a contiguous view (same parameters, same checks: keyformer needs
-/// `horizon >= 1`, tova `config.recent.is_none()`). `config.shared_heads` must be
-/// true. Throws `std::invalid_argument` as the constructors do.
-template <class T>
-std::unique_ptr<PagedCacheInterface> make_paged_cache(Policy p, const CacheConfig& config,
-                                                      const PagedEvictionConfig& paged, const PagedKVView<T>& kv,
-                                                      PagePool& pool, const PolicyParams& params = PolicyParams()) {
-  switch (p) {
-    case Policy::keyformer:
-      return std::make_unique<PagedKeyformer>(config, paged, kv, pool, GumbelLogitScore{params.gumbel_noise},
-                                              LinearTemperature(params.tau_init, params.tau_end, params.horizon));
-    case Policy::h2o:
-      return std::make_unique<PagedH2O>(config, paged, kv, pool);
-    case Policy::streaming_llm:
-      return std::make_unique<PagedStreamingLLM>(config, paged, kv, pool, NoScore{}, ConstantTemperature(),
-                                                 SinkRecentSelection{params.sinks});
-    case Policy::window:
-      return std::make_unique<PagedStreamingLLM>(config, paged, kv, pool, NoScore{}, ConstantTemperature(),
-                                                 SinkRecentSelection{0});
-    case Policy::tova:
-      detail::require(config.recent.is_none(),
-                      "kvevict::make_paged_cache: TOVA has no recent window; set config.recent to 0");
-      return std::make_unique<PagedTOVA>(config, paged, kv, pool);
-  }
-  throw std::invalid_argument("kvevict::make_paged_cache: unknown policy");
-}
-
 }  // namespace kvevict
+
+// The paged presets (PagedKeyformer, …, make_paged_cache) need the class above.
+#include "kvevict/paged/paged_presets.hpp"

@@ -16,6 +16,7 @@
 #include "kvevict/core/random.hpp"
 #include "kvevict/core/simd.hpp"
 #include "kvevict/score/chunk_rows.hpp"
+#include "kvevict/score/snapkv_score.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"
 
 namespace kvevict {
@@ -47,7 +48,8 @@ class Scorer {
         acc_(n_kv_heads * group * capacity, 0.0f),
         backup_(n_kv_heads * group * capacity, 0.0f),
         row_(capacity, 0.0f),
-        chunk_f_(2 * chunk_count(capacity), 0.0f) {}
+        chunk_f_(2 * chunk_count(capacity), 0.0f),
+        pooled_(has_observation_window<Score> ? capacity : 0, 0.0f) {}
 
   const Score& policy() const { return score_; }
   /// Re-seeds the Gumbel generator.
@@ -57,7 +59,7 @@ class Scorer {
   /// chunk's queries `i` sit at slots `held + i`; each query head `h` adds, row
   /// by row in ascending `i`, `softmax((x + ζ) / τ)` of `rows.row(h, i)` (over
   /// slots `[0, held + i]`) into its own accumulator `acc[h]` (TOVA: the
-  /// chunk's last row replaces it). Per-query-head accumulators summed only by
+  /// chunk's last row replaces it; SnapKV: only rows from `first_row(C)`). Per-query-head accumulators summed only by
   /// `fold` make the result the same, bit for bit, for every chunking of a
   /// prompt: each `acc[h][s]` adds the same rows in the same order. The new
   /// slots `[held, held + C)` start at 0. ζ is `rows.noise(h, i)`, else drawn
@@ -79,7 +81,7 @@ class Scorer {
       rng_ = saved;
     };
     for (std::size_t h = 0; h < nq; ++h) {
-      for (std::size_t i = Score::kPrefillLastRow ? C - 1 : 0; i < C; ++i) {
+      for (std::size_t i = first_row(C); i < C; ++i) {
         const std::size_t len = held + i + 1;
         bool ok = false;
         try {
@@ -96,6 +98,30 @@ class Scorer {
         add_chunks(row_.data(), chunk_f_.data(), len, acc(h), !Score::kAccumulates);
       }
     }
+  }
+
+  /// The first of a chunk's `C` rows that is scored: 0; `C − 1` for `kPrefillLastRow` (TOVA); `C −
+  /// min(L, C)` for an observation-window score (SnapKV, one-shot prefill only: `held = 0`).
+  std::size_t first_row(std::size_t C) const {
+    if constexpr (has_observation_window<Score>) return C - std::min(C, score_.observation_window());
+    return Score::kPrefillLastRow ? C - 1 : 0;
+  }
+  /// The scores a selection ranks at a prefill cut, for `n` candidates `scores[0, n)`: the scores
+  /// themselves, or for an observation-window score (SnapKV) its `selection_scores` (pooled, the window
+  /// at `FLT_MAX`) in scratch valid until the next call. O(n · K); no allocation, no throw.
+  const float* selection_scores(const float* scores, std::size_t n) noexcept {
+    if constexpr (has_observation_window<Score>) {
+      score_.selection_scores(scores, n, pooled_.data());
+      return pooled_.data();
+    }
+    return scores;
+  }
+  /// Checks that the score can serve budget `k` (SnapKV: `L <= k`). Throws `std::invalid_argument`
+  /// "<who>: SnapKV observation window L = … exceeds budget k = …". O(1).
+  void check_budget(std::size_t k, const char* who) const {
+    if constexpr (has_observation_window<Score>)
+      require(score_.observation_window() <= k, who, ": SnapKV observation window L = ",
+              score_.observation_window(), " exceeds budget k = ", k);
   }
 
   /// `scores[j][0, n) = Σ_t acc[j · g + t][0, n)` (t ascending): the prefill
@@ -195,6 +221,7 @@ class Scorer {
   std::vector<float> backup_;   // [q_head][stride]: acc_ before a chunk (prefill)
   std::vector<float> row_;      // [capacity]: one row's numerators, or the summed scores
   std::vector<float> chunk_f_;  // [2 * chunks]: one row's per-chunk factors
+  std::vector<float> pooled_;   // [capacity] (SnapKV only, else empty): the pooled selection scores
 };
 
 }  // namespace detail

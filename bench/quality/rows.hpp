@@ -1,0 +1,57 @@
+// kvevict — bench/quality/rows.hpp: the rows of the quality report, as typed in --policies.
+// SPDX-License-Identifier: Apache-2.0
+//
+// A row spec is `BASE[+MOD]...[@KEY=VALUE]...` (no spaces), e.g. `keyformer`, `keyformer@recent=0.5`,
+// `keyformer+shared`, `h2o+reindexed`, `keyformer+bounded32@seeds=3`, `oracle`:
+//   BASE  keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv (SnapKV prefill, H2O decode,
+//         L = min(32, k) as kvevict-generate, K = 7, max pooling), oracle
+//         (oracle: the reference bound of bench/quality/oracle.hpp, not a runnable policy)
+//   +shared       one selection per layer for all KV heads (CacheConfig::shared_heads)
+//   +pyramid      PyramidKV per-layer budgets (kvevict::LayerBudgets::make_pyramid(): β = 20; same total;
+//                 snapkv keeps its observation window in every layer), the recent window a ratio of each
+//                 layer's k
+//   +reindexed    positions re-indexed after every eviction (llama2::Engine::set_reindex_positions)
+//   +boundedC     the prompt prefilled in chunks of C tokens, cut to k after each (bounded prefill)
+//   @recent=Q     recent window w = floor(Q · k) (Q in [0, 1]) instead of --recent (keyformer, h2o, snapkv,
+//                 oracle)
+//   @seeds=N      Keyformer with noise: seeds 1..N instead of --seeds
+// Every row of one invocation is compared with the same full-cache reference.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvquality {
+
+/// One row of the report, parsed from its spec (see the top of this file).
+struct RowSpec {
+  std::string label;                  ///< the spec as typed (the row's name in every output)
+  std::string policy;                 ///< kvevict policy name, or "oracle"
+  bool noise = true;                  ///< Keyformer's Gumbel noise (false for keyformer-nonoise)
+  bool shared = false;                ///< +shared
+  bool reindexed = false;             ///< +reindexed
+  bool pyramid = false;               ///< +pyramid
+  std::size_t bounded_chunk = 0;      ///< +boundedC (0: none)
+  std::optional<double> recent;       ///< @recent=Q, a fraction of k
+  std::string recent_text;            ///< Q as typed
+  std::optional<std::size_t> seeds;   ///< @seeds=N
+  /// Whether the row runs Keyformer with noise (several seeds).
+  bool seeded() const { return policy == "keyformer" && noise; }
+  /// The policy whose k and w rules the row follows ("h2o" for the oracle).
+  std::string budget_policy() const { return policy == "oracle" ? "h2o" : policy; }
+};
+
+/// Parses one row spec. Throws `kvcli::UsageError("--policies", ...)` naming the spec and the bad part
+/// (unknown base, modifier or key; a modifier twice; @recent outside [0, 1] or with a policy without a
+/// recent window; @seeds with a row that has no seeds; any modifier with the oracle).
+RowSpec parse_row_spec(const std::string& text);
+
+/// Parses every spec and rejects an empty list or a label given twice (`kvcli::UsageError("--policies")`).
+std::vector<RowSpec> parse_row_specs(const std::vector<std::string>& texts);
+
+/// The --policies help text: syntax, bases and modifiers.
+std::string row_spec_help();
+
+}  // namespace kvquality

@@ -1,0 +1,96 @@
+// kvevict-quality's row specs (bench/quality/rows.hpp): what each spec means, and every error names
+// --policies and the bad spec.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cli/kvevict_cli.hpp"
+#include "rows.hpp"
+
+namespace {
+
+using kvquality::parse_row_spec;
+using kvquality::parse_row_specs;
+
+TEST(QualityRows, SpecsParseIntoTheirVariants) {
+  const auto kf = parse_row_spec("keyformer");
+  EXPECT_EQ(kf.policy, "keyformer");
+  EXPECT_TRUE(kf.noise);
+  EXPECT_TRUE(kf.seeded());
+  EXPECT_FALSE(kf.shared || kf.reindexed || kf.recent || kf.seeds);
+  EXPECT_EQ(kf.bounded_chunk, 0u);
+
+  const auto nn = parse_row_spec("keyformer-nonoise+shared@recent=0.5");
+  EXPECT_EQ(nn.policy, "keyformer");
+  EXPECT_FALSE(nn.noise);
+  EXPECT_FALSE(nn.seeded());
+  EXPECT_TRUE(nn.shared);
+  EXPECT_EQ(*nn.recent, 0.5);
+  EXPECT_EQ(nn.recent_text, "0.5");
+  EXPECT_EQ(nn.label, "keyformer-nonoise+shared@recent=0.5");
+
+  const auto b = parse_row_spec("h2o+reindexed+bounded32");
+  EXPECT_EQ(b.policy, "h2o");
+  EXPECT_TRUE(b.reindexed);
+  EXPECT_EQ(b.bounded_chunk, 32u);
+
+  const auto s = parse_row_spec("keyformer+bounded32@seeds=3@recent=0.7");
+  EXPECT_EQ(*s.seeds, 3u);
+  EXPECT_EQ(*s.recent, 0.7);
+
+  const auto o = parse_row_spec("oracle@recent=0.3");
+  EXPECT_EQ(o.policy, "oracle");
+  EXPECT_EQ(o.budget_policy(), "h2o");
+  EXPECT_EQ(parse_row_spec("window").budget_policy(), "window");
+  EXPECT_EQ(parse_row_spec("snapkv@recent=0.5").budget_policy(), "snapkv");
+  const auto p = parse_row_spec("keyformer+pyramid@seeds=3");
+  EXPECT_TRUE(p.pyramid);
+  EXPECT_FALSE(p.shared || p.reindexed);
+}
+
+void expect_error(const std::string& spec, const std::string& needle) {
+  try {
+    parse_row_spec(spec);
+    ADD_FAILURE() << spec << ": no error";
+  } catch (const kvcli::UsageError& e) {
+    EXPECT_EQ(e.flag(), "--policies") << spec;
+    const std::string what = e.what();
+    EXPECT_NE(what.find("row '" + spec + "'"), std::string::npos) << what;
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+  }
+}
+
+TEST(QualityRows, BadSpecsNameTheFlagTheSpecAndThePart) {
+  expect_error("", "empty spec");
+  expect_error("keyformr", "unknown base 'keyformr'");
+  expect_error("h2o+sharde", "unknown modifier '+sharde'");
+  expect_error("h2o+shared+shared", "modifier '+shared' given twice");
+  expect_error("h2o+bounded0", "unknown modifier '+bounded0'");
+  expect_error("h2o+boundedx", "unknown modifier '+boundedx'");
+  expect_error("h2o+bounded8+bounded16", "two +bounded modifiers");
+  expect_error("oracle+shared", "the oracle takes no modifier ('+shared')");
+  expect_error("oracle+pyramid", "the oracle takes no modifier ('+pyramid')");
+  expect_error("h2o+pyramid+pyramid", "modifier '+pyramid' given twice");
+  expect_error("window@recent=0.5", "@recent needs keyformer");
+  expect_error("h2o@recent=1.5", "@recent=1.5 must be a fraction of k in [0, 1]");
+  expect_error("h2o@recent=abc", "@recent=abc must be a fraction");
+  expect_error("h2o@recent", "'@recent' needs a value");
+  expect_error("h2o@recent=0.1@recent=0.2", "@recent given twice");
+  expect_error("h2o@seeds=3", "@seeds needs keyformer with noise");
+  expect_error("keyformer@seeds=0", "@seeds=0 must be an integer in [1, 1000]");
+  expect_error("keyformer@seed=3", "unknown key '@seed'");
+}
+
+TEST(QualityRows, ListNeedsRowsAndRejectsDuplicates) {
+  EXPECT_EQ(parse_row_specs({"h2o", "h2o+shared"}).size(), 2u);
+  EXPECT_THROW(parse_row_specs({}), kvcli::UsageError);
+  try {
+    parse_row_specs({"h2o", "oracle", "h2o"});
+    ADD_FAILURE() << "no error";
+  } catch (const kvcli::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "--policies: row 'h2o' is given twice");
+  }
+}
+
+}  // namespace
