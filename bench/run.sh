@@ -10,8 +10,8 @@
 # 131072}, d = 128, g = 1, float (kvevict_bench --steps), with kvevict_bench (-O3) and with
 # kvevict_bench_o2 (the same sources at -O2, never -march=native), 3 repetitions each (the
 # minimum counts): DIR/steps_O3.json, DIR/steps_O2.json and the table in DIR/opt_levels.md
-# (~10 min on 2 cores; --no-opt-levels skips it). For a like-for-like ratio (both binaries
-# portable) run with KVEVICT_BENCH_NATIVE=OFF.
+# (15-25 min on 2 shared cores, mostly filling n = 131072; --no-opt-levels skips it). For a
+# like-for-like ratio (both binaries portable) run with KVEVICT_BENCH_NATIVE=OFF.
 #
 # Options: --out DIR (default build-bench/bench-results/<quick|full>), --build-dir DIR
 # (default build-bench), --no-build, --no-opt-levels, --opt-levels-only; anything else is passed
