@@ -15,6 +15,7 @@ struct Grid {
   std::set<std::string> types;           // "float", "half"
   std::set<std::size_t> naive_sizes;     // n for which NaiveDecodeStep runs
   std::vector<std::size_t> prompt_lens;  // P of the prefill benchmarks
+  std::vector<std::size_t> parallel_sizes{4096, 32768};  // n of ParallelDecodeStep
   std::vector<std::size_t> prefill_groups;
   std::set<std::string> prefill_types;
   double min_time = 0.2;        // seconds, for plain benchmarks
@@ -27,6 +28,9 @@ void register_prefill_benchmarks(const Grid& grid);
 void register_bandwidth_benchmarks(const Grid& grid);
 /// Long-prompt prefill (issue 15): one-shot vs chunked vs Q·K-tiled, P in {2048, 8192, 32768}.
 void register_long_prompt_benchmarks();
+/// Parallel decode steps (issue 13): ParallelDecodeStep/<policy>/float/n:<n>/d:128/g:<g>/workers:<W>,
+/// Keyformer, H2O and TOVA, W = 1, 2, 4, ... and the hardware threads; counters ns_per_elem, speedup_vs_1.
+void register_parallel_benchmarks(const Grid& grid);
 /// Paged decode steps (PagedCache, page size 16, token and page unit), float, g = 1, n <= 32768.
 void register_paged_benchmarks(const Grid& grid);
 

@@ -1,12 +1,14 @@
 // kvevict_bench: the Google Benchmark suite (see bench/README.md).
 //
-//   kvevict_bench [--full] [--verify] [--paged] [--steps] [--long-prompt] [Google Benchmark flags...]
+//   kvevict_bench [--full] [--verify] [--paged] [--parallel] [--steps] [--long-prompt] [Google Benchmark flags...]
 //
 // Default: the quick grid (n in {1024, 4096, 32768}, d = 128, g in {1, 4},
 // float and half; prefill P in {512, 2048}, float). --full: the whole grid
 // (n in {256, ..., 131072} plus 32768, d in {64, 128}, prefill P up to 8192).
 // --verify: only checks that the naive comparator keeps what kvevict keeps.
 // --paged: only the paged decode steps (issue 11; n in {1024, 4096, 32768}, d = 128, g = 1, float).
+// --parallel: only the parallel decode steps (issue 13; ParallelDecodeStep, n in {4096, 32768}, g = 1 and 4,
+// W = 1, 2, 4, ... up to the hardware threads); they also run in the default and --full grids.
 // --steps: only the decode-step family (attention + the five policies) at n in {4096, 32768, 131072},
 // d = 128, g = 1, float: what bench/run.sh runs with kvevict_bench and kvevict_bench_o2 to compare
 // optimisation levels (issue 13).
@@ -29,7 +31,7 @@
 #endif
 
 int main(int argc, char** argv) {
-  bool full = false, verify = false, paged = false, long_prompt = false, steps = false;
+  bool full = false, verify = false, paged = false, parallel = false, long_prompt = false, steps = false;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0)
@@ -40,6 +42,8 @@ int main(int argc, char** argv) {
       long_prompt = true;
     else if (std::strcmp(argv[i], "--paged") == 0)
       paged = true;
+    else if (std::strcmp(argv[i], "--parallel") == 0)
+      parallel = true;
     else if (std::strcmp(argv[i], "--steps") == 0)
       steps = true;
     else
@@ -86,10 +90,13 @@ int main(int argc, char** argv) {
     grid.head_dims = {128};
     grid.types = {"float"};
     kvbench::register_paged_benchmarks(grid);
+  } else if (parallel) {
+    kvbench::register_parallel_benchmarks(grid);
   } else {
     kvbench::register_bandwidth_benchmarks(grid);
     kvbench::register_prefill_benchmarks(grid);
     kvbench::register_decode_benchmarks(grid);
+    kvbench::register_parallel_benchmarks(grid);
   }
 
   int rc = static_cast<int>(rest.size());
@@ -97,6 +104,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(rc, rest.data())) return 1;
   benchmark::AddCustomContext("kvevict_grid", long_prompt ? "long-prompt"
                                               : paged     ? "paged"
+                                              : parallel  ? "parallel"
                                               : steps     ? "steps"
                                               : full      ? "full"
                                                           : "quick");

@@ -20,6 +20,7 @@ POLICIES = ["Keyformer", "H2O", "StreamingLLM", "Window", "TOVA"]
 DECODE_RE = re.compile(r"^(\w+)DecodeStep/(\w+)/n:(\d+)/d:(\d+)/g:(\d+)")
 PREFILL_RE = re.compile(r"^KeyformerPrefill/(\w+)/P:(\d+)/d:(\d+)/g:(\d+)")
 MEM_RE = re.compile(r"^Mem(Read|Copy)/bytes:(\d+)")
+PARALLEL_RE = re.compile(r"^ParallelDecodeStep/(\w+)/(\w+)/n:(\d+)/d:(\d+)/g:(\d+)/workers:(\d+)")
 TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 
@@ -33,6 +34,7 @@ def load(path):
     decode = defaultdict(dict)  # (type, d, g) -> n -> {policy: bench}
     prefill = {}
     mem = defaultdict(dict)  # bytes -> {Read/Copy: GB/s}
+    parallel = defaultdict(dict)  # (policy, type, n, d, g) -> W -> bench
     for b in data["benchmarks"]:
         if b.get("run_type") == "aggregate" or "error_occurred" in b and b["error_occurred"]:
             continue
@@ -49,7 +51,12 @@ def load(path):
         m = MEM_RE.match(name)
         if m:
             mem[int(m.group(2))][m.group(1)] = b["bytes_per_second"] / 1e9
-    return data, decode, prefill, mem
+            continue
+        m = PARALLEL_RE.match(name)
+        if m:
+            key = (m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5)))
+            parallel[key][int(m.group(6))] = b
+    return data, decode, prefill, mem, parallel
 
 
 def fmt_us(x):
@@ -145,7 +152,7 @@ def main():
         return
     path, outdir = sys.argv[1], sys.argv[2]
     os.makedirs(outdir, exist_ok=True)
-    data, decode, prefill, mem = load(path)
+    data, decode, prefill, mem, parallel = load(path)
     ctx = data.get("context", {})
     lines = []
     out = lines.append
@@ -257,6 +264,26 @@ def main():
         ok = all(i[0] for i in items)
         out(f"| {key} | {', '.join(i[1] for i in items)} | {'yes' if ok else 'NO'} |")
     out("")
+
+    # ---- parallel decode steps (issue 13) ------------------------------------------------------
+    if parallel:
+        ws = sorted({w for rows in parallel.values() for w in rows})
+        out("## Parallel decode step (ParallelDecodeStep): ns per (query head × token), speedup over W = 1")
+        out("")
+        out("| policy | n | g | " + " | ".join(f"W = {w}" for w in ws) + " |")
+        out("|---|---|---|" + "---|" * len(ws))
+        for (pol, typ, n, d, g), rows in sorted(parallel.items()):
+            cells = []
+            for w in ws:
+                b = rows.get(w)
+                if b is None:
+                    cells.append("–")
+                elif w == 1:
+                    cells.append(f"{b['ns_per_elem']:.2f} ns")
+                else:
+                    cells.append(f"{b['ns_per_elem']:.2f} ns ({b['speedup_vs_1']:.2f}×)")
+            out(f"| {pol} | {n} | {g} | " + " | ".join(cells) + " |")
+        out("")
 
     # ---- plot data ----------------------------------------------------------------------------
     gp = ["set terminal pngcairo size 900,600 noenhanced font \",10\"",

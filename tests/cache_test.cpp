@@ -300,12 +300,12 @@ TEST(Cache, InjectedGumbelNoiseEqualsAddingItToTheLogits) {
 }
 
 TEST(Cache, InternalNoiseFollowsTheDocumentedDrawOrder) {
-  // Prefill draws r + 1 values per row, query heads outer, rows inner, from Xoshiro256pp(seed).
+  // Prefill row r of query head h draws ζ[s] = fill_gumbel_row(gumbel_row_key(seed, h, r), s) for slots s <= r.
   const std::size_t P = 4, nq = 2;
-  kvevict::Xoshiro256pp gen(77);
   std::vector<float> zeta(nq * P * P, 0.0f);
   for (std::size_t h = 0; h < nq; ++h)
-    for (std::size_t r = 0; r < P; ++r) kvevict::fill_gumbel(gen, &zeta[(h * P + r) * P], r + 1);
+    for (std::size_t r = 0; r < P; ++r)
+      kvevict::fill_gumbel_row(kvevict::gumbel_row_key(77, h, r), 0, &zeta[(h * P + r) * P], r + 1);
   const auto x = causal_logits(nq, P, [](auto, std::size_t r, std::size_t c) { return 0.1f * (r + c); });
   kvevict::KVBuffer<float> a_buf(1, 9, 2), b_buf(1, 9, 2);
   auto a_kv = a_buf.view(), b_kv = b_buf.view();

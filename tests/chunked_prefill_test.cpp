@@ -117,7 +117,6 @@ void expect_chunked_equals_one_shot(kvevict::Policy p, bool shared, std::size_t 
   std::mt19937 gen(seed + 1);
   std::vector<float> zeta(x.size());
   for (float& z : zeta) z = -std::log(-std::log(std::uniform_real_distribution<float>(0.01f, 0.99f)(gen)));
-  inject = inject || p == kvevict::Policy::keyformer;  // drawn noise comes chunk by chunk (see chunk_rows.hpp)
   const std::vector<float>* z = inject ? &zeta : nullptr;
   const std::size_t capacity = std::max(P, budget.resolve(P)) + 1;
   Layer one(p, c, n_kv, capacity), chunked(p, c, n_kv, capacity);
@@ -168,16 +167,23 @@ TEST(ChunkedPrefill, RandomChunkingsEqualOneShot) {
   }
 }
 
-// Drawn noise: a chunk of the whole prompt draws exactly as the one-shot prefill.
-TEST(ChunkedPrefill, OneChunkWithDrawnNoiseEqualsOneShotPerSeed) {
-  const std::size_t P = 30, n_q = 4;
-  const auto c = make_config(kvevict::Policy::keyformer, n_q, kvevict::Budget::tokens(8), false);
-  const auto x = random_prompt(n_q, P, 5, 1.0f);
-  Layer one(kvevict::Policy::keyformer, c, 2, P + 1), chunked(kvevict::Policy::keyformer, c, 2, P + 1);
-  for (std::size_t t = 0; t < P; ++t) append_token(one.kv, static_cast<std::int64_t>(t));
-  one.cache->prefill(x.data(), P);
-  feed_chunks(chunked, x, nullptr, n_q, P, {P});
-  EXPECT_TRUE(same_state(*one.cache, *chunked.cache, 2));
+// Drawn noise is a pure function of (seed, q_head, prompt row, slot): every chunking of
+// the prompt draws exactly as the one-shot prefill, so a noisy Keyformer is bit-identical.
+TEST(ChunkedPrefill, AnyChunkingWithDrawnNoiseEqualsOneShotPerSeed) {
+  const std::size_t P = 700, n_q = 4;  // rows longer than one 512-slot chunk
+  for (bool shared : {false, true}) {
+    const auto c = make_config(kvevict::Policy::keyformer, n_q, kvevict::Budget::tokens(40), shared);
+    const auto x = random_prompt(n_q, P, 5, 1.0f);
+    Layer one(kvevict::Policy::keyformer, c, 2, P + 1);
+    for (std::size_t t = 0; t < P; ++t) append_token(one.kv, static_cast<std::int64_t>(t));
+    one.cache->prefill(x.data(), P);
+    for (const std::vector<std::size_t>& sizes :
+         {std::vector<std::size_t>{P}, std::vector<std::size_t>{1}, std::vector<std::size_t>{7, 300, 64}}) {
+      Layer chunked(kvevict::Policy::keyformer, c, 2, P + 1);
+      feed_chunks(chunked, x, nullptr, n_q, P, sizes);
+      EXPECT_TRUE(same_state(*one.cache, *chunked.cache, 2)) << "shared " << shared << " first chunk " << sizes[0];
+    }
+  }
 }
 
 // Scores during an unbounded chunked prefill are the rows seen so far (H2O, all-zero logits).

@@ -1,8 +1,13 @@
 // Tests of the Gumbel(0, 1) sampler (Keyformer §3.3).
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include <kvevict/score/gumbel.hpp>
 
@@ -46,6 +51,93 @@ TEST(Gumbel, CdfMatchesAtThreePoints) {
     const double expected = std::exp(-std::exp(-x));  // Gumbel CDF
     EXPECT_NEAR(static_cast<double>(below) / n, expected, 0.004) << "x = " << x;
   }
+}
+
+// ---- counter-based noise of the caches (issue 13) ---------------------------------------------
+
+// Written out from the documented definition (README "Guarantees", score/gumbel.hpp), independently
+// of the library's helpers.
+std::uint64_t ref_splitmix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+std::uint32_t ref_lowbias(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  return x ^ (x >> 16);
+}
+// The uniform U of (key, slot), as float bits.
+float ref_uniform(std::uint64_t key, std::uint32_t slot) {
+  const std::uint32_t x = ref_lowbias(ref_lowbias(slot + static_cast<std::uint32_t>(key)) ^
+                                      static_cast<std::uint32_t>(key >> 32));
+  return (static_cast<float>(x >> 9) + 0.5f) / 8388608.0f;  // (j + 0.5) · 2^-23, exact
+}
+
+TEST(GumbelRow, KeyAndUniformsFollowTheDocumentedDefinition) {
+  EXPECT_EQ(kvevict::gumbel_row_key(0, 0, 0), ref_splitmix(ref_splitmix(ref_splitmix(0))));
+  const std::uint64_t key = kvevict::gumbel_row_key(1234, 5, 678);
+  EXPECT_EQ(key, ref_splitmix(ref_splitmix(ref_splitmix(1234) ^ 5u) ^ 678u));
+  // SplitMix64's first output for state 0 (Vigna's reference implementation).
+  EXPECT_EQ(ref_splitmix(0), 0xe220a8397b1dcdafULL);
+  std::vector<float> z(300);
+  kvevict::fill_gumbel_row(key, 1000, z.data(), z.size());
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    const float u = ref_uniform(key, static_cast<std::uint32_t>(1000 + i));
+    const float want = -kvevict::detail::log_positive(-kvevict::detail::log_positive(u));
+    ASSERT_EQ(z[i], want) << "slot " << 1000 + i;
+  }
+}
+
+// A slot's ζ does not depend on where a fill starts or how long it is (what lets a row be split
+// into chunks, and a prompt into chunks, with the same noise).
+TEST(GumbelRow, SlotValuesDoNotDependOnTheFillRange) {
+  const std::uint64_t key = kvevict::gumbel_row_key(7, 3, 41);
+  std::vector<float> whole(1500), a(700), b(800);
+  kvevict::fill_gumbel_row(key, 0, whole.data(), whole.size());
+  kvevict::fill_gumbel_row(key, 0, a.data(), a.size());
+  kvevict::fill_gumbel_row(key, 700, b.data(), b.size());
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), whole.begin()));
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), whole.begin() + 700));
+  std::vector<float> other(1500);
+  kvevict::fill_gumbel_row(kvevict::gumbel_row_key(7, 3, 42), 0, other.data(), other.size());
+  EXPECT_NE(whole, other);  // the next query position draws afresh
+}
+
+// Over many rows (keys of consecutive positions and heads) the draws are Gumbel(0, 1).
+TEST(GumbelRow, MomentsAndCdfMatchGumbelZeroOneAcrossRows) {
+  const std::size_t rows = 2000, len = 500;
+  std::vector<float> z(rows * len);
+  for (std::size_t r = 0; r < rows; ++r)
+    kvevict::fill_gumbel_row(kvevict::gumbel_row_key(2024, r % 8, r / 8), 0, z.data() + r * len, len);
+  double mean = 0.0;
+  for (float x : z) mean += x;
+  mean /= static_cast<double>(z.size());
+  double var = 0.0;
+  for (float x : z) var += (x - mean) * (x - mean);
+  var /= static_cast<double>(z.size() - 1);
+  EXPECT_NEAR(mean, 0.5772156649, 0.006);
+  EXPECT_NEAR(var, 1.6449340668, 0.025);
+  for (double x : {-1.0, 0.0, 2.0}) {
+    std::size_t below = 0;
+    for (float v : z) below += v <= x;
+    EXPECT_NEAR(static_cast<double>(below) / static_cast<double>(z.size()), std::exp(-std::exp(-x)), 0.004) << x;
+  }
+  for (float x : z) {
+    ASSERT_GE(x, -2.8f);
+    ASSERT_LE(x, 16.7f);
+  }
+  // Neighbouring slots are not correlated (lag-1 correlation of one long row).
+  std::vector<float> row(200000);
+  kvevict::fill_gumbel_row(kvevict::gumbel_row_key(9, 0, 0), 0, row.data(), row.size());
+  double c = 0.0, m = 0.0;
+  for (float x : row) m += x;
+  m /= static_cast<double>(row.size());
+  for (std::size_t i = 1; i < row.size(); ++i) c += (row[i] - m) * (row[i - 1] - m);
+  EXPECT_NEAR(c / static_cast<double>(row.size() - 1) / 1.6449340668, 0.0, 0.01);
 }
 
 TEST(Gumbel, SameSeedSameSequenceDifferentSeedDifferent) {

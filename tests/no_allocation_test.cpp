@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "support/allocation_counter.hpp"
+#include "thread_pool.hpp"
 
 #include <kvevict/kvevict.hpp>
 
@@ -119,6 +120,47 @@ TEST(NoAllocation, PrefillChunksAllocateNothing) {
       for (bool shared : {false, true})
         EXPECT_EQ(count_chunk_allocations(policy, bounded, shared), 0)
             << kvevict::policy_name(policy) << (bounded ? " bounded" : " unbounded") << (shared ? " shared" : "");
+}
+
+// With an executor of W > 1 workers (the example thread pool; its threads exist before the
+// count starts), prefill chunks and decode steps allocate nothing either: the per-task
+// scratch is sized by set_executor. n_kv = 1 < W splits each row across 512-slot chunks;
+// n_kv = 4 >= W splits across KV heads.
+long count_parallel_allocations(kvevict::Policy policy, std::size_t n_kv, bool shared, kvexample::ThreadPool& pool) {
+  const std::size_t g = 2, d = 8, k = 1100, C = 300, prompt = 1200, steps = 20;
+  kvevict::KVBuffer<float> buf(n_kv, prompt + 1, d);
+  auto kv = buf.view();
+  kvevict::CacheConfig cfg;
+  cfg.n_q_heads = n_kv * g;
+  cfg.budget = kvevict::Budget::tokens(k);
+  cfg.recent = kvevict::RecentWindow::tokens(kvevict::takes_recent_window(policy) ? 16 : 0);
+  cfg.shared_heads = shared;
+  kvevict::PolicyParams params;
+  params.horizon = steps;
+  auto cache = kvevict::make_cache(policy, cfg, kv, params);
+  cache->set_executor(pool);
+  std::vector<float> rows(n_kv * d, 0.5f), logits(cfg.n_q_heads * C * (prompt + 1), 0.0f);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 13) * 0.1f;
+  const long before = kvtest::allocation_count();
+  for (std::size_t held = 0; held < prompt; held += C) {
+    for (std::size_t t = held; t < held + C; ++t) kv.append(static_cast<std::int64_t>(t), rows.data(), rows.data());
+    cache->prefill_chunk(logits.data(), C, kv.length(0));
+  }
+  cache->finish_prefill();
+  for (std::size_t t = 0; t < steps; ++t) {
+    kv.append(static_cast<std::int64_t>(prompt + t), rows.data(), rows.data());
+    cache->decode_step(logits.data() + t, kv.length(0));
+  }
+  return kvtest::allocation_count() - before;
+}
+
+TEST(NoAllocation, ParallelPrefillAndDecodeStepsAllocateNothing) {
+  kvexample::ThreadPool pool(3);
+  for (auto policy : {kvevict::Policy::keyformer, kvevict::Policy::h2o, kvevict::Policy::tova})
+    for (std::size_t n_kv : {std::size_t{1}, std::size_t{4}})
+      for (bool shared : {false, true})
+        EXPECT_EQ(count_parallel_allocations(policy, n_kv, shared, pool), 0)
+            << kvevict::policy_name(policy) << " n_kv " << n_kv << (shared ? " shared" : " per-head");
 }
 
 // prefill_chunk_qk: Q·K by tiles into the cache, no allocation once the scratch is built.

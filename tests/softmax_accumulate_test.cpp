@@ -122,23 +122,52 @@ TEST(SoftmaxAccumulate, MultiChunkRowsMatchAPlainDoubleSoftmax) {
   }
 }
 
-// Noise drawn by the kernel is exactly `fill_gumbel` from the same generator state,
-// added in the same order: drawing and injecting give bit-identical numerators.
-TEST(SoftmaxAccumulate, DrawnNoiseIsFillGumbelInOrder) {
+// Noise drawn by the kernel is exactly `fill_gumbel_row` of the row's key, slot by
+// slot (chunk c starts at slot 512 c): drawing and injecting give bit-identical numerators.
+TEST(SoftmaxAccumulate, DrawnNoiseIsFillGumbelRowBySlot) {
   const std::size_t n = 1201;  // three chunks, odd length
   std::vector<float> x(n);
   for (std::size_t i = 0; i < n; ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
-  kvevict::Xoshiro256pp drawn(42), injected(42);
+  const std::uint64_t key = kvevict::gumbel_row_key(42, 3, 17);
   std::vector<float> zeta(n);
-  kvevict::fill_gumbel(injected, zeta.data(), n);
+  kvevict::fill_gumbel_row(key, 0, zeta.data(), n);
   const std::size_t chunks = kvevict::detail::chunk_count(n);
   std::vector<float> e1(n), f1(2 * chunks), e2(n), f2(2 * chunks);
-  ASSERT_TRUE(kvevict::detail::softmax_chunks(x.data(), kvevict::detail::DrawnNoise{&drawn}, n, 0.5f, e1.data(), f1.data()));
+  ASSERT_TRUE(kvevict::detail::softmax_chunks(x.data(), kvevict::detail::DrawnNoise{key}, n, 0.5f, e1.data(), f1.data()));
   ASSERT_TRUE(kvevict::detail::softmax_chunks(x.data(), kvevict::detail::GivenNoise{zeta.data()}, n, 0.5f, e2.data(),
                                               f2.data()));
   EXPECT_EQ(e1, e2);
   EXPECT_EQ(std::vector<float>(f1.begin(), f1.begin() + chunks), std::vector<float>(f2.begin(), f2.begin() + chunks));
-  EXPECT_TRUE(drawn == injected);  // the same number of draws
+}
+
+// Any split of a row's chunks into softmax_pass ranges, then the combine, gives the
+// bits of softmax_chunks (what a decode step split across workers relies on).
+TEST(SoftmaxAccumulate, SplitPassesEqualOnePass) {
+  const std::size_t n = 2600;  // six chunks, the last partial
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = 3.0f * std::cos(0.37f * static_cast<float>(i));
+  x[700] = -std::numeric_limits<float>::infinity();
+  const kvevict::detail::DrawnNoise noise{kvevict::gumbel_row_key(5, 0, 99)};
+  const std::size_t chunks = kvevict::detail::chunk_count(n);
+  std::vector<float> e1(n), f1(2 * chunks);
+  ASSERT_TRUE(kvevict::detail::softmax_chunks(x.data(), noise, n, 0.7f, e1.data(), f1.data()));
+  for (std::size_t cut : {std::size_t{1}, std::size_t{2}, std::size_t{5}}) {
+    std::vector<float> e2(n, -1.0f), f2(2 * chunks, -1.0f);
+    ASSERT_TRUE(kvevict::detail::softmax_pass(x.data(), noise, n, 0.7f, cut, chunks, e2.data(), f2.data(),
+                                              f2.data() + chunks));
+    ASSERT_TRUE(kvevict::detail::softmax_pass(x.data(), noise, n, 0.7f, 0, cut, e2.data(), f2.data(),
+                                              f2.data() + chunks));
+    kvevict::detail::softmax_combine(f2.data(), f2.data() + chunks, chunks, 0.7f);
+    EXPECT_EQ(e1, e2) << "cut " << cut;
+    EXPECT_EQ(std::vector<float>(f1.begin(), f1.begin() + chunks), std::vector<float>(f2.begin(), f2.begin() + chunks));
+  }
+  x[1900] = std::numeric_limits<float>::quiet_NaN();  // a bad chunk: reported, every max still written
+  std::vector<float> e3(n), f3(2 * chunks, 0.0f);
+  EXPECT_FALSE(kvevict::detail::softmax_pass(x.data(), noise, n, 0.7f, 0, chunks, e3.data(), f3.data(),
+                                             f3.data() + chunks));
+  EXPECT_TRUE(kvevict::detail::softmax_bad(f3.data() + chunks, chunks));
+  EXPECT_TRUE(std::isnan(f3[chunks + 3]));
+  EXPECT_FALSE(kvevict::detail::softmax_bad(f3.data() + chunks, 3));
 }
 
 // The cache runs this kernel: H2O's prefill scores are, bit for bit, the rows'

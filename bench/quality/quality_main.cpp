@@ -92,8 +92,8 @@ int main(int argc, char** argv) {
   CLI::App app{"kvevict quality report: NLL, KL(full || policy) and top-1 agreement of every eviction policy "
                "against the full KV cache, on consecutive windows of a text."};
   std::string model_path, tokenizer_path, data_path, windows_opt = "32", window_text = "512", prompt_text = "256",
-                                                     seeds_text = "5", threads_text, out_prefix = "quality",
-                                                     prefill_chunk_text;
+                                                     seeds_text = "5", threads_text, step_threads_text = "1",
+                                                     out_prefix = "quality", prefill_chunk_text;
   bool bounded_prefill = false;
   std::vector<std::string> labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova", "snapkv"};
   std::vector<std::string> ratio_texts{"0.1", "0.2", "0.3", "0.5", "0.7", "0.9"};
@@ -129,7 +129,13 @@ int main(int argc, char** argv) {
                "with --prefill-chunk: evict to the budget after every chunk (each layer holds at most k + C tokens "
                "during the prompt)")
       ->needs(chunk_opt);
-  kvcli::add_threads_option(app, threads_text);
+  app.add_option("--threads", threads_text,
+                 "windows evaluated at once, one worker thread each, >= 1 (default: the number of hardware threads)")
+      ->type_name("N");
+  app.add_option("--step-threads", step_threads_text,
+                 "workers inside each engine's step and prefill (attention heads, the caches' scoring; kvevict's "
+                 "executor), per --threads worker, >= 1 (default 1); the results are the same for every value")
+      ->type_name("M");
   app.add_option("--out", out_prefix,
                  "output prefix: PREFIX.csv, PREFIX_summary.csv, PREFIX_plot.dat, PREFIX.gp (default quality); its "
                  "folder must exist; each file is written whole or not at all");
@@ -144,6 +150,7 @@ int main(int argc, char** argv) {
                                               std::to_string(window - 2) + "; lower --prompt or raise --window");
     const std::size_t seeds = kvcli::parse_count(seeds_text, "--seeds", 1, 1000);
     const unsigned threads = kvcli::parse_threads(threads_text);
+    const std::size_t step_threads = kvcli::parse_count(step_threads_text, "--step-threads", 1, 1024);
     const std::size_t prefill_chunk =
         prefill_chunk_text.empty() ? 0 : kvcli::parse_count(prefill_chunk_text, "--prefill-chunk", 1, 1u << 20);
     if (prefill_chunk != 0 && flags.paged)
@@ -308,7 +315,7 @@ int main(int argc, char** argv) {
     };
     std::cerr << "kvevict-quality: " << ids.size() << " tokens, " << n_windows << " of " << available
               << " windows of " << window << " (prompt " << prompt << "), " << runs.size() << " runs per window, "
-              << threads << " threads\n";
+              << threads << " threads x " << step_threads << " step threads\n";
 
     // results[run][window]; full_nll[window].
     std::vector<std::vector<WindowResult>> results(runs.size(), std::vector<WindowResult>(n_windows));
@@ -319,10 +326,14 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     auto worker = [&] {
       try {
+        // One step pool per window worker, shared by its engines (they run one after another).
+        std::unique_ptr<kvexample::ThreadPool> step_pool;
+        if (step_threads > 1) step_pool = std::make_unique<kvexample::ThreadPool>(step_threads);
         llama2::Engine full(model);
         kvquality::FutureAttention future;  // the oracle rows' view of the full cache's future attention
         const llama2::Config& mc = model.config();
         future.reset(mc.n_layers, mc.n_kv_heads, mc.n_heads / mc.n_kv_heads, window - prompt - 1, window);
+        full.set_pool(step_pool.get());
         std::vector<std::unique_ptr<llama2::Engine>> engines;
         for (const Run& run : runs) {
           const RowSpec& row = *run.row;
@@ -357,6 +368,7 @@ int main(int argc, char** argv) {
           s.bounded_prefill = row.bounded_chunk != 0 || bounded_prefill;
           s.reindex_positions = row.reindexed;
           engines.push_back(llama2::make_engine(model, s));
+          engines.back()->set_pool(step_pool.get());
         }
         for (std::size_t w; (w = next.fetch_add(1)) < n_windows;) {
           const auto tokens = window_tokens(ids, w, window);

@@ -95,7 +95,7 @@ void Engine::init() {
   h3_.resize(c.hidden_dim);
   logits_.resize(c.vocab_size);
   att_logits_.resize(c.n_heads * c.seq_len);
-  att_probs_.resize(c.seq_len);
+  att_probs_.resize(c.n_heads * c.seq_len);
   reset();
 }
 
@@ -129,6 +129,7 @@ void Engine::reset() {
       PagedLayer& layer = *paged_layers_.back();
       paged_caches_.push_back(make_paged_cache_ ? make_paged_cache_(l, layer.view, layer.pool) : nullptr);
     }
+    apply_executor();
     return;
   }
   buffers_.clear();
@@ -142,6 +143,34 @@ void Engine::reset() {
     caches_.push_back(make_cache_ ? make_cache_(l, views_.back()) : nullptr);
   }
   position_ = 0;
+  apply_executor();
+}
+
+void Engine::set_threads(std::size_t threads) {
+  if (threads == 0 || threads > 1024)
+    throw std::invalid_argument("llama2::Engine::set_threads: threads must be in [1, 1024] (got " +
+                                std::to_string(threads) + ")");
+  if (threads == this->threads() && (pool_ == nullptr || pool_ == own_pool_.get())) return;
+  auto pool = threads > 1 ? std::make_unique<kvexample::ThreadPool>(threads) : nullptr;
+  set_pool(pool.get());
+  own_pool_ = std::move(pool);
+}
+
+void Engine::set_pool(kvexample::ThreadPool* pool) {
+  pool_ = pool;
+  for (auto& cache : caches_)
+    if (cache) cache->set_executor(kvevict::ExecutorRef());
+  for (auto& cache : paged_caches_)
+    if (cache) cache->set_executor(kvevict::ExecutorRef());
+  apply_executor();
+}
+
+void Engine::apply_executor() {
+  if (!pool_) return;
+  for (auto& cache : caches_)
+    if (cache) cache->set_executor(*pool_);
+  for (auto& cache : paged_caches_)
+    if (cache) cache->set_executor(*pool_);
 }
 
 std::size_t Engine::kv_bytes_held() const {
@@ -262,15 +291,19 @@ void Engine::attend(const kvevict::KVView<const float>& view, const float* q, fl
   const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
   kvevict::attention_logits(view, q, c.n_heads, logits, 1.0f / std::sqrt(static_cast<float>(hd)));
   const Eigen::OuterStride<> stride(static_cast<Eigen::Index>(view.slot_stride));
-  float* probs = att_probs_.data();
-  for (std::size_t h = 0; h < c.n_heads; ++h) {
+  auto head = [&](std::size_t h) {  // each head its own probs row: heads may run in parallel
+    float* probs = att_probs_.data() + h * c.seq_len;
     const SlotRows values(view.v_row(h / group, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd),
                           stride);
     std::copy(logits + h * n, logits + (h + 1) * n, probs);
     softmax(probs, n);
     VectorMap(out + h * hd, static_cast<Eigen::Index>(hd)).noalias() =
         values.transpose() * ConstVectorMap(probs, static_cast<Eigen::Index>(n));
-  }
+  };
+  if (pool_)
+    pool_->parallel_for(c.n_heads, head);
+  else
+    for (std::size_t h = 0; h < c.n_heads; ++h) head(h);
 }
 
 const float* Engine::step(int token) {

@@ -15,6 +15,7 @@
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_cache.hpp"
+#include "thread_pool.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
 #include "llama2/model.hpp"
 
@@ -137,6 +138,19 @@ class Engine {
   /// with the factory given to the constructor (so seeds restart). Allocates.
   void reset();
 
+  /// Runs the work of every block on a pool of `threads` workers (the calling
+  /// thread included; 1 = serial, the default): the decode step's attention
+  /// (query heads as tasks) and each cache's scoring (`set_executor`: prefill and
+  /// decode steps, bit-identical results for any thread count), also for the
+  /// caches `reset` builds later. Throws `std::invalid_argument` if `threads` is
+  /// 0 or above 1024. Allocates (the pool's threads, the caches' per-task scratch).
+  void set_threads(std::size_t threads);
+  /// As `set_threads`, on a pool the caller owns (shared by several engines that
+  /// run one after another on one thread; it must outlive its use here); `nullptr`
+  /// = serial. Allocates the caches' per-task scratch.
+  void set_pool(kvexample::ThreadPool* pool);
+  /// Worker threads in use (1 = serial).
+  std::size_t threads() const { return pool_ ? pool_->workers() : 1; }
   /// Prefill chunk size `C` (0 = one-shot).
   std::size_t prefill_chunk() const { return prefill_chunk_; }
   /// Tokens processed so far (the position of the next token).
@@ -171,6 +185,8 @@ class Engine {
 
  private:
   void init();
+  /// Gives every cache the pool (`set_executor`), if there is one.
+  void apply_executor();
   const RowMatrix& run_prefill(const std::vector<int>& tokens);
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
@@ -224,7 +240,9 @@ class Engine {
   // Decode-step scratch, allocated once.
   Eigen::VectorXf x_, xb_, xb2_, q_, k_, v_, h1_, h3_, logits_;
   std::vector<float> att_logits_;  // [n_heads][seq_len], one block at a time
-  std::vector<float> att_probs_;   // [seq_len]
+  std::vector<float> att_probs_;   // [n_heads][seq_len]: one row per query head (heads run in parallel)
+  kvexample::ThreadPool* pool_ = nullptr;             // null: serial
+  std::unique_ptr<kvexample::ThreadPool> own_pool_;  // the pool of set_threads
 
   // Prefill storage, grown on demand.
   RowMatrix prefill_logits_;           // [P][vocab]

@@ -61,7 +61,7 @@ std::string format_bytes(std::size_t bytes) {
 int main(int argc, char** argv) {
   CLI::App app{"Generate text with a llama2.c model whose KV cache is managed by kvevict."};
   std::string model_path, tokenizer_path, prompt, prompt_ids_text, steps_text = "256", temperature_text = "0.8";
-  std::string dump_path, dump_layer_text = "0", prefill_chunk_text;
+  std::string dump_path, dump_layer_text = "0", prefill_chunk_text, threads_text;
   bool print_ids = false, no_noise = false, bounded_prefill = false;
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
@@ -89,6 +89,10 @@ int main(int argc, char** argv) {
                "with --prefill-chunk: evict to the budget after every chunk, so each layer never holds more than "
                "k + C tokens during the prompt")
       ->needs(chunk_opt);
+  app.add_option("--threads", threads_text,
+                 "worker threads of the engine's step and prefill (attention heads, the caches' scoring), >= 1 "
+                 "(default: the number of hardware threads); the output is the same for every count")
+      ->type_name("N");
   app.add_flag("--print-ids", print_ids, "print the generated token ids, one per line, instead of text");
   auto* dump_opt = app.add_option("--dump-logits", dump_path,
                                   "write block --dump-layer's attention logits for the whole run (full cache) as a "
@@ -104,6 +108,7 @@ int main(int argc, char** argv) {
     if (temperature < 0.0f)
       throw kvcli::UsageError("--temperature", "must be >= 0 (got " + temperature_text + "); 0 = greedy");
     const std::size_t dump_layer = kvcli::parse_count(dump_layer_text, "--dump-layer");
+    const unsigned threads = kvcli::parse_threads(threads_text);
     const std::size_t prefill_chunk =
         prefill_chunk_text.empty() ? 0 : kvcli::parse_count(prefill_chunk_text, "--prefill-chunk", 1);
     if (prefill_chunk != 0 && flags.paged)
@@ -226,6 +231,7 @@ int main(int argc, char** argv) {
                                                  dump ? dump->factory()
                                                       : llama2::make_cache_factory(ev, cfg.n_heads, cfg.n_layers),
                                                  prefill_chunk);
+    engine.set_threads(threads);
     llama2::Sampler sampler(temperature, flags.seed);
 
     // ---- generate ----

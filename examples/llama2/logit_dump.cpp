@@ -58,6 +58,8 @@ class Recorder final : public kvevict::CacheInterface {
     state_->prompt_len = n;
   }
   void finish_prefill() override {}
+  // Copying logits needs no threads: the engine's pool (--threads) is accepted and not used.
+  void set_executor(kvevict::ExecutorRef /*executor*/) override {}
   void decode_step(const float* logits, std::size_t n, const float* /*gumbel*/) override {
     const std::size_t H = state_->n_q_heads, t = state_->rows.size();
     if (n != t + 1)

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -41,7 +40,7 @@ namespace kvevict {
 ///
 /// The cache does not own K and V: it works on the engine's `KVView<T>` and
 /// owns only the scores `[kv_head][capacity]` (float), scratch space and the
-/// noise generator, all allocated in the constructor. It keeps, per KV head,
+/// noise seed, all allocated in the constructor. It keeps, per KV head,
 /// slots `[0, length)` live with K row, V row, position ID and score aligned;
 /// eviction removes tokens for good and never renumbers position IDs.
 ///
@@ -60,9 +59,10 @@ namespace kvevict {
 ///
 /// Errors: every call validates its arguments and the view before any change and throws
 /// `std::invalid_argument` (naming the argument and value) or `std::length_error`, leaving
-/// cache, view and generator as before. `decode_step` and `prefill_chunk` never allocate.
+/// cache and view as before. `decode_step` and `prefill_chunk` never allocate.
 ///
-/// Thread safety: none; one cache per layer per sequence, used by one thread.
+/// Threads: one cache per layer per sequence, called by one thread; that call may run its
+/// work on an executor's workers (`set_executor`), with bit-identical results for any count.
 template <class Score, class Temperature, class Selection>
 class Cache final : public CacheInterface {
   // The policy contracts (kvevict/concepts.hpp): one readable error per missing member.
@@ -118,7 +118,8 @@ class Cache final : public CacheInterface {
   /// `logits`: `[q_head][P][P]` row-major, `x[h][r][c]` = logit of the query at
   /// slot `r` against slot `c`; only `c <= r` is read (the causal part; `-inf`
   /// entries count as masked). May be `nullptr` for `NoScore`. `gumbel`: optional pre-drawn ζ, same layout (read where the logits are),
-  /// else drawn from the generator; used only by a noisy score policy.
+  /// else drawn (`fill_gumbel_row`: prompt row r of q_head h has key (seed, h, r));
+  /// used only by a noisy score policy.
   /// Resolves and checks `k` and `w` with `resolve_budget`; row r of query
   /// head h adds `softmax((x[h][r][0..r] + ζ) / τ_0)` to h's accumulator (TOVA:
   /// last row only), KV head j's scores are the sum over its group (so that
@@ -164,7 +165,7 @@ class Cache final : public CacheInterface {
   /// `C > config.max_prefill_chunk` (when set), `n != held + C`, a length is not
   /// `n`, positions do not rise or differ across heads, τ_0 is invalid,
   /// `logits` is null when needed, or a value of `x + ζ` is NaN / `+inf`; the
-  /// cache, the view and the generator are then unchanged.
+  /// cache and the view are then unchanged.
   void prefill_chunk(const float* logits, std::size_t chunk_len, std::size_t n, const float* gumbel = nullptr) override {
     if constexpr (Score::kUsesLogits)
       detail::require(logits != nullptr, "kvevict::Cache::prefill_chunk: logits must be non-null");
@@ -184,7 +185,7 @@ class Cache final : public CacheInterface {
     const auto [k, w] = bounded ? resolve_budget(config_.budget.token_count(), "kvevict::Cache::prefill_chunk")
                                 : std::pair<std::size_t, std::size_t>{0, 0};
     const float tau = checked_tau(0, "prefill_chunk");
-    if constexpr (Score::kUsesLogits) scorer_.score_chunk(rows, n_, C, 1.0f / tau, "prefill_chunk");
+    if constexpr (Score::kUsesLogits) scorer_.score_chunk(rows, n_, C, 1.0f / tau, "prefill_chunk", prompt_len_);
     // ---- nothing below can throw ----
     take_chunk(C, tau);
     if (bounded && n_ > k) {
@@ -231,7 +232,8 @@ class Cache final : public CacheInterface {
     const float tau = checked_tau(step_ + 1, "decode_step");
     if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::Cache::decode_step: logits must be non-null");
-      scorer_.score_step(logits, gumbel, n, 1.0f / tau, slots_.all_scores(), slots_.capacity());
+      scorer_.score_step(logits, gumbel, n, 1.0f / tau, slots_.all_scores(), slots_.capacity(),
+                         static_cast<std::uint64_t>(new_pos));
     } else {
       for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.scores(j)[n - 1] = 0.0f;
     }
@@ -256,7 +258,7 @@ class Cache final : public CacheInterface {
   }
 
   /// Forgets the sequence: every length 0, scores 0, step 0, no recent window,
-  /// and re-seeds the generator with `seed`. The view's K/V bytes are left as
+  /// and sets the noise seed to `seed`. The view's K/V bytes are left as
   /// they are. O(n_kv_heads · capacity).
   void reset(std::uint64_t seed) override {
     for (std::size_t h = 0; h < kv().n_kv_heads; ++h) kv().lengths[h] = 0;
@@ -269,8 +271,7 @@ class Cache final : public CacheInterface {
     last_position_ = std::numeric_limits<std::int64_t>::min();
     tau_ = 0.0f;
   }
-  /// `reset(seed)` with the seed of the configuration.
-  void reset() { reset(config_.seed); }
+  void reset() { reset(config_.seed); }  ///< `reset(seed)` with the seed of the configuration.
 
   std::size_t budget() const override { return k_; }
   std::size_t recent_window() const override { return w_; }
@@ -296,10 +297,15 @@ class Cache final : public CacheInterface {
       slots_.sort_by_position(j, prefilled_ || chunking_ ? n_ : kv().lengths[j]);
   }
 
-  /// Query heads per KV head (`g`).
-  std::size_t group_size() const { return group_; }
-  /// The configuration (with the latest seed).
-  const CacheConfig& config() const { return config_; }
+  /// Runs the scoring of `prefill`, `prefill_chunk` (when its rows are `concurrent()`) and
+  /// `decode_step` as tasks on `executor` (core/executor.hpp; the default is serial); the
+  /// referenced executor must outlive its use. Prefill splits across query heads; a step
+  /// across KV heads, and across 512-slot chunks of a row when n_kv_heads < workers. Scores,
+  /// kept sets and errors are bit-identical for every executor. Allocates the per-task
+  /// scratch, O(min(workers, n_q_heads) · capacity) floats, here (never in a step).
+  void set_executor(ExecutorRef executor) override { scorer_.set_executor(executor); }
+  std::size_t group_size() const { return group_; }        ///< Query heads per KV head (`g`).
+  const CacheConfig& config() const { return config_; }  ///< The configuration (with the latest seed).
   /// The score policy, the temperature schedule and the selection policy in use.
   const Score& score_policy() const { return scorer_.policy(); }
   const Temperature& temperature_schedule() const { return temperature_; }
@@ -307,9 +313,8 @@ class Cache final : public CacheInterface {
 
  private:
   const detail::ErasedKV& kv() const { return slots_.kv(); }
-  /// Books a scored chunk of `C` tokens (slots `[n_, n_ + C)`): scores = the
-  /// accumulators' fold (all 0 for `NoScore`, which never scores). The chunk's
-  /// newest position is recorded before any cut can evict it: a decode step's
+  /// Books a scored chunk of `C` tokens (slots `[n_, n_ + C)`): scores = the accumulators' fold (0 for
+  /// `NoScore`). The chunk's newest position is recorded before any cut can evict it: a decode step's
   /// token must come after every prompt position, kept or not. Cannot throw.
   void take_chunk(std::size_t C, float tau) noexcept {
     const std::size_t n = n_ + C;
@@ -320,9 +325,9 @@ class Cache final : public CacheInterface {
     tau_ = tau;
     chunking_ = true;
   }
-  /// Keeps `selection.prefill_keep`'s `m = min(k, n_)` of slots `[0, n_)` per KV head, ranked by the
-  /// scorer's `selection_scores` (the scores; SnapKV: pooled) (one
-  /// selection for the layer with `shared_heads`), compacted in order; returns `m`. No throw.
+  /// Keeps `selection.prefill_keep`'s `m = min(k, n_)` of slots `[0, n_)` per KV head (one selection for the
+  /// layer with `shared_heads`), ranked by the scorer's `selection_scores` (the scores; SnapKV: pooled),
+  /// compacted in order; returns `m`. No throw.
   std::size_t cut(std::size_t k, std::size_t w) noexcept {
     std::size_t m = 0;
     if (config_.shared_heads) {
@@ -337,8 +342,8 @@ class Cache final : public CacheInterface {
     }
     return m;
   }
-  /// The end of the prompt: the final cut, the recent window (the last
-  /// `min(w, m)` prompt tokens, now the last slots), step 0. Cannot throw.
+  /// The end of the prompt: the final cut, the recent window (the last `min(w, m)` prompt tokens, now the
+  /// last slots), step 0. Cannot throw.
   void finish(std::size_t k, std::size_t w) noexcept {
     const std::size_t m = cut(k, w);
     slots_.reset_window(w);
@@ -380,7 +385,7 @@ class Cache final : public CacheInterface {
 
   CacheConfig config_;
   detail::SlotTable slots_;          // the view's rows + scores + recent flags, moved together
-  detail::Scorer<Score> scorer_;     // the score policy, the generator, the kernel's scratch
+  detail::Scorer<Score> scorer_;     // the score policy, the noise seed, the kernel's scratch
   Temperature temperature_;
   Selection selection_;
   std::size_t group_ = 1;

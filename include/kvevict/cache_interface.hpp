@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kvevict/core/executor.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 
 namespace kvevict {
@@ -49,8 +50,14 @@ class CacheInterface {
   /// Scores one decode step from logits `[q_head][n]` (by slot) and evicts at
   /// most one token per KV head. `gumbel` (optional, `[q_head][n]`) injects ζ.
   virtual void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) = 0;
-  /// Forgets the sequence (lengths 0, scores 0, step 0) and re-seeds the noise generator.
+  /// Forgets the sequence (lengths 0, scores 0, step 0) and sets the noise seed.
   virtual void reset(std::uint64_t seed) = 0;
+  /// Runs the scoring on `executor`'s workers (see `Cache::set_executor`); bit-identical
+  /// results for any executor. Allocates per-task scratch. The default (a cache without
+  /// parallel scoring) throws `std::logic_error`.
+  virtual void set_executor(ExecutorRef /*executor*/) {
+    throw std::logic_error("kvevict::CacheInterface::set_executor: this cache has no parallel scoring");
+  }
 
   /// Resolved budget `k` (0 before the first prefill).
   virtual std::size_t budget() const = 0;

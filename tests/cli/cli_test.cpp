@@ -273,6 +273,8 @@ std::vector<Case> cases() {
        {"--layer-budgets: weight 'x' in '1,x' is not a number"}},
       {"GenLayerBudgetsWithFull", G, kTiny + "--layer-budgets pyramid --prompt-ids 1", 2,
        {"--layer-budgets: --policy full keeps every token in every layer"}},
+      {"GenThreadsZero", G, kTiny + "--threads 0 --prompt-ids 1", 2, {"--threads: expected an integer in [1, 1024], got '0'"}},
+      {"GenThreadsTooMany", G, kTiny + "--threads 2000 --prompt-ids 1", 2, {"--threads: expected an integer in [1, 1024], got '2000'"}},
       // ---- kvevict-replay: the same flags ----
       {"ReplayBudgetPercent", R, "{W}/t.json --policy h2o --budget 67%", 0, {"[h2o k=2 w=1 sinks=0]"}},
       {"ReplayDefaultRecentIs30Percent", R, "{W}/t.json --policy h2o --budget 3", 0, {"[h2o k=3 w=1 sinks=0]"}},
@@ -296,6 +298,7 @@ std::vector<Case> cases() {
       {"QualityWindowsNegative", Q, "--windows -1", 2, {"--windows: expected a positive integer or 'all', got '-1'"}},
       {"QualitySeedsZero", Q, "--seeds 0", 2, {"--seeds: expected an integer in [1, 1000], got '0'"}},
       {"QualityThreadsZero", Q, "--threads 0", 2, {"--threads: expected an integer in [1, 1024], got '0'"}},
+      {"QualityStepThreadsZero", Q, "--step-threads 0", 2, {"--step-threads: expected an integer in [1, 1024], got '0'"}},
       {"QualityRatioAboveOne", Q, "--ratios 0.5,2", 2, {"--ratios: each ratio must be in (0, 1] (got 2)"}},
       {"QualityPromptTooLong", Q, "--window 64 --prompt 63", 2, {"--prompt: 63 must be at most --window - 2 = 62"}},
       {"QualitySinksAboveSmallestBudget", Q, "--ratios 0.01 --prompt 256", 2, {"--sinks: S = 4 exceeds the budget k = 2", "--ratios 0.01"}},
@@ -327,7 +330,7 @@ std::vector<Case> cases() {
        {"--prefill-chunk: snapkv scores the prompt with its last L queries"}},
       {"QualityLayerBudgetsBadBeta", Q, "--layer-budgets pyramid:0.5", 2,
        {"--layer-budgets: pyramid beta must be >= 1 (got 0.5)"}},
-      {"QualityLayerBudgetsWrongCount", Q, kSmall + "--layer-budgets 1,2 --windows 1 --out {W}/q", 2,
+      {"QualityLayerBudgetsWrongCount", Q, kSmall + "--data {S}/data/tinystories-val/tinystories_val.txt --layer-budgets 1,2 --windows 1 --out {W}/q", 2,
        {"--layer-budgets: 2 weights for 5 layers"}, true},
   };
 }
@@ -474,6 +477,26 @@ TEST(CliQuality, LayerBudgetsLabelTheRowsAndSnapKVStatesItsParameters) {
       << run.out;
 }
 
+// Issue 13: --step-threads runs every engine's step on a pool; the CSV is the same bytes.
+TEST(CliQuality, StepThreadsGiveTheSameCsv) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  std::string csv[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = Workspace::get().file(i == 0 ? "qstep1" : "qstep3");
+    fs::create_directories(out);
+    const ToolRun run = Workspace::get().run(
+        binary(Tool::quality), expand(kSmall) + "--data " + shared() +
+                                   "/data/tinystories-val/tinystories_val.txt --windows 2 --ratios 0.3 --seeds 2 "
+                                   "--window 64 --prompt 32 --threads 1 --step-threads " + (i == 0 ? "1" : "3") +
+                                   " --out " + out + "/q");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    csv[i] = slurp(out + "/q.csv");
+  }
+  EXPECT_EQ(csv[0], csv[1]);
+  EXPECT_NE(csv[0].find("\nkeyformer,0.3,"), std::string::npos) << csv[0];
+}
+
 }  // namespace
 
 // ---- paged KV layout (issue 11) ----
@@ -500,15 +523,34 @@ TEST(CliGenerate, PagedTokenUnitPrintsTheIdsOfSharedHeadsForEveryPolicy) {
   }
 }
 
-// Issue 15: --prefill-chunk reproduces the one-shot greedy ids for every policy (Keyformer without
-// noise), and --bounded-prefill runs; the flags are validated and named.
+// Issue 13: --threads N runs the engine's step (attention heads, the caches' scoring) on N workers
+// with the same ids for every N and every policy (Keyformer with its drawn noise; sampling on).
+TEST(CliGenerate, ThreadsGiveTheSameIdsForEveryCount) {
+  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) {
+    for (const char* layout : {"", " --kv-layout paged --page-size 16"}) {
+      const std::string common = std::string("--model tiny.bin --policy ") + policy +
+                                 " --budget 12 --seed 3 --prompt-ids 1,5,9,3,7,11,2,4,6,8,10,12,14,16 --print-ids "
+                                 "--steps 30" + layout;
+      const ToolRun one = Workspace::get().run(KVEVICT_GENERATE_BIN, common + " --threads 1");
+      ASSERT_EQ(one.exit_code, 0) << one.err;
+      EXPECT_GE(one.out_lines(), 1u) << policy;  // sampling may stop at the end-of-text token
+      for (const char* threads : {"2", "3", "7"}) {
+        const ToolRun par = Workspace::get().run(KVEVICT_GENERATE_BIN, common + " --threads " + threads);
+        ASSERT_EQ(par.exit_code, 0) << par.err;
+        EXPECT_EQ(par.out, one.out) << policy << layout << " --threads " << threads;
+      }
+    }
+  }
+}
+
+// Issue 15: --prefill-chunk reproduces the one-shot greedy ids for every policy (Keyformer with its
+// drawn noise, the same for every chunking since issue 13), and --bounded-prefill runs; the flags are validated and named.
 TEST(CliGenerate, PrefillChunkReproducesTheOneShotIds) {
   const std::string prompt = "--prompt-ids 1,5,9,3,7,11,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,1,3,5,7,9,11,13";
   for (const char* policy : {"full", "keyformer", "h2o", "streaming", "window", "tova"}) {
     const bool full = std::string(policy) == "full";  // the full cache takes no --budget
     const std::string common = std::string("--model tiny.bin --policy ") + policy + (full ? "" : " --budget 8") +
-                               " --temperature 0 " + prompt + " --print-ids --steps 40" +
-                               (std::string(policy) == "keyformer" ? " --no-noise" : "");
+                               " --temperature 0 " + prompt + " --print-ids --steps 40";
     const ToolRun one = Workspace::get().run(KVEVICT_GENERATE_BIN, common);
     ASSERT_EQ(one.exit_code, 0) << one.err;
     EXPECT_EQ(one.out_lines(), 40u) << policy;

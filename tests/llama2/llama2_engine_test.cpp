@@ -106,6 +106,40 @@ TEST(Llama2Engine, PolicyWhoseBudgetIsNeverReachedChangesNothing) {
   }
 }
 
+// Issue 13: set_threads runs the step's attention heads and every cache's scoring on a pool;
+// prefill logits, step logits and kept positions are bit-identical for 1, 2, 3 and 7 threads,
+// also after reset (the rebuilt caches get the pool too) and for the paged layout.
+TEST(Llama2Engine, ThreadsGiveBitIdenticalResults) {
+  const Model m = make_model(Header{}, 27);
+  const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 9), rest(kTokens.begin() + 9, kTokens.end());
+  for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) {
+    for (bool paged : {false, true}) {
+      auto s = settings(policy, kvevict::Budget::ratio(0.5));
+      s.shared_heads = paged;
+      s.kv_layout = paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
+      auto run = [&](std::size_t threads) {
+        auto e = llama2::make_engine(m, s);
+        e->set_threads(threads);
+        EXPECT_EQ(e->threads(), threads);
+        e->prefill(prompt);
+        e->reset();  // the rebuilt caches keep the pool
+        const llama2::RowMatrix pre = e->prefill(prompt);
+        std::vector<std::vector<float>> out{std::vector<float>(pre.data(), pre.data() + pre.size())};
+        for (const auto& l : step_logits(*e, rest)) out.push_back(l);
+        for (std::size_t l = 0; l < m.config().n_layers; ++l) {
+          const auto kept = e->cache(l)->retained_positions(0);
+          out.emplace_back(kept.begin(), kept.end());
+        }
+        return out;
+      };
+      const auto serial = run(1);
+      for (std::size_t threads : {2, 3, 7}) EXPECT_EQ(run(threads), serial) << policy << " paged " << paged << " threads " << threads;
+    }
+  }
+  Engine e(m);
+  EXPECT_THROW(e.set_threads(0), std::invalid_argument);
+}
+
 TEST(Llama2Engine, EvictingPolicyKeepsEveryLayerAtItsBudget) {
   const Model m = make_model(Header{}, 23);
   const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 10), rest(kTokens.begin() + 10, kTokens.end());
@@ -172,9 +206,6 @@ TEST(Llama2Engine, RatioBudgetOnAOneTokenPromptKeepsOneToken) {
   EXPECT_EQ(e.retained(0), 1u);
 }
 
-// Chunked prefill (issue 15): same prefill logits, same kept tokens, same decode logits as the
-// one-shot prefill, for every policy and chunk size (Keyformer without noise: drawn noise comes
-// chunk by chunk).
 // Per-layer budgets (issue 14): PyramidKV over 5 layers, k = 6, a 10-token prompt: b_min = 6 / 20 = 0.3,
 // b_max = 11.7 > 10 = P, so b_max = 10 and b_min = 12 - 10 = 2: [10, 8, 6, 4, 2] (total 30 = 5 x 6).
 // Every layer holds exactly its budget after the prompt and after every decode step, with h2o and with
@@ -221,12 +252,14 @@ TEST(Llama2Engine, PerLayerBudgetsAreRejectedWhereTheyCannotApply) {
   EXPECT_THROW(llama2::make_cache_factory(snap, 4, 2), std::invalid_argument);  // one-shot prefill only
 }
 
+// Chunked prefill (issue 15): same prefill logits, same kept tokens, same decode logits as the
+// one-shot prefill, for every policy and chunk size (Keyformer with its drawn noise: ζ is a pure
+// function of (seed, query head, prompt row, slot), issue 13).
 TEST(Llama2Engine, ChunkedPrefillEqualsOneShotForEveryPolicyAndChunkSize) {
   const Model m = make_model(Header{}, 26);
   const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 13), rest(kTokens.begin() + 13, kTokens.end());
   for (const char* policy : {"full", "keyformer", "h2o", "streaming", "window", "tova"}) {
     auto s = settings(policy, kvevict::Budget::ratio(0.5));
-    s.params.gumbel_noise = false;
     s.params.sinks = 2;
     Engine one(m, llama2::make_cache_factory(s, m.config().n_heads));
     const llama2::RowMatrix expected_prefill = one.prefill(prompt);

@@ -68,12 +68,12 @@ namespace kvevict {
 /// max(w, 1)` so that the middle is never empty when a page must go.
 ///
 /// Errors: as `Cache` (every call validates first; `std::invalid_argument` or
-/// `std::length_error`; state, view, pool and generator unchanged), plus a
+/// `std::length_error`; state, view and pool unchanged), plus a
 /// page table that is not the pool's (`PagePool::check_table`) at prefill and
 /// a last page not in use at a decode step. `decode_step` performs no heap
 /// allocation (the pool's free list is pre-sized).
-/// Thread safety: none; the pool is shared, so the sequences of one pool must
-/// be stepped by one thread (or under the engine's lock).
+/// Threads: the pool is shared, so the sequences of one pool must be stepped by one
+/// thread (or under the engine's lock); a call may run its scoring on `set_executor`'s workers.
 template <class Score, class Temperature, class Selection>
 class PagedCache final : public PagedCacheInterface {
   // The policy contracts (kvevict/concepts.hpp), checked exactly as `Cache` checks them.
@@ -140,9 +140,8 @@ class PagedCache final : public PagedCacheInterface {
   /// `selection.prefill_keep`'s `min(k, P)` tokens in position order and frees
   /// the pages left empty. Page unit: evicts `floor((P − k) / page_size)`
   /// middle pages (when `P >= k + page_size`), lowest score first.
-  /// O(n_q_heads · P²) scoring, O(P · n_kv_heads · head_dim) compaction.
-  /// Throws `std::invalid_argument` as `Cache::prefill` does (the same budget
-  /// rules, see `resolve_budget`), for a page table that fails
+  /// O(n_q_heads · P²) scoring, O(P · n_kv_heads · head_dim) compaction. Throws
+  /// `std::invalid_argument` as `Cache::prefill` does (the same budget rules, see `resolve_budget`), for a page table that fails
   /// `PagePool::check_table`, and (page unit) if `k < start_pages · page_size + max(w, 1)`.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
     const std::size_t P = prompt_len, ps = kv().page_size;
@@ -197,10 +196,9 @@ class PagedCache final : public PagedCacheInterface {
   /// optional `[q_head][n]`. Scores the step at τ_t; token unit: if `n > k`
   /// evicts the selection's victim (the hole is filled with slot `n − 1`) and
   /// frees the last page if it became empty; page unit: if `n − k >= page_size`
-  /// evicts the lowest-scoring middle page. O(n_q_heads · n) scoring +
-  /// O(n) selection + O(n_kv_heads · head_dim) bytes moved (token) or O(n)
-  /// ints/floats shifted (page, once per `page_size` steps). No heap allocation.
-  /// Throws `std::invalid_argument` as `Cache::decode_step` does and if the
+  /// evicts the lowest-scoring middle page. O(n_q_heads · n) scoring + O(n) selection + O(n_kv_heads
+  /// · head_dim) bytes moved (token) or O(n) ints/floats shifted (page, once per `page_size` steps).
+  /// No heap allocation. Throws `std::invalid_argument` as `Cache::decode_step` does and if the
   /// last page of the table is not a page in use of the pool; state unchanged.
   void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) override {
     const std::size_t ps = kv().page_size;
@@ -220,7 +218,8 @@ class PagedCache final : public PagedCacheInterface {
     const float tau = checked_tau(step_ + 1, "decode_step");
     if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::PagedCache::decode_step: logits must be non-null");
-      scorer_.score_step(logits, gumbel, n, 1.0f / tau, slots_.all_scores(), slots_.capacity());
+      scorer_.score_step(logits, gumbel, n, 1.0f / tau, slots_.all_scores(), slots_.capacity(),
+                         static_cast<std::uint64_t>(new_pos));
     } else {
       for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.scores(j)[n - 1] = 0.0f;
     }
@@ -245,7 +244,7 @@ class PagedCache final : public PagedCacheInterface {
 
   /// Ends the sequence: returns all its pages to the pool
   /// (`PagePool::release_sequence`: table entries `kNoPage`, length 0), scores
-  /// 0, step 0, no recent window, re-seeds the generator. Throws
+  /// 0, step 0, no recent window, sets the noise seed. Throws
   /// `std::invalid_argument` (nothing changed) if the table holds an entry that
   /// is not a page in use. O(capacity).
   void reset(std::uint64_t seed) override {
@@ -296,6 +295,8 @@ class PagedCache final : public PagedCacheInterface {
   std::size_t pages_freed() const override { return pages_freed_; }
   EvictUnit evict_unit() const override { return paged_.unit; }
 
+  /// As `Cache::set_executor` (prefill and step scoring on `executor`; same bits for any executor).
+  void set_executor(ExecutorRef executor) override { scorer_.set_executor(executor); }
   /// Query heads per KV head (`g`).
   std::size_t group_size() const { return group_; }
   /// The configuration (with the latest seed).
@@ -352,7 +353,7 @@ class PagedCache final : public PagedCacheInterface {
   PagedEvictionConfig paged_;
   detail::PagedSlotTable slots_;   // the pages' rows + positions, scores, recent flags, moved together
   PagePool* pool_;
-  detail::Scorer<Score> scorer_;   // the score policy, the generator, the kernel's scratch
+  detail::Scorer<Score> scorer_;   // the score policy, the noise seed, the kernel's scratch
   Temperature temperature_;
   Selection selection_;
   detail::PageEvictor pages_;      // page unit: page scores and marks

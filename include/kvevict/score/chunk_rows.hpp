@@ -16,9 +16,9 @@
 // head accumulates its rows in prompt order into its own accumulator, and the
 // scores are the sum over the GQA group: the same operations in the same order
 // for every chunking, so kept positions and scores equal the one-shot `prefill`
-// bit for bit — with ζ injected or off. Drawn ζ comes chunk by chunk (within a
-// chunk: q_head, then row, then slot), so a noisy Keyformer equals the one-shot
-// prefill in distribution, not per seed.
+// bit for bit — with ζ injected, drawn or off: drawn ζ of prompt row r, query
+// head h, slot s is a pure function of (seed, h, r, s) (`fill_gumbel_row`), so a
+// noisy Keyformer equals the one-shot prefill per seed too.
 //
 // Bounded (`CacheConfig::bounded_prefill`, opt-in): after scoring a chunk, if
 // n > k the cache cuts to k exactly as the one-shot prefill cuts (the last w
@@ -46,7 +46,10 @@ namespace kvevict {
 /// per chunk (TOVA asks only for `i = C − 1`); a returned pointer must stay
 /// valid until the next call. `noise` may return pre-drawn Gumbel noise ζ for
 /// the same row (same length), or `nullptr` to let the cache draw it (the
-/// default); it is read only by a noisy score policy.
+/// default); it is read only by a noisy score policy. When `concurrent()` is
+/// true, the cache may ask for rows of different query heads from several
+/// threads at once (its executor, `Cache::set_executor`), each head's rows still
+/// in ascending `i`; otherwise it asks from the calling thread only.
 class ChunkRows {
  public:
   virtual ~ChunkRows() = default;
@@ -54,6 +57,9 @@ class ChunkRows {
   virtual const float* row(std::size_t q_head, std::size_t i) = 0;
   /// Injected ζ for that row, or `nullptr` (drawn by the cache).
   virtual const float* noise(std::size_t /*q_head*/, std::size_t /*i*/) { return nullptr; }
+  /// Whether `row` and `noise` may run concurrently for different query heads
+  /// (false by default: the chunk is then scored on the calling thread).
+  virtual bool concurrent() const { return false; }
 };
 
 /// A chunk's logits materialised by the engine: `logits` is `[q_head][C][n]`
@@ -69,6 +75,8 @@ class MaterializedChunk final : public ChunkRows {
   const float* noise(std::size_t q_head, std::size_t i) override {
     return gumbel_ != nullptr ? gumbel_ + offset(q_head, i) : nullptr;
   }
+  /// True: rows are pointers into the engine's arrays, safe from any thread.
+  bool concurrent() const override { return true; }
 
  private:
   std::size_t offset(std::size_t q_head, std::size_t i) const { return (q_head * chunk_len_ + i) * n_; }

@@ -45,7 +45,59 @@ inline void gumbel_from_uniform(float* u, std::size_t n) {
   KVEVICT_SIMD
   for (std::size_t i = 0; i < n; ++i) u[i] = -log_positive(-log_positive(u[i]));
 }
+/// SplitMix64's output function for state `z` (Steele, Lea & Flood, 2014):
+/// adds the golden-ratio increment, then mixes; a bijection of 64-bit words.
+inline constexpr std::uint64_t splitmix64(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+/// Chris Wellons' `lowbias32` integer hash (a bijection of 32-bit words).
+inline constexpr std::uint32_t lowbias32(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
 }  // namespace detail
+
+/// The 64-bit key of one noise row (see `fill_gumbel_row`):
+/// `splitmix64(splitmix64(splitmix64(seed) ^ q_head) ^ query_position)`, a
+/// bijection in each argument when the others are fixed. O(1).
+inline constexpr std::uint64_t gumbel_row_key(std::uint64_t seed, std::uint64_t q_head,
+                                              std::uint64_t query_position) {
+  return detail::splitmix64(detail::splitmix64(detail::splitmix64(seed) ^ q_head) ^ query_position);
+}
+
+/// The counter-based Gumbel noise of the caches (issue 13): `out[i]` = ζ of
+/// slot `first_slot + i` in the row with key `key` (`gumbel_row_key(seed,
+/// q_head, query_position)`), a pure function of (seed, q_head, query position,
+/// slot) — so any split of a step across threads, and any chunking of a prompt,
+/// draws the same ζ. With `lo`, `hi` the low and high 32 bits of `key` and `s`
+/// the slot index modulo 2^32: `x = lowbias32(lowbias32(s + lo) ^ hi)` (32-bit
+/// wrap-around), `j = x >> 9` (23 bits), `U = (j + 0.5) · 2^-23` (exact, strictly
+/// inside (0, 1), as `fill_gumbel`), `ζ = −log(−log U)` with
+/// `detail::log_positive`, so ζ lies in [−2.77, 16.6]. For a fixed key the map
+/// slot → `x` is a bijection. One vectorisable loop of 32-bit integer
+/// operations (`KVEVICT_SIMD`) then the two logs. O(n); no allocation.
+inline void fill_gumbel_row(std::uint64_t key, std::size_t first_slot, float* out, std::size_t n) {
+  constexpr std::uint32_t kOne = 0x3f800000u;            // bits of 1.0f
+  constexpr float kOffset = 1.0f - 1.0f / 16777216.0f;  // 1 − 2^-24
+  const auto lo = static_cast<std::uint32_t>(key), hi = static_cast<std::uint32_t>(key >> 32);
+  const auto s0 = static_cast<std::uint32_t>(first_slot);
+  KVEVICT_SIMD
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t x = detail::lowbias32(detail::lowbias32(s0 + static_cast<std::uint32_t>(i) + lo) ^ hi);
+    const std::uint32_t bits = kOne | (x >> 9);
+    float one_plus;
+    std::memcpy(&one_plus, &bits, sizeof bits);
+    out[i] = one_plus - kOffset;
+  }
+  detail::gumbel_from_uniform(out, n);
+}
 
 /// Fills `out[0, n)` with i.i.d. Gumbel(0, 1) draws `ζ = −log(−log U)`
 /// (Keyformer §3.3, Eq. 5–7), `U` uniform on the open interval (0, 1).

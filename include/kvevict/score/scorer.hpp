@@ -8,28 +8,41 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "kvevict/core/check.hpp"
-#include "kvevict/core/random.hpp"
+#include "kvevict/core/executor.hpp"
 #include "kvevict/core/simd.hpp"
 #include "kvevict/score/chunk_rows.hpp"
+#include "kvevict/score/gumbel.hpp"
 #include "kvevict/score/snapkv_score.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"
 
 namespace kvevict {
 namespace detail {
 
-/// The scoring half of a `Cache` (and of a `PagedCache`): owns the score policy, the Gumbel generator,
+/// The scoring half of a `Cache` (and of a `PagedCache`): owns the score policy, the noise seed,
 /// the prefill accumulators (one per query head) and the kernel's scratch
-/// (allocated once), and adds `softmax((x + ζ) / τ)` of each logits row into
-/// the scores of the row's KV head (`q_head / g`) with
-/// `softmax_chunks` + `add_chunks` — the kernel behind `accumulate_softmax`.
-/// Scores are `[kv_head][stride]` floats owned by the caller (`SlotTable`).
+/// (allocated at construction and by `set_executor`), and adds
+/// `softmax((x + ζ) / τ)` of each logits row into the scores of the row's KV
+/// head (`q_head / g`) with `softmax_pass` + `softmax_combine` + `add_chunks` —
+/// the kernel behind `accumulate_softmax`. Scores are `[kv_head][stride]`
+/// floats owned by the caller (`SlotTable`). Drawn ζ is `fill_gumbel_row` with
+/// key `gumbel_row_key(seed, q_head, query position)`, a pure function of its
+/// inputs.
+///
+/// Parallel work (issue 13) runs through the `ExecutorRef` of `set_executor`
+/// (serial by default). Prefill splits across query heads (each owns its
+/// accumulator); a decode step splits across KV heads and, when there are
+/// fewer KV heads than workers, each head's row across chunk-aligned slot ranges
+/// (phase 1 per range, the fixed-order combine on the caller, phase 3 per range).
+/// Every element sees the same operations in the same order for any worker
+/// count and any split: the results are bit-identical for W = 1, 2, 3, ...
 /// All-or-nothing: a NaN / `+inf` in `x + ζ` throws `std::invalid_argument`
-/// with the scores and the generator exactly as before.
+/// with the scores exactly as before.
 template <class Score>
 class Scorer {
  public:
@@ -41,63 +54,198 @@ class Scorer {
          const char* who = "kvevict::Cache")
       : score_(std::move(score)),
         who_(who),
-        rng_(seed),
+        seed_(seed),
         n_kv_heads_(n_kv_heads),
         group_(group),
         stride_(capacity),
+        chunks_(chunk_count(capacity)),
         acc_(n_kv_heads * group * capacity, 0.0f),
         backup_(n_kv_heads * group * capacity, 0.0f),
         row_(capacity, 0.0f),
-        chunk_f_(2 * chunk_count(capacity), 0.0f),
+        f_(n_kv_heads * group * 2 * chunks_, 0.0f),
+        bad_(n_kv_heads * group, 0),
+        errors_(n_kv_heads * group),
         pooled_(has_observation_window<Score> ? capacity : 0, 0.0f) {}
 
   const Score& policy() const { return score_; }
-  /// Re-seeds the Gumbel generator.
-  void seed(std::uint64_t seed) { rng_.seed(seed); }
+  /// Sets the seed of the drawn noise.
+  void seed(std::uint64_t seed) { seed_ = seed; }
+
+  /// Runs later calls through `executor` (see `Cache::set_executor`): sizes the
+  /// per-task row scratch for `min(executor.workers(), n_q_heads)` tasks.
+  /// Allocates O(min(W, n_q_heads) · capacity) floats (here, never in a step);
+  /// strong guarantee on `std::bad_alloc`.
+  void set_executor(ExecutorRef executor) {
+    const std::size_t tasks = std::max<std::size_t>(1, std::min(executor.workers(), n_kv_heads_ * group_));
+    if (tasks * stride_ > row_.size()) row_.resize(tasks * stride_, 0.0f);
+    executor_ = executor;
+  }
+  /// The executor in use (serial by default).
+  ExecutorRef executor() const { return executor_; }
 
   /// Prefill, one chunk (one-shot prefill is the chunk `held = 0, C = P`): the
-  /// chunk's queries `i` sit at slots `held + i`; each query head `h` adds, row
-  /// by row in ascending `i`, `softmax((x + ζ) / τ)` of `rows.row(h, i)` (over
-  /// slots `[0, held + i]`) into its own accumulator `acc[h]` (TOVA: the
-  /// chunk's last row replaces it; SnapKV: only rows from `first_row(C)`). Per-query-head accumulators summed only by
-  /// `fold` make the result the same, bit for bit, for every chunking of a
-  /// prompt: each `acc[h][s]` adds the same rows in the same order. The new
+  /// chunk's queries `i` sit at slots `held + i` and have query position
+  /// `row0 + i` (their row in the prompt); each query head `h` adds, row by row in
+  /// ascending `i`, `softmax((x + ζ) / τ)` of `rows.row(h, i)` (over slots
+  /// `[0, held + i]`) into its own accumulator `acc[h]` (TOVA: the chunk's last
+  /// row replaces it; SnapKV: only rows from `first_row(C)`). Per-query-head accumulators summed only by `fold` make
+  /// the result the same, bit for bit, for every chunking of a prompt and every
+  /// executor: each `acc[h][s]` adds the same rows in the same order. The new
   /// slots `[held, held + C)` start at 0. ζ is `rows.noise(h, i)`, else drawn
-  /// (q_head-major, then rows, then slots: the noise order of the one-shot
-  /// prefill when `C = P`). All-or-nothing: on a NaN / `+inf` in `x + ζ` (or an
-  /// exception from `rows`) `acc[·][0, held)` and the generator are restored
-  /// and `std::invalid_argument` names the cache class, the calling `method`
-  /// (e.g. "prefill_chunk"), the chunk row and the q_head.
-  /// O(n_q_heads · C · (held + C)); no allocation.
-  void score_chunk(ChunkRows& rows, std::size_t held, std::size_t C, float inv_tau, const char* method) {
-    const Xoshiro256pp saved = rng_;
-    const std::size_t n = held + C, nq = n_kv_heads_ * group_;
+  /// (`fill_gumbel_row(gumbel_row_key(seed, h, row0 + i), 0, ...)`: equal for
+  /// every chunking). Query heads run as parallel tasks when `rows.concurrent()`.
+  /// All-or-nothing: on a NaN / `+inf` in `x + ζ` (or an exception from `rows`)
+  /// every `acc[·][0, held)` is restored and the first failure in (q_head, row)
+  /// order is reported: `std::invalid_argument` names the cache class, the
+  /// calling `method` (e.g. "prefill_chunk"), the chunk row and the q_head (an
+  /// exception from `rows` is rethrown). O(n_q_heads · C · (held + C)); no allocation.
+  void score_chunk(ChunkRows& rows, std::size_t held, std::size_t C, float inv_tau, const char* method,
+                   std::uint64_t row0 = 0) {
+    const std::size_t nq = n_kv_heads_ * group_;
+    const ExecutorRef ex = rows.concurrent() ? executor_ : ExecutorRef();
+    const std::size_t tasks = std::min(ex.workers(), nq);
+    ex.parallel_for(tasks, [&](std::size_t t) noexcept {
+      float* e = row_.data() + t * stride_;
+      for (std::size_t h = t * nq / tasks; h < (t + 1) * nq / tasks; ++h)
+        bad_[h] = prefill_head(rows, h, held, C, inv_tau, row0, e, errors_[h]);
+    });
     for (std::size_t h = 0; h < nq; ++h) {
-      std::copy_n(acc(h), held, backup_.data() + h * stride_);
-      std::fill(acc(h) + held, acc(h) + n, 0.0f);
+      if (bad_[h] == 0) continue;
+      for (std::size_t q = 0; q < nq; ++q) std::copy_n(backup_.data() + q * stride_, held, acc(q));
+      const std::size_t i = bad_[h] - 1;
+      if (errors_[h]) {
+        std::exception_ptr err = std::move(errors_[h]);
+        for (auto& x : errors_) x = nullptr;
+        std::rethrow_exception(err);
+      }
+      for (auto& x : errors_) x = nullptr;
+      throw std::invalid_argument(
+          concat(who_, "::", method, ": logits row ", i, " of q_head ", h, " contains NaN or +inf"));
     }
-    auto restore = [&] {
-      for (std::size_t h = 0; h < nq; ++h) std::copy_n(backup_.data() + h * stride_, held, acc(h));
-      rng_ = saved;
-    };
-    for (std::size_t h = 0; h < nq; ++h) {
-      for (std::size_t i = first_row(C); i < C; ++i) {
-        const std::size_t len = held + i + 1;
-        bool ok = false;
-        try {
-          ok = softmax_row(rows.row(h, i), rows.noise(h, i), len, inv_tau);
-        } catch (...) {
-          restore();
-          throw;
-        }
-        if (!ok) {
-          restore();
-          throw std::invalid_argument(
-              concat(who_, "::", method, ": logits row ", i, " of q_head ", h, " contains NaN or +inf"));
-        }
-        add_chunks(row_.data(), chunk_f_.data(), len, acc(h), !Score::kAccumulates);
+  }
+
+  /// `scores[j][0, n) = Σ_t acc[j · g + t][0, n)` (t ascending): the prefill
+  /// scores of each KV head from its query heads' accumulators. O(n_q_heads · n).
+  void fold(float* scores, std::size_t stride, std::size_t n) const {
+    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
+      float* s = scores + j * stride;
+      std::copy_n(acc(j * group_), n, s);
+      for (std::size_t t = 1; t < group_; ++t) {
+        const float* a = acc(j * group_ + t);
+        KVEVICT_SIMD
+        for (std::size_t i = 0; i < n; ++i) s[i] += a[i];
       }
     }
+  }
+  /// One-shot prefill into `scores` (`[kv_head][stride]`): `score_chunk` of the
+  /// whole prompt (`held = 0`, `C = P`; `logits`, `gumbel` optional:
+  /// `[q_head][P][P]`, causal part read) then `fold` over `[0, P)` — the path of
+  /// `Cache::prefill`, so a `PagedCache` scores the prompt bit for bit as a
+  /// `Cache` does. Throws as `score_chunk` ("<who>::prefill: logits row r of
+  /// q_head h contains NaN or +inf"), `scores` unchanged.
+  /// O(n_q_heads · P²); no allocation.
+  void score_prompt(const float* logits, const float* gumbel, std::size_t P, float inv_tau, float* scores,
+                    std::size_t stride) {
+    MaterializedChunk rows(logits, gumbel, P, P);
+    score_chunk(rows, 0, P, inv_tau, "prefill");
+    fold(scores, stride, P);
+  }
+  /// After a cut moved the scores (bounded prefill): `acc[j · g] = scores[j]`,
+  /// the group's other accumulators 0, over slots `[0, m)`, so that `fold` gives
+  /// the scores back and later chunks add to them. O(n_q_heads · m).
+  void reload(const float* scores, std::size_t stride, std::size_t m) {
+    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
+      std::copy_n(scores + j * stride, m, acc(j * group_));
+      for (std::size_t t = 1; t < group_; ++t) std::fill_n(acc(j * group_ + t), m, 0.0f);
+    }
+  }
+
+  /// Decode step over `n` slots whose new token has position `position` (the
+  /// query position of the noise): the new slot `n − 1` starts at 0, then each
+  /// query head's row `x[h][0, n)` (`logits`, `gumbel` optional: `[q_head][n]`)
+  /// adds its softmax into KV head `h / g`'s scores in q_head order
+  /// (`kAccumulates == false`: the group's first row replaces them). Tasks: one
+  /// per KV head when `n_kv_heads >= W`, else `ceil(W / n_kv_heads)`
+  /// chunk-aligned slot ranges per head (never more than the row's chunks).
+  /// If a row holds NaN / `+inf`, every score is restored and
+  /// `std::invalid_argument` names the lowest such q_head.
+  /// O(n_q_heads · n), no allocation.
+  void score_step(const float* logits, const float* gumbel, std::size_t n, float inv_tau, float* scores,
+                  std::size_t stride, std::uint64_t position = 0) {
+    const std::size_t W = executor_.workers(), chunks = chunk_count(n), nq = n_kv_heads_ * group_;
+    auto row_of = [&](std::size_t h) { return logits + h * n; };
+    auto zeta_of = [&](std::size_t h) { return gumbel != nullptr ? gumbel + h * n : nullptr; };
+    if (n_kv_heads_ >= W || chunks <= 1) {  // whole heads: backup, then rows fused (pass + combine + add)
+      const std::size_t tasks = std::min(W, n_kv_heads_);
+      executor_.parallel_for(tasks, [&](std::size_t t) noexcept {
+        float* e = row_.data() + t * stride_;
+        for (std::size_t j = t * n_kv_heads_ / tasks; j < (t + 1) * n_kv_heads_ / tasks; ++j) {
+          float* s = scores + j * stride;
+          std::copy_n(s, n, backup_.data() + j * stride_);
+          s[n - 1] = 0.0f;
+          bad_[j] = 0;
+          for (std::size_t q = 0; q < group_ && bad_[j] == 0; ++q) {
+            const std::size_t h = j * group_ + q;
+            float* f = f_.data() + h * 2 * chunks_;
+            if (!softmax_row(row_of(h), zeta_of(h), n, inv_tau, position, h, 0, chunks, e, f, f + chunks_)) {
+              bad_[j] = h + 1;
+              break;
+            }
+            softmax_combine(f, f + chunks_, chunks, inv_tau);
+            add_chunks(e, f, n, s, !Score::kAccumulates && q == 0);
+          }
+        }
+      });
+      for (std::size_t j = 0; j < n_kv_heads_; ++j) {
+        if (bad_[j] == 0) continue;
+        for (std::size_t i = 0; i < n_kv_heads_; ++i)
+          std::copy_n(backup_.data() + i * stride_, n, scores + i * stride);
+        throw_step(bad_[j] - 1);
+      }
+      return;
+    }
+    // Fewer KV heads than workers: each head's row split into `parts` chunk ranges.
+    const std::size_t parts = std::min(chunks, (W + n_kv_heads_ - 1) / n_kv_heads_);
+    auto range = [&](std::size_t p) { return std::make_pair(p * chunks / parts, (p + 1) * chunks / parts); };
+    executor_.parallel_for(n_kv_heads_ * parts, [&](std::size_t task) noexcept {  // phase 1: e, chunk sums, maxes
+      const std::size_t j = task / parts;
+      const auto [c0, c1] = range(task % parts);
+      for (std::size_t q = 0; q < group_; ++q) {
+        const std::size_t h = j * group_ + q;
+        float* f = f_.data() + h * 2 * chunks_;
+        softmax_row(row_of(h), zeta_of(h), n, inv_tau, position, h, c0, c1, backup_.data() + h * stride_, f,
+                    f + chunks_);
+      }
+    });
+    for (std::size_t h = 0; h < nq; ++h)  // all-or-nothing: nothing written yet
+      if (softmax_bad(f_.data() + h * 2 * chunks_ + chunks_, chunks)) throw_step(h);
+    for (std::size_t h = 0; h < nq; ++h)  // phase 2: the fixed-order combine, on the caller
+      softmax_combine(f_.data() + h * 2 * chunks_, f_.data() + h * 2 * chunks_ + chunks_, chunks, inv_tau);
+    executor_.parallel_for(n_kv_heads_ * parts, [&](std::size_t task) noexcept {  // phase 3: add into the scores
+      const std::size_t j = task / parts;
+      const auto [c0, c1] = range(task % parts);
+      const std::size_t b = c0 * kChunk, len = std::min(n, c1 * kChunk) - b;
+      float* s = scores + j * stride + b;
+      if (b + len == n) s[len - 1] = 0.0f;  // the new slot n − 1 starts at 0
+      for (std::size_t q = 0; q < group_; ++q) {
+        const std::size_t h = j * group_ + q;
+        add_chunks(backup_.data() + h * stride_ + b, f_.data() + h * 2 * chunks_ + c0, len, s,
+                   !Score::kAccumulates && q == 0);
+      }
+    });
+  }
+
+  /// `Σ_j scores[j][0, n)` (for a selection shared by every KV head), in scratch
+  /// valid until the next call. O(n_kv_heads · n).
+  const float* sum_over_heads(const float* scores, std::size_t stride, std::size_t n) {
+    float* sum = row_.data();
+    std::fill_n(sum, n, 0.0f);
+    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
+      const float* s = scores + j * stride;
+      KVEVICT_SIMD
+      for (std::size_t i = 0; i < n; ++i) sum[i] += s[i];
+    }
+    return sum;
   }
 
   /// The first of a chunk's `C` rows that is scored: 0; `C − 1` for `kPrefillLastRow` (TOVA); `C −
@@ -124,103 +272,59 @@ class Scorer {
               score_.observation_window(), " exceeds budget k = ", k);
   }
 
-  /// `scores[j][0, n) = Σ_t acc[j · g + t][0, n)` (t ascending): the prefill
-  /// scores of each KV head from its query heads' accumulators. O(n_q_heads · n).
-  void fold(float* scores, std::size_t stride, std::size_t n) const {
-    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
-      float* s = scores + j * stride;
-      std::copy_n(acc(j * group_), n, s);
-      for (std::size_t t = 1; t < group_; ++t) {
-        const float* a = acc(j * group_ + t);
-        KVEVICT_SIMD
-        for (std::size_t i = 0; i < n; ++i) s[i] += a[i];
-      }
-    }
-  }
-  /// One-shot prefill into `scores` (`[kv_head][stride]`): `score_chunk` of the
-  /// whole prompt (`held = 0`, `C = P`; `logits`, `gumbel` optional:
-  /// `[q_head][P][P]`, causal part read) then `fold` over `[0, P)` — the path of
-  /// `Cache::prefill`, so a `PagedCache` scores the prompt bit for bit as a
-  /// `Cache` does. Throws as `score_chunk` ("<who>::prefill: logits row r of
-  /// q_head h contains NaN or +inf"), `scores` and the generator unchanged.
-  /// O(n_q_heads · P²); no allocation.
-  void score_prompt(const float* logits, const float* gumbel, std::size_t P, float inv_tau, float* scores,
-                    std::size_t stride) {
-    MaterializedChunk rows(logits, gumbel, P, P);
-    score_chunk(rows, 0, P, inv_tau, "prefill");
-    fold(scores, stride, P);
-  }
-  /// After a cut moved the scores (bounded prefill): `acc[j · g] = scores[j]`,
-  /// the group's other accumulators 0, over slots `[0, m)`, so that `fold` gives
-  /// the scores back and later chunks add to them. O(n_q_heads · m).
-  void reload(const float* scores, std::size_t stride, std::size_t m) {
-    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
-      std::copy_n(scores + j * stride, m, acc(j * group_));
-      for (std::size_t t = 1; t < group_; ++t) std::fill_n(acc(j * group_ + t), m, 0.0f);
-    }
-  }
-
-  /// Decode step over `n` slots: the new slot `n − 1` starts at 0, then each
-  /// query head's row `x[h][0, n)` (`logits`, `gumbel` optional: `[q_head][n]`)
-  /// adds its softmax into KV head `h / g`'s scores (`kAccumulates == false`:
-  /// the group's first row replaces them). In place, KV head by KV head, q_head
-  /// order (the documented noise order). Every row is checked first
-  /// (`row_accepted`, a read-only pass): on a NaN / `+inf` nothing changes (scores,
-  /// generator) and `std::invalid_argument` names the q_head — no backup copy
-  /// of the scores, so the step reads and writes each score once per row.
-  /// O(n_q_heads · n), no allocation.
-  void score_step(const float* logits, const float* gumbel, std::size_t n, float inv_tau, float* scores,
-                  std::size_t stride) {
-    const bool noisy = score_.noisy();
-    for (std::size_t h = 0; h < n_kv_heads_ * group_; ++h)
-      if (!row_accepted(logits + h * n, noisy && gumbel != nullptr ? gumbel + h * n : nullptr, n))
-        throw std::invalid_argument(concat(who_, "::decode_step: logits of q_head ", h, " contain NaN or +inf"));
-    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
-      float* s = scores + j * stride;
-      s[n - 1] = 0.0f;
-      for (std::size_t t = 0; t < group_; ++t) {
-        const std::size_t h = j * group_ + t;
-        // Cannot fail: row_accepted passed (the same test on the same values).
-        (void)softmax_row(logits + h * n, gumbel != nullptr ? gumbel + h * n : nullptr, n, inv_tau);
-        add_chunks(row_.data(), chunk_f_.data(), n, s, !Score::kAccumulates && t == 0);
-      }
-    }
-  }
-
-  /// `Σ_j scores[j][0, n)` (for a selection shared by every KV head), in scratch
-  /// valid until the next call. O(n_kv_heads · n).
-  const float* sum_over_heads(const float* scores, std::size_t stride, std::size_t n) {
-    float* sum = row_.data();
-    std::fill_n(sum, n, 0.0f);
-    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
-      const float* s = scores + j * stride;
-      KVEVICT_SIMD
-      for (std::size_t i = 0; i < n; ++i) sum[i] += s[i];
-    }
-    return sum;
-  }
-
  private:
   float* acc(std::size_t h) { return acc_.data() + h * stride_; }
   const float* acc(std::size_t h) const { return acc_.data() + h * stride_; }
-  /// The kernel on one row: `x + ζ` when the policy is noisy (ζ injected as
-  /// `zeta`, or drawn from the generator when null). False on NaN / `+inf`.
-  bool softmax_row(const float* x, const float* zeta, std::size_t n, float inv_tau) {
-    float* e = row_.data();
-    float* f = chunk_f_.data();
-    if (!score_.noisy()) return softmax_chunks(x, NoNoise{}, n, inv_tau, e, f);
-    if (zeta != nullptr) return softmax_chunks(x, GivenNoise{zeta}, n, inv_tau, e, f);
-    return softmax_chunks(x, DrawnNoise{&rng_}, n, inv_tau, e, f);
+
+  /// Phase 1 on chunks `[c0, c1)` of one row: `x + ζ` when the policy is noisy
+  /// (ζ injected as `zeta`, or drawn with key (seed, `q_head`, `position`)).
+  /// False on NaN / `+inf`.
+  bool softmax_row(const float* x, const float* zeta, std::size_t n, float inv_tau, std::uint64_t position,
+                   std::size_t q_head, std::size_t c0, std::size_t c1, float* e, float* sum, float* mx) const {
+    if (!score_.noisy()) return softmax_pass(x, NoNoise{}, n, inv_tau, c0, c1, e, sum, mx);
+    if (zeta != nullptr) return softmax_pass(x, GivenNoise{zeta}, n, inv_tau, c0, c1, e, sum, mx);
+    return softmax_pass(x, DrawnNoise{gumbel_row_key(seed_, q_head, position)}, n, inv_tau, c0, c1, e, sum, mx);
+  }
+
+  /// One query head's rows of a prefill chunk into `acc[h]` (backed up first);
+  /// returns 0, or 1 + the first failing row (then `err` may hold what `rows` threw).
+  std::size_t prefill_head(ChunkRows& rows, std::size_t h, std::size_t held, std::size_t C, float inv_tau,
+                           std::uint64_t row0, float* e, std::exception_ptr& err) noexcept {
+    std::copy_n(acc(h), held, backup_.data() + h * stride_);
+    std::fill(acc(h) + held, acc(h) + held + C, 0.0f);
+    float* f = f_.data() + h * 2 * chunks_;
+    for (std::size_t i = first_row(C); i < C; ++i) {
+      const std::size_t len = held + i + 1, chunks = chunk_count(len);
+      try {
+        if (!softmax_row(rows.row(h, i), rows.noise(h, i), len, inv_tau, row0 + i, h, 0, chunks, e, f,
+                         f + chunks_))
+          return i + 1;
+      } catch (...) {
+        err = std::current_exception();
+        return i + 1;
+      }
+      softmax_combine(f, f + chunks_, chunks, inv_tau);
+      add_chunks(e, f, len, acc(h), !Score::kAccumulates);
+    }
+    return 0;
+  }
+
+  [[noreturn]] void throw_step(std::size_t q_head) const {
+    throw std::invalid_argument(concat(who_, "::decode_step: logits of q_head ", q_head, " contain NaN or +inf"));
   }
 
   Score score_;
   const char* who_;
-  Xoshiro256pp rng_;
-  std::size_t n_kv_heads_ = 0, group_ = 1, stride_ = 0;
+  std::uint64_t seed_;
+  ExecutorRef executor_;
+  std::size_t n_kv_heads_ = 0, group_ = 1, stride_ = 0, chunks_ = 0;
   std::vector<float> acc_;      // [q_head][stride]: prefill accumulators, one per query head
-  std::vector<float> backup_;   // [q_head][stride]: acc_ before a chunk (prefill)
-  std::vector<float> row_;      // [capacity]: one row's numerators, or the summed scores
-  std::vector<float> chunk_f_;  // [2 * chunks]: one row's per-chunk factors
+  std::vector<float> backup_;   // [q_head][stride]: acc_ before a chunk; a step's score backup ([kv_head][stride])
+                                // or, split step, each row's numerators ([q_head][stride])
+  std::vector<float> row_;      // [task][capacity]: one row's numerators per task, or the summed scores
+  std::vector<float> f_;        // [q_head][2 * chunks]: one row's chunk factors, then chunk maxes
+  std::vector<std::size_t> bad_;              // [q_head] / [kv_head]: 0, or 1 + the failing row / q_head
+  std::vector<std::exception_ptr> errors_;    // [q_head]: what `rows` threw, if anything
   std::vector<float> pooled_;   // [capacity] (SnapKV only, else empty): the pooled selection scores
 };
 

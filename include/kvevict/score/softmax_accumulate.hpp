@@ -21,13 +21,13 @@ namespace kvevict {
 namespace detail {
 
 /// Where the noise ζ of a row comes from: none, injected (`GivenNoise`), or
-/// drawn from the cache's generator (`DrawnNoise`).
+/// drawn by the counter-based generator (`DrawnNoise`, `fill_gumbel_row`).
 struct NoNoise {};
 struct GivenNoise {
   const float* zeta;  ///< `[n]`, any values (validated through `x + ζ`)
 };
 struct DrawnNoise {
-  Xoshiro256pp* gen;  ///< draws exactly as `fill_gumbel(*gen, ζ, n)` would
+  std::uint64_t key;  ///< the row's `gumbel_row_key`: ζ[i] is `fill_gumbel_row(key, i, ...)`
 };
 
 /// L1-sized piece of a row (floats); even, so Gumbel draw pairs stay aligned.
@@ -99,7 +99,7 @@ inline constexpr std::size_t chunk_count(std::size_t n) { return (n + kChunk - 1
 /// Whether every `y[i] = x[i] (+ ζ[i])` of a row is below `+inf` (no NaN, no
 /// `+inf`; `-inf` is fine): exactly the rows `softmax_chunks` accepts. With
 /// `NoNoise` or `DrawnNoise` only `x` is read: a drawn ζ is finite and at most
-/// 16.6 (`fill_gumbel`), so `x + ζ` is NaN / `+inf` iff `x` is (finite `x` plus
+/// 16.6 (`fill_gumbel_row`), so `x + ζ` is NaN / `+inf` iff `x` is (finite `x` plus
 /// ζ rounds to at most `FLT_MAX`). Lets a caller check a whole step before it
 /// changes anything, instead of backing its scores up. 16 explicit lanes of
 /// flags (vector code at any optimisation level). O(n) reads, no allocation.
@@ -126,7 +126,7 @@ inline bool row_accepted(const float* x, const float* zeta, std::size_t n) {
 }
 
 /// `y = x + ζ` of chunk `[c0, c0 + len)` of a row: a pointer into `x` when
-/// noise-free, else `buf` filled (noise drawn in the generator's order).
+/// noise-free, else `buf` filled (drawn ζ: `fill_gumbel_row(key, c0, ...)`).
 inline const float* chunk_values(const float* x, NoNoise, std::size_t c0, std::size_t /*len*/, float* /*buf*/) {
   return x + c0;
 }
@@ -136,11 +136,77 @@ inline const float* chunk_values(const float* x, GivenNoise noise, std::size_t c
   return buf;
 }
 inline const float* chunk_values(const float* x, DrawnNoise noise, std::size_t c0, std::size_t len, float* buf) {
-  fill_uniform_open(*noise.gen, buf, len);
-  gumbel_from_uniform(buf, len);
+  fill_gumbel_row(noise.key, c0, buf, len);
   KVEVICT_SIMD
   for (std::size_t i = 0; i < len; ++i) buf[i] += x[c0 + i];
   return buf;
+}
+
+/// Phase 1 of `softmax_chunks` on chunks `[c_begin, c_end)` of a row of `n`
+/// (any split of the chunks gives the same bits): per chunk `c`, with `y = x + ζ`,
+/// `mx[c]` = its max `m_c` (NaN propagated), `e[i] = exp((y[i] − m_c) · inv_tau)`
+/// and `sum[c] = Σ e` (fixed order; 0 and `e = 0` for a fully masked chunk).
+/// A chunk whose max is NaN or `+inf` gets `sum[c] = 0`, `e` untouched, and the
+/// call returns `false` (the other chunks are still done, so `mx` is fully
+/// written). Writes only `e[c_begin·kChunk, ...)`, `sum[c]`, `mx[c]` of its
+/// chunks, so disjoint ranges may run concurrently. O(range), no allocation.
+template <class Noise>
+bool softmax_pass(const float* x, Noise noise, std::size_t n, float inv_tau, std::size_t c_begin,
+                  std::size_t c_end, float* e, float* sum, float* mx) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  float buf[kChunk];
+  bool ok = true;
+  for (std::size_t c = c_begin; c < c_end; ++c) {
+    const std::size_t c0 = c * kChunk, len = std::min(kChunk, n - c0);
+    const float* y = chunk_values(x, noise, c0, len, buf);
+    const float m = max_propagate_nan(y, len);
+    mx[c] = m;
+    float* ec = e + c0;
+    if (m != m || m == kInf) {
+      ok = false;
+      sum[c] = 0.0f;
+      continue;
+    }
+    if (m == -kInf) {  // fully masked chunk
+      std::fill_n(ec, len, 0.0f);
+      sum[c] = 0.0f;
+      continue;
+    }
+    KVEVICT_SIMD
+    for (std::size_t i = 0; i < len; ++i) ec[i] = exp_nonpositive((y[i] - m) * inv_tau);  // -inf -> 0
+    sum[c] = sum_fixed_order(ec, len);  // chunk sum, >= 1
+  }
+  return ok;
+}
+
+/// Whether some chunk max `mx[0, chunks)` of `softmax_pass` is NaN or `+inf`.
+inline bool softmax_bad(const float* mx, std::size_t chunks) {
+  for (std::size_t c = 0; c < chunks; ++c)
+    if (mx[c] != mx[c] || mx[c] == std::numeric_limits<float>::infinity()) return true;
+  return false;
+}
+
+/// Phase 2 of `softmax_chunks`, over all `chunks` of a row whose `softmax_pass`
+/// succeeded: the fixed-order combine. In place, `f[c] = sum[c] · exp((m_c −
+/// max m) · inv_tau) / Σ_c' (sum[c'] · exp((m_c' − max m) · inv_tau))` (c'
+/// ascending), `f = 0` for a fully masked row; `mx` becomes the scales.
+/// O(chunks), no allocation.
+inline void softmax_combine(float* f, float* mx, std::size_t chunks, float inv_tau) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  float row_max = -kInf;
+  for (std::size_t c = 0; c < chunks; ++c) row_max = std::max(row_max, mx[c]);
+  if (row_max == -kInf) {  // fully masked row (or n = 0): adds nothing
+    std::fill_n(f, chunks, 0.0f);
+    return;
+  }
+  float total = 0.0f;
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const float scale = exp_nonpositive((mx[c] - row_max) * inv_tau);  // masked chunk: exp(-inf) = 0
+    mx[c] = scale;
+    total += f[c] * scale;  // total >= 1: the row max's chunk has scale 1 and sum >= 1
+  }
+  const float inv_total = 1.0f / total;
+  for (std::size_t c = 0; c < chunks; ++c) f[c] = mx[c] * inv_total;
 }
 
 /// The softmax of one row in one streaming pass (online softmax by chunk):
@@ -152,43 +218,14 @@ inline const float* chunk_values(const float* x, DrawnNoise noise, std::size_t c
 /// `f = 0`. `f` needs room for `2 · chunk_count(n)` floats (the first half
 /// holds the result). ζ, `y` and the exp of a chunk stay in L1; `x` is read
 /// once and `e` written once. Returns `false` if some `y[i]` is NaN or `+inf`
-/// (then `e` and `f` hold garbage and the noise is drawn). O(n), no allocation.
+/// (then `e` and `f` hold garbage). This is `softmax_pass` over every chunk then
+/// `softmax_combine`, so a split of the chunks across threads gives the same
+/// bits. O(n), no allocation.
 template <class Noise>
 bool softmax_chunks(const float* x, Noise noise, std::size_t n, float inv_tau, float* e, float* f) {
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  float buf[kChunk];
   const std::size_t chunks = chunk_count(n);
-  float* chunk_max = f + chunks;  // second half: scratch
-  float row_max = -kInf;
-  for (std::size_t c = 0; c < chunks; ++c) {
-    const std::size_t c0 = c * kChunk, len = std::min(kChunk, n - c0);
-    const float* y = chunk_values(x, noise, c0, len, buf);
-    const float m = max_propagate_nan(y, len);
-    if (m != m || m == kInf) return false;
-    chunk_max[c] = m;
-    float* ec = e + c0;
-    if (m == -kInf) {  // fully masked chunk
-      std::fill_n(ec, len, 0.0f);
-      f[c] = 0.0f;
-      continue;
-    }
-    KVEVICT_SIMD
-    for (std::size_t i = 0; i < len; ++i) ec[i] = exp_nonpositive((y[i] - m) * inv_tau);  // -inf -> 0
-    f[c] = sum_fixed_order(ec, len);  // chunk sum, >= 1
-    row_max = std::max(row_max, m);
-  }
-  if (row_max == -kInf) {  // fully masked row (or n = 0): adds nothing
-    std::fill_n(f, chunks, 0.0f);
-    return true;
-  }
-  float total = 0.0f;
-  for (std::size_t c = 0; c < chunks; ++c) {
-    const float scale = exp_nonpositive((chunk_max[c] - row_max) * inv_tau);  // masked chunk: exp(-inf) = 0
-    chunk_max[c] = scale;
-    total += f[c] * scale;  // total >= 1: the row max's chunk has scale 1 and sum >= 1
-  }
-  const float inv_total = 1.0f / total;
-  for (std::size_t c = 0; c < chunks; ++c) f[c] = chunk_max[c] * inv_total;
+  if (!softmax_pass(x, noise, n, inv_tau, 0, chunks, e, f, f + chunks)) return false;
+  softmax_combine(f, f + chunks, chunks, inv_tau);
   return true;
 }
 
