@@ -4,6 +4,7 @@
 #include "decode_bench.hpp"
 
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -142,25 +143,40 @@ void set_shape_counters(benchmark::State& state, const Shape& s) {
   state.counters["g"] = static_cast<double>(s.g);
 }
 
+/// CPU time of the calling thread (seconds): unlike the wall clock, it does not count the time the
+/// thread waits while other processes run, so it stays meaningful on a loaded machine.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 /// Eviction step of `policy`, timed side by side with the attention step it
 /// rides on: each iteration appends the new token and runs the attention
 /// (timed as attention), then `decode_step` (timed as eviction; the reported
-/// time). Counters: attention_us and evict_over_attention from the same iterations.
+/// time). Counters: attention_us and evict_over_attention from the same iterations;
+/// evict_cpu_ns_per_elem and attention_cpu_us, the same from the thread's CPU time
+/// (ns per (query head × token): the step's time / (8g · n)).
 template <class T>
 void bm_evict_step(benchmark::State& state, kvevict::Policy policy, Shape s) {
   auto& layer = memo<DecodeLayer<T>>(LayerKey{policy, s.n, s.d, s.g},
                                      [&] { return std::make_unique<DecodeLayer<T>>(policy, s); });
-  double evict_s = 0.0, attn_s = 0.0;
+  double evict_s = 0.0, attn_s = 0.0, evict_cpu = 0.0, attn_cpu = 0.0;
   for (auto _ : state) {
+    const double c0 = thread_cpu_seconds();
     const auto t0 = Clock::now();
     layer.append_and_attend();
     const auto t1 = Clock::now();
+    const double c1 = thread_cpu_seconds();
     layer.evict();
     const auto t2 = Clock::now();
+    const double c2 = thread_cpu_seconds();
     const double a = std::chrono::duration<double>(t1 - t0).count();
     const double e = std::chrono::duration<double>(t2 - t1).count();
     attn_s += a;
     evict_s += e;
+    attn_cpu += c1 - c0;
+    evict_cpu += c2 - c1;
     state.SetIterationTime(e);
   }
   const double iters = static_cast<double>(state.iterations());
@@ -168,6 +184,9 @@ void bm_evict_step(benchmark::State& state, kvevict::Policy policy, Shape s) {
   state.counters["attention_us"] = 1e6 * attn_s / iters;
   state.counters["evict_us"] = 1e6 * evict_s / iters;
   state.counters["evict_over_attention"] = evict_s / attn_s;
+  state.counters["attention_cpu_us"] = 1e6 * attn_cpu / iters;
+  state.counters["evict_cpu_ns_per_elem"] = 1e9 * evict_cpu / iters / static_cast<double>(s.n_q() * s.n);
+  state.counters["evict_over_attention_cpu"] = evict_cpu / attn_cpu;
 }
 
 /// The attention step alone (no eviction; n stays at k: the new token's K/V

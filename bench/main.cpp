@@ -1,6 +1,6 @@
 // kvevict_bench: the Google Benchmark suite (see bench/README.md).
 //
-//   kvevict_bench [--full] [--verify] [--paged] [--parallel] [--long-prompt] [Google Benchmark flags...]
+//   kvevict_bench [--full] [--verify] [--paged] [--parallel] [--steps] [--long-prompt] [Google Benchmark flags...]
 //
 // Default: the quick grid (n in {1024, 4096, 32768}, d = 128, g in {1, 4},
 // float and half; prefill P in {512, 2048}, float). --full: the whole grid
@@ -9,6 +9,9 @@
 // --paged: only the paged decode steps (issue 11; n in {1024, 4096, 32768}, d = 128, g = 1, float).
 // --parallel: only the parallel decode steps (issue 13; ParallelDecodeStep, n in {4096, 32768}, g = 1 and 4,
 // W = 1, 2, 4, ... up to the hardware threads); they also run in the default and --full grids.
+// --steps: only the decode-step family (attention + the five policies) at n in {4096, 32768, 131072},
+// d = 128, g = 1, float: what bench/run.sh runs with kvevict_bench and kvevict_bench_o2 to compare
+// optimisation levels (issue 13).
 // --long-prompt: only the long-prompt prefill benchmarks (bench/long_prompt.sh runs
 // each in its own process, for its peak resident memory).
 #include <cstdio>
@@ -19,8 +22,16 @@
 
 #include "decode_bench.hpp"
 
+// Which build this binary is (recorded in the JSON context for bench/report.py).
+#ifndef KVEVICT_BENCH_OPT_LEVEL
+#define KVEVICT_BENCH_OPT_LEVEL "build type"
+#endif
+#ifndef KVEVICT_BENCH_MARCH
+#define KVEVICT_BENCH_MARCH "portable"
+#endif
+
 int main(int argc, char** argv) {
-  bool full = false, verify = false, paged = false, parallel = false, long_prompt = false;
+  bool full = false, verify = false, paged = false, parallel = false, long_prompt = false, steps = false;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0)
@@ -33,6 +44,8 @@ int main(int argc, char** argv) {
       paged = true;
     else if (std::strcmp(argv[i], "--parallel") == 0)
       parallel = true;
+    else if (std::strcmp(argv[i], "--steps") == 0)
+      steps = true;
     else
       rest.push_back(argv[i]);
   }
@@ -65,6 +78,13 @@ int main(int argc, char** argv) {
   // decode layer is kept alive.
   if (long_prompt) {
     kvbench::register_long_prompt_benchmarks();
+  } else if (steps) {
+    grid.sizes = {4096, 32768, 131072};
+    grid.head_dims = {128};
+    grid.groups = {1};
+    grid.types = {"float"};
+    grid.naive_sizes = {};
+    kvbench::register_decode_benchmarks(grid);
   } else if (paged) {
     grid.sizes = {1024, 4096, 32768};
     grid.head_dims = {128};
@@ -82,7 +102,14 @@ int main(int argc, char** argv) {
   int rc = static_cast<int>(rest.size());
   benchmark::Initialize(&rc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rc, rest.data())) return 1;
-  benchmark::AddCustomContext("kvevict_grid", long_prompt ? "long-prompt" : paged ? "paged" : parallel ? "parallel" : full ? "full" : "quick");
+  benchmark::AddCustomContext("kvevict_grid", long_prompt ? "long-prompt"
+                                              : paged     ? "paged"
+                                              : parallel  ? "parallel"
+                                              : steps     ? "steps"
+                                              : full      ? "full"
+                                                          : "quick");
+  benchmark::AddCustomContext("kvevict_opt", KVEVICT_BENCH_OPT_LEVEL);
+  benchmark::AddCustomContext("kvevict_march", KVEVICT_BENCH_MARCH);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

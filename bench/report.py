@@ -3,7 +3,11 @@
 checks and gnuplot data + script (bench/run.sh runs it).
 
 usage: report.py RESULTS.json OUTDIR
+       report.py --opt-levels STEPS_O3.json STEPS_O2.json
 Writes OUTDIR/report.md (the tables), OUTDIR/*.dat and OUTDIR/plots.gp, and prints report.md.
+--opt-levels prints the optimisation-level table of two `kvevict_bench --steps` runs (issue 13):
+ns per (query head × token) of each policy's decode step at -O3 and -O2, their ratio, and the
+step's share of the attention step; with repetitions, the fastest repetition counts.
 """
 import json
 import math
@@ -73,7 +77,79 @@ def kv_bytes(typ, n, d):
     return 2 * 8 * n * d * (4 if typ == "float" else 2)
 
 
+def fastest_steps(path):
+    """(ctx, {(policy, n, g): [benches]}) of a --steps run: every repetition of each benchmark."""
+    with open(path) as f:
+        data = json.load(f)
+    reps = defaultdict(list)
+    for b in data["benchmarks"]:
+        if b.get("run_type") == "aggregate" or b.get("error_occurred"):
+            continue
+        m = DECODE_RE.match(b["name"])
+        if not m or m.group(2) != "float":
+            continue
+        reps[(m.group(1), int(m.group(3)), int(m.group(5)))].append(b)
+    return data.get("context", {}), reps
+
+
+def opt_levels(path_o3, path_o2):
+    ctx3, o3 = fastest_steps(path_o3)
+    ctx2, o2 = fastest_steps(path_o2)
+
+    def wall(bs, elems):  # fastest repetition, ns per (query head × token)
+        return min(us(b) for b in bs) * 1e3 / elems if bs else None
+
+    def cpu(bs):  # least thread CPU time over the repetitions, ns per (query head × token)
+        vals = [b["evict_cpu_ns_per_elem"] for b in bs if "evict_cpu_ns_per_elem" in b]
+        return min(vals) if vals else None
+
+    def f3(x):
+        return "–" if x is None else f"{x:.3f}"
+
+    out = []
+    out.append("### Decode step at -O3 and -O2: ns per (query head × token), d = 128, g = 1, float, single thread")
+    out.append("")
+    out.append(f"O3 binary: {ctx3.get('kvevict_opt', '?')}, march {ctx3.get('kvevict_march', '?')}; "
+               f"O2 binary: {ctx2.get('kvevict_opt', '?')}, march {ctx2.get('kvevict_march', '?')}; "
+               f"load average at start {', '.join(f'{x:.2f}' for x in ctx3.get('load_avg', []))} / "
+               f"{', '.join(f'{x:.2f}' for x in ctx2.get('load_avg', []))}. Wall: fastest repetition; "
+               "CPU: the thread's CPU time (least over the repetitions), which a loaded machine inflates "
+               "much less; share = eviction / attention of the same iterations (O3 run, CPU time).")
+    out.append("")
+    out.append("| policy | n | O3 wall | O2 wall | O3 CPU | O2 CPU | O2 / O3 (CPU) | O2 / O3 (wall) | share of attention |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    worst = {}
+    per_n = defaultdict(dict)
+    for p in POLICIES:
+        for (pol, n, g) in sorted(k for k in o3 if k[0] == p):
+            elems = 8 * g * n
+            b3, b2 = o3[(pol, n, g)], o2.get((pol, n, g), [])
+            w3, w2, c3, c2 = wall(b3, elems), wall(b2, elems), cpu(b3), cpu(b2)
+            rc = c2 / c3 if c2 and c3 else None
+            rw = w2 / w3 if w2 and w3 else None
+            r = rc if rc is not None else rw
+            if r is not None:
+                worst[p] = max(worst.get(p, 0.0), r)
+            per_n[p][n] = c3 if c3 is not None else w3
+            share = [b.get("evict_over_attention_cpu", b.get("evict_over_attention")) for b in b3]
+            share = [x for x in share if x is not None]
+            out.append(f"| {p} | {n} | {f3(w3)} | {f3(w2)} | {f3(c3)} | {f3(c2)} | "
+                       f"{'–' if rc is None else f'{rc:.2f}'} | {'–' if rw is None else f'{rw:.2f}'} | "
+                       f"{pct(min(share)) if share else '–'} |")
+    out.append("")
+    out.append("Worst O2 / O3 per policy (target <= 1.2): " +
+               ", ".join(f"{p} {r:.2f}{'' if r <= 1.2 else ' (NOT met)'}" for p, r in worst.items()))
+    for p, t in per_n.items():
+        if 4096 in t and max(t) > 4096 and t[4096]:
+            out.append(f"- {p}: per-element cost at n = {max(t)} / at n = 4096 (O3): {t[max(t)] / t[4096]:.2f} "
+                       "(target <= 1.3)")
+    print("\n".join(out))
+
+
 def main():
+    if sys.argv[1] == "--opt-levels":
+        opt_levels(sys.argv[2], sys.argv[3])
+        return
     path, outdir = sys.argv[1], sys.argv[2]
     os.makedirs(outdir, exist_ok=True)
     data, decode, prefill, mem, parallel = load(path)

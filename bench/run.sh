@@ -6,14 +6,21 @@
 #   bash bench/run.sh --full     the whole grid (n up to 131072, d in {64, 128},
 #                                P up to 8192): a few hours on 2 cores, peak memory ~10 GB
 #
+# Then the optimisation-level comparison (issue 13): the decode-step family at n in {4096, 32768,
+# 131072}, d = 128, g = 1, float (kvevict_bench --steps), with kvevict_bench (-O3) and with
+# kvevict_bench_o2 (the same sources at -O2, never -march=native), 3 repetitions each (the
+# minimum counts): DIR/steps_O3.json, DIR/steps_O2.json and the table in DIR/opt_levels.md
+# (15-25 min on 2 shared cores, mostly filling n = 131072; --no-opt-levels skips it). For a
+# like-for-like ratio (both binaries portable) run with KVEVICT_BENCH_NATIVE=OFF.
+#
 # Options: --out DIR (default build-bench/bench-results/<quick|full>), --build-dir DIR
-# (default build-bench), --no-build; anything else is passed to kvevict_bench (e.g.
-# --benchmark_filter=Keyformer). Writes DIR/results.json (Google Benchmark JSON),
-# DIR/report.md (the tables, also printed), DIR/*.dat, DIR/plots.gp and DIR/*.png.
+# (default build-bench), --no-build, --no-opt-levels, --opt-levels-only; anything else is passed
+# to kvevict_bench (e.g. --benchmark_filter=Keyformer). Writes DIR/results.json (Google Benchmark
+# JSON), DIR/report.md (the tables, also printed), DIR/*.dat, DIR/plots.gp and DIR/*.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-grid=quick build=1 out="" build_dir=build-bench
+grid=quick build=1 out="" build_dir=build-bench opt_levels=1 suite=1
 extra=()
 while (($#)); do
   case "$1" in
@@ -21,6 +28,8 @@ while (($#)); do
     --out) out="$2"; shift ;;
     --build-dir) build_dir="$2"; shift ;;
     --no-build) build=0 ;;
+    --no-opt-levels) opt_levels=0 ;;
+    --opt-levels-only) suite=0 ;;
     *) extra+=("$1") ;;
   esac
   shift
@@ -30,21 +39,39 @@ out="${out:-$build_dir/bench-results/$grid}"
 if ((build)); then
   bash scripts/deps.sh
   cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_BENCH_NATIVE="${KVEVICT_BENCH_NATIVE:-ON}" >/dev/null
-  cmake --build "$build_dir" -j"$(nproc)" --target kvevict_bench
+  targets=(kvevict_bench)
+  ((opt_levels)) && targets+=(kvevict_bench_o2)
+  cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]}"
 fi
 mkdir -p "$out"
 bench="$build_dir/bench/kvevict_bench"
+bench_o2="$build_dir/bench/kvevict_bench_o2"
 
-echo "== checking that the naive comparator keeps what kvevict keeps"
-"$bench" --verify
+if ((suite)); then
 
-echo "== running the $grid grid (JSON: $out/results.json); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$bench" "${extra[@]}" --benchmark_out="$out/results.json" --benchmark_out_format=json \
-  --benchmark_counters_tabular=false
+  echo "== checking that the naive comparator keeps what kvevict keeps"
+  "$bench" --verify
 
-echo
-echo "== report ($out/report.md)"
-python3 bench/report.py "$out/results.json" "$out"
-(cd "$out" && gnuplot plots.gp)
-echo
-echo "plots: $(ls "$out"/*.png | tr '\n' ' ')"
+  echo "== running the $grid grid (JSON: $out/results.json); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  "$bench" "${extra[@]}" --benchmark_out="$out/results.json" --benchmark_out_format=json \
+    --benchmark_counters_tabular=false
+
+  echo
+  echo "== report ($out/report.md)"
+  python3 bench/report.py "$out/results.json" "$out"
+  (cd "$out" && gnuplot plots.gp)
+  echo
+  echo "plots: $(ls "$out"/*.png | tr '\n' ' ')"
+fi
+
+if ((opt_levels)); then
+  echo
+  echo "== optimisation levels: decode steps with kvevict_bench and kvevict_bench_o2; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  for level in O3 O2; do
+    bin="$bench"
+    [[ $level == O2 ]] && bin="$bench_o2"
+    "$bin" --steps --benchmark_repetitions=3 --benchmark_out="$out/steps_$level.json" --benchmark_out_format=json \
+      --benchmark_counters_tabular=false >/dev/null
+  done
+  python3 bench/report.py --opt-levels "$out/steps_O3.json" "$out/steps_O2.json" | tee "$out/opt_levels.md"
+fi

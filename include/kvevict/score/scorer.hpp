@@ -15,6 +15,7 @@
 
 #include "kvevict/core/check.hpp"
 #include "kvevict/core/executor.hpp"
+#include "kvevict/core/simd.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/gumbel.hpp"
 #include "kvevict/score/snapkv_score.hpp"
@@ -131,6 +132,7 @@ class Scorer {
       std::copy_n(acc(j * group_), n, s);
       for (std::size_t t = 1; t < group_; ++t) {
         const float* a = acc(j * group_ + t);
+        KVEVICT_SIMD
         for (std::size_t i = 0; i < n; ++i) s[i] += a[i];
       }
     }
@@ -173,33 +175,27 @@ class Scorer {
     const std::size_t W = executor_.workers(), chunks = chunk_count(n), nq = n_kv_heads_ * group_;
     auto row_of = [&](std::size_t h) { return logits + h * n; };
     auto zeta_of = [&](std::size_t h) { return gumbel != nullptr ? gumbel + h * n : nullptr; };
-    if (n_kv_heads_ >= W || chunks <= 1) {  // whole heads: backup, then rows fused (pass + combine + add)
+    if (n_kv_heads_ >= W || chunks <= 1) {  // whole heads: rows fused (pass + combine + add)
+      // All-or-nothing without a backup copy of the scores (which cost a read and a write of every
+      // score per step, and made the per-element cost grow once the scores left L2): every row is
+      // checked first, read-only (`row_accepted`: exactly the rows the kernel rejects).
+      for (std::size_t h = 0; h < nq; ++h)
+        if (!row_accepted(row_of(h), score_.noisy() ? zeta_of(h) : nullptr, n)) throw_step(h);
       const std::size_t tasks = std::min(W, n_kv_heads_);
       executor_.parallel_for(tasks, [&](std::size_t t) noexcept {
         float* e = row_.data() + t * stride_;
         for (std::size_t j = t * n_kv_heads_ / tasks; j < (t + 1) * n_kv_heads_ / tasks; ++j) {
           float* s = scores + j * stride;
-          std::copy_n(s, n, backup_.data() + j * stride_);
           s[n - 1] = 0.0f;
-          bad_[j] = 0;
-          for (std::size_t q = 0; q < group_ && bad_[j] == 0; ++q) {
+          for (std::size_t q = 0; q < group_; ++q) {
             const std::size_t h = j * group_ + q;
             float* f = f_.data() + h * 2 * chunks_;
-            if (!softmax_row(row_of(h), zeta_of(h), n, inv_tau, position, h, 0, chunks, e, f, f + chunks_)) {
-              bad_[j] = h + 1;
-              break;
-            }
+            (void)softmax_row(row_of(h), zeta_of(h), n, inv_tau, position, h, 0, chunks, e, f, f + chunks_);
             softmax_combine(f, f + chunks_, chunks, inv_tau);
             add_chunks(e, f, n, s, !Score::kAccumulates && q == 0);
           }
         }
       });
-      for (std::size_t j = 0; j < n_kv_heads_; ++j) {
-        if (bad_[j] == 0) continue;
-        for (std::size_t i = 0; i < n_kv_heads_; ++i)
-          std::copy_n(backup_.data() + i * stride_, n, scores + i * stride);
-        throw_step(bad_[j] - 1);
-      }
       return;
     }
     // Fewer KV heads than workers: each head's row split into `parts` chunk ranges.
@@ -236,10 +232,14 @@ class Scorer {
   /// `Σ_j scores[j][0, n)` (for a selection shared by every KV head), in scratch
   /// valid until the next call. O(n_kv_heads · n).
   const float* sum_over_heads(const float* scores, std::size_t stride, std::size_t n) {
-    std::fill_n(row_.data(), n, 0.0f);
-    for (std::size_t j = 0; j < n_kv_heads_; ++j)
-      for (std::size_t i = 0; i < n; ++i) row_[i] += scores[j * stride + i];
-    return row_.data();
+    float* sum = row_.data();
+    std::fill_n(sum, n, 0.0f);
+    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
+      const float* s = scores + j * stride;
+      KVEVICT_SIMD
+      for (std::size_t i = 0; i < n; ++i) sum[i] += s[i];
+    }
+    return sum;
   }
 
   /// The first of a chunk's `C` rows that is scored: 0; `C − 1` for `kPrefillLastRow` (TOVA); `C −

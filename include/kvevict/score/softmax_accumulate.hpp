@@ -13,6 +13,7 @@
 #include <Eigen/Core>
 
 #include "kvevict/core/fast_math.hpp"
+#include "kvevict/core/simd.hpp"
 #include "kvevict/score/gumbel.hpp"
 
 namespace kvevict {
@@ -34,10 +35,42 @@ struct DrawnNoise {
 /// inline functions bind it by reference, e.g. through `std::min`).
 inline constexpr std::size_t kChunk = 512;
 
-/// max of v[0, len) with NaN propagation (Eigen, vectorised); -inf if empty.
+/// Lanes of the fixed-order reductions below: 16 floats, one AVX-512 register,
+/// two AVX ones, four SSE ones; the lane structure (and so the result) is the same
+/// whatever the target's vector width.
+inline constexpr std::size_t kLanes = 16;
+
+/// max of v[0, len), NaN if some `v[i]` is NaN; -inf if empty. 16 explicit lanes
+/// (`lane[i % 16] = max(lane[i % 16], v[i])`, each lane in index order) plus a
+/// NaN flag per lane, then the lanes and the tail in index order: the same bits
+/// for any address and any target (a max is exact, but the sign of a zero result
+/// would depend on the order), and the lane loop is vector code at any
+/// optimisation level (`KVEVICT_LANES`). O(len), no allocation.
 inline float max_propagate_nan(const float* v, std::size_t len) {
-  if (len == 0) return -std::numeric_limits<float>::infinity();
-  return Eigen::Map<const Eigen::ArrayXf>(v, static_cast<Eigen::Index>(len)).maxCoeff<Eigen::PropagateNaN>();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  float lane[kLanes];
+  std::uint32_t nan[kLanes] = {};
+  for (std::size_t l = 0; l < kLanes; ++l) lane[l] = -kInf;
+  std::size_t i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    KVEVICT_LANES
+    for (std::size_t l = 0; l < kLanes; ++l) {
+      const float x = v[i + l];
+      lane[l] = x > lane[l] ? x : lane[l];
+      nan[l] |= static_cast<std::uint32_t>(x != x);
+    }
+  }
+  float m = -kInf;
+  std::uint32_t any_nan = 0;
+  for (std::size_t l = 0; l < kLanes; ++l) {
+    m = lane[l] > m ? lane[l] : m;
+    any_nan |= nan[l];
+  }
+  for (; i < len; ++i) {
+    m = v[i] > m ? v[i] : m;
+    any_nan |= static_cast<std::uint32_t>(v[i] != v[i]);
+  }
+  return any_nan != 0 ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
 /// Chunks of `kChunk` elements in a row of `n`.
@@ -47,13 +80,15 @@ inline float max_propagate_nan(const float* v, std::size_t len) {
 /// pointer's alignment and on the packet width (SSE / AVX / AVX-512), the
 /// result is the same bits for any address and any target, which the
 /// bit-identical guarantees (paged vs contiguous, `accumulate_softmax` vs the
-/// cache) rely on. O(len), no allocation.
+/// cache) rely on. The lane loop is vector code at any optimisation level
+/// (`KVEVICT_LANES`: the lanes in registers, never a reordering `reduction`). O(len), no allocation.
 inline float sum_fixed_order(const float* v, std::size_t len) {
-  constexpr std::size_t kLanes = 16;
   float lane[kLanes] = {};
   std::size_t i = 0;
-  for (; i + kLanes <= len; i += kLanes)
+  for (; i + kLanes <= len; i += kLanes) {
+    KVEVICT_LANES  // across lanes: each lane still adds in index order
     for (std::size_t l = 0; l < kLanes; ++l) lane[l] += v[i + l];
+  }
   float total = 0.0f;
   for (std::size_t l = 0; l < kLanes; ++l) total += lane[l];
   for (; i < len; ++i) total += v[i];
@@ -61,17 +96,48 @@ inline float sum_fixed_order(const float* v, std::size_t len) {
 }
 inline constexpr std::size_t chunk_count(std::size_t n) { return (n + kChunk - 1) / kChunk; }
 
+/// Whether every `y[i] = x[i] (+ ζ[i])` of a row is below `+inf` (no NaN, no
+/// `+inf`; `-inf` is fine): exactly the rows `softmax_chunks` accepts. With
+/// `NoNoise` or `DrawnNoise` only `x` is read: a drawn ζ is finite and at most
+/// 16.6 (`fill_gumbel_row`), so `x + ζ` is NaN / `+inf` iff `x` is (finite `x` plus
+/// ζ rounds to at most `FLT_MAX`). Lets a caller check a whole step before it
+/// changes anything, instead of backing its scores up. 16 explicit lanes of
+/// flags (vector code at any optimisation level). O(n) reads, no allocation.
+inline bool row_accepted(const float* x, const float* zeta, std::size_t n) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::uint32_t bad[kLanes] = {};
+  std::size_t i = 0;
+  if (zeta == nullptr) {
+    for (; i + kLanes <= n; i += kLanes) {
+      KVEVICT_LANES
+      for (std::size_t l = 0; l < kLanes; ++l) bad[l] |= static_cast<std::uint32_t>(!(x[i + l] < kInf));
+    }
+    for (; i < n; ++i) bad[0] |= static_cast<std::uint32_t>(!(x[i] < kInf));
+  } else {
+    for (; i + kLanes <= n; i += kLanes) {
+      KVEVICT_LANES
+      for (std::size_t l = 0; l < kLanes; ++l) bad[l] |= static_cast<std::uint32_t>(!(x[i + l] + zeta[i + l] < kInf));
+    }
+    for (; i < n; ++i) bad[0] |= static_cast<std::uint32_t>(!(x[i] + zeta[i] < kInf));
+  }
+  std::uint32_t any = 0;
+  for (std::size_t l = 0; l < kLanes; ++l) any |= bad[l];
+  return any == 0;
+}
+
 /// `y = x + ζ` of chunk `[c0, c0 + len)` of a row: a pointer into `x` when
 /// noise-free, else `buf` filled (drawn ζ: `fill_gumbel_row(key, c0, ...)`).
 inline const float* chunk_values(const float* x, NoNoise, std::size_t c0, std::size_t /*len*/, float* /*buf*/) {
   return x + c0;
 }
 inline const float* chunk_values(const float* x, GivenNoise noise, std::size_t c0, std::size_t len, float* buf) {
+  KVEVICT_SIMD
   for (std::size_t i = 0; i < len; ++i) buf[i] = x[c0 + i] + noise.zeta[c0 + i];
   return buf;
 }
 inline const float* chunk_values(const float* x, DrawnNoise noise, std::size_t c0, std::size_t len, float* buf) {
   fill_gumbel_row(noise.key, c0, buf, len);
+  KVEVICT_SIMD
   for (std::size_t i = 0; i < len; ++i) buf[i] += x[c0 + i];
   return buf;
 }
@@ -106,6 +172,7 @@ bool softmax_pass(const float* x, Noise noise, std::size_t n, float inv_tau, std
       sum[c] = 0.0f;
       continue;
     }
+    KVEVICT_SIMD
     for (std::size_t i = 0; i < len; ++i) ec[i] = exp_nonpositive((y[i] - m) * inv_tau);  // -inf -> 0
     sum[c] = sum_fixed_order(ec, len);  // chunk sum, >= 1
   }
@@ -169,10 +236,13 @@ inline void add_chunks(const float* e, const float* f, std::size_t n, float* acc
     const float scale = f[c];
     const float* ec = e + c0;
     float* ac = acc + c0;
-    if (assign)
+    if (assign) {
+      KVEVICT_SIMD
       for (std::size_t i = 0; i < len; ++i) ac[i] = ec[i] * scale;
-    else
+    } else {
+      KVEVICT_SIMD
       for (std::size_t i = 0; i < len; ++i) ac[i] += ec[i] * scale;
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "kvevict/core/check.hpp"
 #include "kvevict/core/bits.hpp"
+#include "kvevict/core/simd.hpp"
 #include "kvevict/selection/select_keep.hpp"
 
 namespace kvevict {
@@ -33,32 +34,63 @@ struct RecentTopKSelection {
   /// The lowest-scoring slot outside the recent window (`recent[i] != 0`);
   /// among equal scores the newest (largest position) goes, so ties keep the
   /// older token, as in `select_keep`. Requires finite scores >= 0 (the cache's
-  /// scores are sums of probabilities), whose order is their bits' order: the
-  /// scan reads 5 bytes per slot (score and flag), vectorised, and positions are
-  /// read only for slots that tie with the minimum. Returns `n` if every slot is
-  /// recent (never the case in a cache step: at most `w <= k < n` are).
-  /// O(n), no allocation.
+  /// scores are sums of probabilities), whose order is their bits' order. One
+  /// pass over 5 bytes per slot (score and flag) in 16 explicit lanes (lane `l`
+  /// keeps the smallest key of slots `i ≡ l (mod 16)`, its first slot and how
+  /// often it occurs: vector code at any optimisation level, `KVEVICT_LANES`);
+  /// positions are read only when the minimum occurs more than once. Returns `n`
+  /// if every slot is recent (never the case in a cache step: at most
+  /// `w <= k < n` are). O(n), no allocation.
   std::size_t victim(const float* scores, const std::uint8_t* recent, const std::int64_t* positions,
                      std::size_t n) const noexcept {
     constexpr std::uint32_t kExcluded = 0xffffffffu;  // above every finite score's bits
-    std::uint32_t m = kExcluded;
+    constexpr std::size_t kLanes = 16;
     // key = the score's bits, or all ones for a recent slot (an OR, so that it vectorises).
     auto key = [&](std::size_t i) {
       return detail::float_bits(scores[i]) | (0u - static_cast<std::uint32_t>(recent[i] != 0));
     };
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint32_t k = key(i);
-      m = k < m ? k : m;
+    // Lanes, then the tail: the minimum, its first slot and its total count.
+    std::uint32_t m = kExcluded;
+    std::size_t best = n, count = 0;
+    auto take = [&](std::uint32_t k, std::size_t first, std::size_t times) {
+      if (k < m) {
+        m = k;
+        best = first;
+        count = times;
+      } else if (k == m && k != kExcluded) {
+        best = first < best ? first : best;
+        count += times;
+      }
+    };
+    // Spans of at most 2^31 slots, so that a lane's first slot fits 32 bits next to
+    // its key and count (all lanes 32-bit: one vector type).
+    constexpr std::size_t kSpan = std::size_t{1} << 31;
+    std::size_t i = 0;
+    while (i + kLanes <= n) {
+      const std::size_t base = i, end = base + std::min(n - base, kSpan) / kLanes * kLanes;
+      std::uint32_t lane_min[kLanes], lane_count[kLanes] = {}, lane_first[kLanes] = {};
+      for (std::size_t l = 0; l < kLanes; ++l) lane_min[l] = kExcluded;
+      for (; i < end; i += kLanes) {
+        const std::uint32_t rel = static_cast<std::uint32_t>(i - base);
+        KVEVICT_SIMD
+        for (std::size_t l = 0; l < kLanes; ++l) {
+          // Branch-free (masks): a new minimum restarts the lane's first slot and
+          // count, an equal key counts once more.
+          const std::uint32_t k = key(i + l);
+          const std::uint32_t lower = 0u - static_cast<std::uint32_t>(k < lane_min[l]);
+          lane_first[l] = (lane_first[l] & ~lower) | ((rel + static_cast<std::uint32_t>(l)) & lower);
+          lane_count[l] = ((lane_count[l] + static_cast<std::uint32_t>(k == lane_min[l])) & ~lower) | (1u & lower);
+          lane_min[l] = k < lane_min[l] ? k : lane_min[l];
+        }
+      }
+      for (std::size_t l = 0; l < kLanes; ++l) take(lane_min[l], base + lane_first[l], lane_count[l]);
     }
+    for (; i < n; ++i) take(key(i), i, 1);
     if (m == kExcluded) return n;
-    std::size_t best = 0;
-    while (key(best) != m) ++best;  // the first minimum (exists)
-    std::uint32_t ties = 0;
-    for (std::size_t i = best + 1; i < n; ++i) ties += key(i) == m ? 1u : 0u;
-    if (ties == 0) return best;
+    if (count == 1) return best;
     // Equal scores: the newest (largest position) goes, so ties keep the older token.
-    for (std::size_t i = best + 1; i < n; ++i)
-      if (key(i) == m && positions[i] > positions[best]) best = i;
+    for (std::size_t j = best + 1; j < n; ++j)
+      if (key(j) == m && positions[j] > positions[best]) best = j;
     return best;
   }
 };

@@ -8,11 +8,48 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "kvevict/core/check.hpp"
 
 namespace kvevict {
+namespace detail {
+/// Whether some `p[0, B)` may be below `bar`: true if one is; also true (the
+/// caller then looks at every element) if some `p` differs from `bar` in sign.
+/// The sign bit of `(p − bar) | (p ^ bar)` in unsigned arithmetic: for `p` of
+/// `bar`'s sign `p − bar` cannot wrap, so its sign is `p < bar`. Subtractions,
+/// XORs and ORs only, so plain x86-64 (SSE2, no 64-bit compare) runs it as vector
+/// code: with g++ / clang++ in two 2-lane GNU vectors at any optimisation level
+/// (the OR of lanes is exact in any order), else in a scalar loop. `B` a multiple
+/// of 4. O(B), no allocation.
+template <std::size_t B>
+inline bool block_may_hold_below(const std::int64_t* p, std::int64_t bar) {
+  static_assert(B % 4 == 0, "block of whole 4-lane vectors");
+  const std::uint64_t ubar = static_cast<std::uint64_t>(bar);
+#if defined(__GNUC__) || defined(__clang__)
+  typedef std::uint64_t lanes2 __attribute__((vector_size(16)));
+  const lanes2 vbar = {ubar, ubar};
+  lanes2 acc0 = {0, 0}, acc1 = {0, 0};
+  for (std::size_t b = 0; b < B; b += 4) {
+    lanes2 v0, v1;
+    std::memcpy(&v0, p + b, sizeof v0);
+    std::memcpy(&v1, p + b + 2, sizeof v1);
+    acc0 |= (v0 - vbar) | (v0 ^ vbar);
+    acc1 |= (v1 - vbar) | (v1 ^ vbar);
+  }
+  acc0 |= acc1;
+  return ((acc0[0] | acc0[1]) >> 63) != 0;
+#else
+  std::uint64_t any = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    const std::uint64_t v = static_cast<std::uint64_t>(p[b]);
+    any |= (v - ubar) | (v ^ ubar);
+  }
+  return (any >> 63) != 0;
+#endif
+}
+}  // namespace detail
 
 /// Selection policy of StreamingLLM (Xiao et al., ICLR 2024, §3.2): keep the
 /// `sinks` oldest retained tokens (attention sinks) plus the `k − sinks` most
@@ -51,7 +88,8 @@ struct SinkRecentSelection {
   /// The oldest non-sink slot: the slot with the (sinks + 1)-th smallest
   /// position (positions are distinct). One pass keeping the `sinks + 1`
   /// smallest positions seen so far in a small sorted array (on the stack up to
-  /// 64 sinks); the common case is one compare per slot. O(n · (1 + sinks ·
+  /// 64 sinks); the common case is a block of 256 slots that holds none of them,
+  /// skipped after one vectorised compare per slot. O(n · (1 + sinks ·
   /// insertions / n)), no allocation.
   /// Scores and the recent flags are not read.
   std::size_t victim(const float* /*scores*/, const std::uint8_t* /*recent*/, const std::int64_t* positions,
@@ -63,36 +101,45 @@ struct SinkRecentSelection {
     std::size_t slot[kMaxTracked];
     std::size_t have = 0;
     std::int64_t bar = std::numeric_limits<std::int64_t>::max();  // pos[want - 1] once full
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::int64_t p = positions[i];
-      if (p >= bar && have == want) continue;  // the common case
-      std::size_t j = have < want ? have++ : want - 1;  // insertion sort into pos[0, have)
-      for (; j > 0 && pos[j - 1] > p; --j) {
-        pos[j] = pos[j - 1];
-        slot[j] = slot[j - 1];
+    auto scan = [&](std::size_t from, std::size_t to) {
+      for (std::size_t i = from; i < to; ++i) {
+        const std::int64_t p = positions[i];
+        if (p >= bar && have == want) continue;  // the common case
+        std::size_t j = have < want ? have++ : want - 1;  // insertion sort into pos[0, have)
+        for (; j > 0 && pos[j - 1] > p; --j) {
+          pos[j] = pos[j - 1];
+          slot[j] = slot[j - 1];
+        }
+        pos[j] = p;
+        slot[j] = i;
+        if (have == want) bar = pos[want - 1];
       }
-      pos[j] = p;
-      slot[j] = i;
-      if (have == want) bar = pos[want - 1];
-    }
+    };
+    // Until `want` positions are held, every slot enters; after that `bar` only falls, so a
+    // block of 64 slots whose positions are all >= bar changes nothing and is skipped after
+    // one branch-free test (`detail::block_may_hold_below`).
+    constexpr std::size_t kBlock = 64;
+    std::size_t i = std::min(want, n);
+    scan(0, i);
+    for (; i + kBlock <= n; i += kBlock)
+      if (detail::block_may_hold_below<kBlock>(positions + i, bar)) scan(i, i + kBlock);
+    scan(i, n);
     return slot[want - 1];
   }
 
  private:
-  /// Same result for very many sinks: raise a floor `sinks + 1` times. O(n · (sinks + 1)).
+  /// Same result for very many sinks: raise a floor `sinks + 1` times (no sentinel
+  /// values, so positions equal to INT64_MIN / INT64_MAX count like any other).
+  /// O(n · (sinks + 1)).
   std::size_t victim_by_rounds(const std::int64_t* positions, std::size_t n) const noexcept {
-    std::int64_t floor = std::numeric_limits<std::int64_t>::min();
     std::size_t best = 0;
     for (std::size_t round = 0; round <= sinks && round < n; ++round) {
-      std::int64_t min_pos = std::numeric_limits<std::int64_t>::max();
+      std::size_t pick = n;  // smallest position above the floor (positions[best] after round 0)
       for (std::size_t i = 0; i < n; ++i) {
         const std::int64_t p = positions[i];
-        if (p > floor && p < min_pos) {
-          min_pos = p;
-          best = i;
-        }
+        if ((round == 0 || p > positions[best]) && (pick == n || p < positions[pick])) pick = i;
       }
-      floor = min_pos;
+      best = pick;
     }
     return best;
   }
