@@ -34,7 +34,13 @@ std::string shape_text(const std::vector<std::size_t>& shape) {
 }
 
 /// Appends the shortest decimal form of `x` that reads back as the same float.
+// Shortest text that reads back as the same float bits. `to_chars(-0.0f)` gives "-0", which JSON
+// readers (nlohmann included) parse as the integer 0, losing the sign: negative zero is written "-0.0".
 void append_float(std::string& out, float x) {
+  if (x == 0.0f && std::signbit(x)) {
+    out += "-0.0";
+    return;
+  }
   char buf[32];
   const auto res = std::to_chars(buf, buf + sizeof buf, x);
   out.append(buf, res.ptr);

@@ -1,6 +1,8 @@
 // kvevict-replay inputs: the .npy reader, JSON and .npy giving the same replay, stdin.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -91,6 +93,20 @@ TEST(TraceJson, WrittenTracesReadBackBitForBit) {
         EXPECT_EQ(back.logit(h, r, c), t.logit(h, r, c));
         EXPECT_EQ(back.gumbel[back.index(h, r, c)], t.gumbel[t.index(h, r, c)]);
       }
+}
+
+// Fuzz finding (fuzz_trace_json): a logit of -0 ("-0e39" in the input) came back as +0, because "-0"
+// is read as the integer 0. Negative zero is written "-0.0" and keeps its sign bit.
+TEST(TraceJson, NegativeZeroKeepsItsSignThroughARoundTrip) {
+  std::istringstream in(R"({"logits":[[[0, null], [-0e39, 0]]],"prompt_len":2})");
+  const replay::Trace t = replay::read_trace_json(in, "memory");
+  ASSERT_TRUE(std::signbit(t.logit(0, 1, 0)));
+  std::stringstream text;
+  replay::write_trace_json(text, t);
+  EXPECT_NE(text.str().find("-0.0"), std::string::npos) << text.str();
+  const replay::Trace back = replay::read_trace_json(text, "memory");
+  EXPECT_EQ(back.logit(0, 1, 0), 0.0f);
+  EXPECT_TRUE(std::signbit(back.logit(0, 1, 0)));
 }
 
 TEST(ReplayFormats, JsonAndNpyGiveTheSameOutput) {
