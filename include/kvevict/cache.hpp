@@ -218,9 +218,11 @@ class Cache final : public CacheInterface {
   /// filled with slot `n − 1`. "Recent" is the `w` most recently appended
   /// tokens, given to the selection as per-slot flags.
   /// O(n_q_heads · n) scoring + O(n_kv_heads · n) selection + O(n_kv_heads ·
-  /// head_dim) data moved. No heap allocation. The logits are read once (one
-  /// streaming softmax pass per row), each KV head's scores copied once (for
-  /// all-or-nothing) and the victim search reads scores and flags once. Throws `std::invalid_argument` before prefill, if `n` or any length is not
+  /// head_dim) data moved. No heap allocation. The logits are read twice (a
+  /// read-only check of every row first, for all-or-nothing, then one streaming
+  /// softmax pass per row); the victim search reads scores and flags once. On an
+  /// executor the checks, the rows and the per-KV-head victim searches and moves
+  /// run as tasks. Throws `std::invalid_argument` before prefill, if `n` or any length is not
   /// `previous length + 1`, the new position is not the same on every head or
   /// not larger than the last one, τ_t is not finite and > 0, `logits` is null
   /// when needed, or a logit is NaN / `+inf`; the state is then unchanged.
@@ -245,9 +247,9 @@ class Cache final : public CacheInterface {
         const float* sum = scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), n);
         const std::size_t victim = selection_.victim(sum, slots_.recent(0), slots_.positions(0), n);
         for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victim, n);
-      } else {
-        for (std::size_t j = 0; j < kv().n_kv_heads; ++j)
-          slots_.evict(j, selection_.victim(slots_.scores(j), slots_.recent(j), slots_.positions(j), n), n);
+      } else {  // per KV head, on the executor: head j's search and move touch only head j
+        detail::for_each_head(scorer_.executor(), kv().n_kv_heads, [&](std::size_t j) noexcept {
+          slots_.evict(j, selection_.victim(slots_.scores(j), slots_.recent(j), slots_.positions(j), n), n); });
       }
       n_ = n - 1;
     } else {

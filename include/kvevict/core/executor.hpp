@@ -12,8 +12,10 @@
 //                                                 threads, concurrently or not, and returns
 //                                                 when every call has returned
 // `f` is callable as `f(std::size_t)` and never throws (the cache catches inside its
-// tasks); it may be copied or referenced. `parallel_for` is called by one thread at a
-// time per executor (a cache never nests calls). The library creates no thread: a
+// tasks); it may be copied or referenced. `parallel_for` itself must not throw either
+// (the cache calls it where its state is half updated; `ExecutorRef::parallel_for` is
+// `noexcept`, so an executor that throws ends the program instead of leaving a cache
+// corrupt). It is called by one thread at a time per executor (a cache never nests calls). The library creates no thread: a
 // pool adapter lives in the examples (examples/thread_pool.hpp).
 //
 // Determinism: the cache's results do not depend on the executor, on `workers()` or
@@ -21,6 +23,7 @@
 // reduction that crosses tasks runs afterwards in one fixed order on the caller.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <type_traits>
 #include <utility>
@@ -90,9 +93,10 @@ class ExecutorRef {
 
   /// `f(task)` for every task in [0, n_tasks) through the referenced executor
   /// (serially, in order, when none); returns when all have returned. `f` must
-  /// not throw. No allocation (`f` is passed by address).
+  /// not throw; neither may the executor (`noexcept`: `std::terminate` if it
+  /// does). No allocation (`f` is passed by address).
   template <class F>
-  void parallel_for(std::size_t n_tasks, F&& f) const {
+  void parallel_for(std::size_t n_tasks, F&& f) const noexcept {
     using Fn = std::remove_reference_t<F>;
     if (run_ == nullptr || n_tasks <= 1) {
       for (std::size_t t = 0; t < n_tasks; ++t) f(t);
@@ -112,6 +116,19 @@ class ExecutorRef {
   void (*run_)(void*, std::size_t, detail::TaskFn, void*) = nullptr;
   std::size_t workers_ = 1;
 };
+
+namespace detail {
+/// `f(i)` for every item in [0, n_items) on `executor`: `min(workers, n_items)`
+/// tasks, task `t` takes the contiguous items `[t·n/T, (t+1)·n/T)` in order
+/// (e.g. one cache step's per-KV-head work). `f` must not throw. No allocation.
+template <class F>
+void for_each_head(ExecutorRef executor, std::size_t n_items, F&& f) {
+  const std::size_t tasks = std::min(executor.workers(), n_items);
+  executor.parallel_for(tasks, [&](std::size_t t) noexcept {
+    for (std::size_t i = t * n_items / tasks; i < (t + 1) * n_items / tasks; ++i) f(i);
+  });
+}
+}  // namespace detail
 
 static_assert(is_executor<SerialExecutor>::value, "kvevict: SerialExecutor must satisfy the Executor concept");
 static_assert(is_executor<ExecutorRef>::value, "kvevict: ExecutorRef must satisfy the Executor concept");

@@ -179,8 +179,12 @@ class Scorer {
       // All-or-nothing without a backup copy of the scores (which cost a read and a write of every
       // score per step, and made the per-element cost grow once the scores left L2): every row is
       // checked first, read-only (`row_accepted`: exactly the rows the kernel rejects).
+      // The check runs on the executor too (flags per q_head, then the lowest failing one throws).
+      for_each_head(executor_, nq, [&](std::size_t h) noexcept {
+        bad_[h] = !row_accepted(row_of(h), score_.noisy() ? zeta_of(h) : nullptr, n);
+      });
       for (std::size_t h = 0; h < nq; ++h)
-        if (!row_accepted(row_of(h), score_.noisy() ? zeta_of(h) : nullptr, n)) throw_step(h);
+        if (bad_[h] != 0) throw_step(h);
       const std::size_t tasks = std::min(W, n_kv_heads_);
       executor_.parallel_for(tasks, [&](std::size_t t) noexcept {
         float* e = row_.data() + t * stride_;
@@ -313,8 +317,7 @@ class Scorer {
   ExecutorRef executor_;
   std::size_t n_kv_heads_ = 0, group_ = 1, stride_ = 0, chunks_ = 0;
   std::vector<float> acc_;      // [q_head][stride]: prefill accumulators, one per query head
-  std::vector<float> backup_;   // [q_head][stride]: acc_ before a chunk; a step's score backup ([kv_head][stride])
-                                // or, split step, each row's numerators ([q_head][stride])
+  std::vector<float> backup_;   // [q_head][stride]: acc_ before a chunk, or (split step) each row's numerators
   std::vector<float> row_;      // [task][capacity]: one row's numerators per task, or the summed scores
   std::vector<float> f_;        // [q_head][2 * chunks]: one row's chunk factors, then chunk maxes
   std::vector<std::size_t> bad_;              // [q_head] / [kv_head]: 0, or 1 + the failing row / q_head
