@@ -458,6 +458,21 @@ TEST(ChunkedPrefillErrors, RejectBadChunksAndLeaveTheStateUnchanged) {
             "kvevict::Cache::finish_prefill: no chunk was passed (call prefill_chunk first)");
 }
 
+TEST(ChunkedPrefillErrors, AChunkLengthWhoseSumWithTheHeldTokensWrapsAroundIsRejected) {
+  const std::size_t n_q = 2, P = 8;
+  const auto x = random_prompt(n_q, P, 3, 1.0f);
+  const kvevict::CacheConfig c = make_config(kvevict::Policy::h2o, n_q, kvevict::Budget::tokens(4), false);
+  Layer layer(kvevict::Policy::h2o, c, 1, 16);
+  for (int t = 0; t < 4; ++t) append_token(layer.kv, t);
+  const auto x0 = chunk_of(x, n_q, P, 0, 4);
+  layer.cache->prefill_chunk(x0.data(), 4, 4);
+  const std::vector<float> scores(layer.cache->scores(0), layer.cache->scores(0) + 4);
+  // held + C = 4 + (2^64 − 2) wraps to 2: rejected before the sum is formed.
+  EXPECT_EQ(message_of([&] { layer.cache->prefill_chunk(x0.data(), std::numeric_limits<std::size_t>::max() - 1, 2); }),
+            "kvevict::Cache::prefill_chunk: chunk_len = 18446744073709551614 exceeds n = 2 live slots");
+  EXPECT_EQ(std::vector<float>(layer.cache->scores(0), layer.cache->scores(0) + 4), scores);
+}
+
 TEST(ChunkedPrefillErrors, FinishRejectsABudgetThePromptCannotServeAndStaysUsable) {
   kvevict::CacheConfig c = make_config(kvevict::Policy::h2o, 1, kvevict::Budget::ratio(2.0), false);
   Layer layer(kvevict::Policy::h2o, c, 1, 8);  // k = 2 · P = 8 needs capacity 9

@@ -146,6 +146,11 @@ TEST(PrefillChunkQK, RejectsBadArguments) {
             "kvevict::prefill_chunk_qk: q must be non-null");
   EXPECT_EQ(message_of([&] { kvevict::prefill_chunk_qk(*run.cache, run.kv, q.data(), 4, 3, 1.0f, ok); }),
             "kvevict::prefill_chunk_qk: n_q_heads (3) must be a positive multiple of n_kv_heads (2)");
+  // A multiple of n_kv_heads that is not the cache's query-head count: the cache asks for a q_head
+  // beyond q (it used to read past the rows of q).
+  EXPECT_EQ(message_of([&] { kvevict::prefill_chunk_qk(*run.cache, run.kv, q.data(), 4, kKv, 1.0f, ok); }),
+            "kvevict::prefill_chunk_qk: the cache asks for row 0 of q_head 2 but q holds 4 rows of n_q_heads = 2 "
+            "(pass the cache's query-head count)");
   EXPECT_EQ(message_of([] { kvevict::QKChunkScratch bad(4, kDim, 0); }),
             "kvevict::QKChunkScratch: capacity, head_dim, row_tile and col_tile must be >= 1 (got 4, 16, 0, 128)");
   EXPECT_EQ(run.cache->length(0), 4u);

@@ -73,6 +73,15 @@ TEST(Rope, RoundTripReturnsTheKeyWithin1e6) {
 
 // A key rotated to position p and then by q - p equals the key rotated straight to q (a simple
 // double-precision reference) within float rounding.
+// Double rows keep double precision (they used to be rounded through float): a quarter turn of
+// (1e-9 + 1, 0.3) with theta 1 is exactly representable to ~1e-16, far below float's 6e-8.
+TEST(Rope, DoubleRowsAreRotatedInDouble) {
+  std::vector<double> row{1.0 + 1e-9, 0.3};
+  kvevict::rope_rotate(row.data(), 2, kHalfPi, RopeSpec{RopeStyle::interleaved, 1.0});
+  EXPECT_NEAR(row[0], -0.3, 1e-15);
+  EXPECT_NEAR(row[1], 1.0 + 1e-9, 1e-15);
+}
+
 TEST(Rope, RerotationEqualsAFreshRotationAtTheNewPosition) {
   std::mt19937 gen(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);

@@ -48,7 +48,10 @@
 //       slots, so at least one is not recent), `positions[0, n)` distinct. Returns
 //       the one slot to evict, in [0, n), never a recent slot (a policy that ignores
 //       the flags must reject w > 0 in `validate`, as SinkRecentSelection does).
-//       O(n), no allocation, must not throw.
+//       O(n), no allocation, must not throw. With an executor (`set_executor`) the
+//       cache calls `victim` for different KV heads at the same time on one
+//       object, and the score's `noisy()` likewise: both must be safe to call
+//       concurrently (no `mutable` scratch).
 #pragma once
 
 #include <cstddef>

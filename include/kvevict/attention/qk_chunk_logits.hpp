@@ -69,6 +69,9 @@ class QKChunkRows final : public ChunkRows {
         scale_(scale), s_(scratch), bias_(bias) {}
 
   const float* row(std::size_t q_head, std::size_t i) override {
+    detail::require(q_head < nq_ && i < C_, "kvevict::prefill_chunk_qk: the cache asks for row ", i, " of q_head ",
+                    q_head, " but q holds ", C_, " rows of n_q_heads = ", nq_,
+                    " (pass the cache's query-head count)");
     if (q_head != head_ || i < first_ || i >= first_ + rows_) compute(q_head, i);
     return s_.block_.data() + (i - first_) * s_.capacity_;
   }
@@ -143,7 +146,7 @@ template <class CacheT, class T, class Bias = NoBias>
 void prefill_chunk_qk(CacheT& cache, const KVView<const T>& kv, const float* q, std::size_t chunk_len,
                       std::size_t n_q_heads, float scale, QKChunkScratch& scratch, Bias bias = Bias()) {
   const char* who = "kvevict::prefill_chunk_qk";
-  detail::require(n_q_heads >= 1 && n_q_heads % kv.n_kv_heads == 0, who, ": n_q_heads (", n_q_heads,
+  detail::require(kv.n_kv_heads >= 1 && n_q_heads >= 1 && n_q_heads % kv.n_kv_heads == 0, who, ": n_q_heads (", n_q_heads,
                   ") must be a positive multiple of n_kv_heads (", kv.n_kv_heads, ")");
   detail::require(q != nullptr, who, ": q must be non-null");
   const std::size_t n = kv.length(0);

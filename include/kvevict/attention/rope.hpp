@@ -65,9 +65,15 @@ void rotate_row_unchecked(T* row, std::size_t head_dim, double delta, const Rope
     const double angle = delta * freq, c = std::cos(angle), s = std::sin(angle);
     T& x = spec.style == RopeStyle::interleaved ? row[2 * i] : row[i];
     T& y = spec.style == RopeStyle::interleaved ? row[2 * i + 1] : row[i + half];
-    const double a = static_cast<double>(static_cast<float>(x)), b = static_cast<double>(static_cast<float>(y));
-    x = static_cast<T>(static_cast<float>(a * c - b * s));
-    y = static_cast<T>(static_cast<float>(a * s + b * c));
+    if constexpr (std::is_same<T, double>::value) {  // double rows keep double precision
+      const double a = x, b = y;
+      x = a * c - b * s;
+      y = a * s + b * c;
+    } else {  // float, or a type convertible through float (Eigen::half, Eigen::bfloat16)
+      const double a = static_cast<double>(static_cast<float>(x)), b = static_cast<double>(static_cast<float>(y));
+      x = static_cast<T>(static_cast<float>(a * c - b * s));
+      y = static_cast<T>(static_cast<float>(a * s + b * c));
+    }
   }
 }
 }  // namespace detail

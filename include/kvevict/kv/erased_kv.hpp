@@ -82,6 +82,7 @@ inline void check_chunk_view(const ErasedKV& kv, std::size_t C, std::size_t n, s
                              std::int64_t last_position) {
   const char* who = "kvevict::Cache::prefill_chunk";
   require(C >= 1, who, ": chunk_len must be >= 1 (got 0)");
+  require(C <= n, who, ": chunk_len = ", C, " exceeds n = ", n, " live slots");  // so held + C cannot wrap to n
   require(n == held + C, who, ": n = ", n, " but the cache holds ", held, " tokens per KV head and the chunk has ", C,
           " (the logits rows must span n = ", held + C, " live slots)");
   for (std::size_t h = 0; h < kv.n_kv_heads; ++h)

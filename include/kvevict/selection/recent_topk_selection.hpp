@@ -37,7 +37,7 @@ struct RecentTopKSelection {
   /// scores are sums of probabilities), whose order is their bits' order. One
   /// pass over 5 bytes per slot (score and flag) in 16 explicit lanes (lane `l`
   /// keeps the smallest key of slots `i ≡ l (mod 16)`, its first slot and how
-  /// often it occurs: vector code at any optimisation level, `KVEVICT_LANES`);
+  /// often it occurs: vector code at any optimisation level, `KVEVICT_SIMD`);
   /// positions are read only when the minimum occurs more than once. Returns `n`
   /// if every slot is recent (never the case in a cache step: at most
   /// `w <= k < n` are). O(n), no allocation.

@@ -88,7 +88,7 @@ struct SinkRecentSelection {
   /// The oldest non-sink slot: the slot with the (sinks + 1)-th smallest
   /// position (positions are distinct). One pass keeping the `sinks + 1`
   /// smallest positions seen so far in a small sorted array (on the stack up to
-  /// 64 sinks); the common case is a block of 256 slots that holds none of them,
+  /// 64 sinks); the common case is a block of 64 slots that holds none of them,
   /// skipped after one vectorised compare per slot. O(n · (1 + sinks ·
   /// insertions / n)), no allocation.
   /// Scores and the recent flags are not read.
