@@ -93,8 +93,7 @@ int main(int argc, char** argv) {
                "against the full KV cache, on consecutive windows of a text."};
   std::string model_path, tokenizer_path, data_path, windows_opt = "32", window_text = "512", prompt_text = "256",
                                                      seeds_text = "5", threads_text, step_threads_text = "1",
-                                                     out_prefix = "quality", prefill_chunk_text;
-  bool bounded_prefill = false;
+                                                     out_prefix = "quality";
   std::vector<std::string> labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova", "snapkv"};
   std::vector<std::string> ratio_texts{"0.1", "0.2", "0.3", "0.5", "0.7", "0.9"};
   kvcli::EvictionFlags flags;
@@ -118,17 +117,13 @@ int main(int argc, char** argv) {
   spec.seed = false;    // --seeds: Keyformer runs with seeds 1..S
   spec.kv_layout = true;  // --shared-heads, --kv-layout, --page-size, --evict-unit (as kvevict-generate)
   spec.layer_budgets = true;  // --layer-budgets applies to every row of the sweep (labels "h2o+pyramid")
+  spec.prefill_chunk = true;  // --prefill-chunk / --bounded-prefill apply to every policy row
+  spec.prefill_chunk_help = "every policy prefills the prompt in chunks of C tokens (README \"Long prompts\"); "
+                            "default: one shot. The full-cache reference always prefills in one shot";
   kvcli::add_eviction_options(app, flags, spec);
   app.add_option("--seeds", seeds_text, "Keyformer seeds (noise on): 1..S (default 5)");
   app.add_option("--policies", labels, kvquality::row_spec_help())
       ->delimiter(',');
-  auto* chunk_opt = app.add_option("--prefill-chunk", prefill_chunk_text,
-                                   "every policy prefills the prompt in chunks of C tokens (README \"Long prompts\"); "
-                                   "default: one shot. The full-cache reference always prefills in one shot");
-  app.add_flag("--bounded-prefill", bounded_prefill,
-               "with --prefill-chunk: evict to the budget after every chunk (each layer holds at most k + C tokens "
-               "during the prompt)")
-      ->needs(chunk_opt);
   app.add_option("--threads", threads_text,
                  "windows evaluated at once, one worker thread each, >= 1 (default: the number of hardware threads)")
       ->type_name("N");
@@ -151,11 +146,8 @@ int main(int argc, char** argv) {
     const std::size_t seeds = kvcli::parse_count(seeds_text, "--seeds", 1, 1000);
     const unsigned threads = kvcli::parse_threads(threads_text);
     const std::size_t step_threads = kvcli::parse_count(step_threads_text, "--step-threads", 1, 1024);
-    const std::size_t prefill_chunk =
-        prefill_chunk_text.empty() ? 0 : kvcli::parse_count(prefill_chunk_text, "--prefill-chunk", 1, 1u << 20);
-    if (prefill_chunk != 0 && flags.paged)
-      throw kvcli::UsageError("--prefill-chunk", "needs the contiguous KV layout (paged caches prefill in one shot); "
-                                                 "drop --kv-layout paged");
+    const std::size_t prefill_chunk = flags.prefill_chunk;
+    const bool bounded_prefill = flags.bounded_prefill;
     const std::vector<RowSpec> rows = [&] {
       std::vector<RowSpec> parsed = kvquality::parse_row_specs(labels);
       const bool global_schedule = flags.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform;

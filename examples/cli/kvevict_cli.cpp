@@ -250,6 +250,17 @@ void EvictionFlags::validate() {
     if (!paged) throw UsageError("--evict-unit", "needs --kv-layout paged");
     evict_pages = evict_unit_text == "page";
   }
+
+  // --prefill-chunk, --bounded-prefill (chunked prefill, issue 15)
+  prefill_chunk = prefill_chunk_text.empty() ? 0 : parse_count(prefill_chunk_text, "--prefill-chunk", 1, 1u << 20);
+  if (prefill_chunk != 0 && paged)
+    throw UsageError("--prefill-chunk", "needs the contiguous KV layout (paged caches prefill in one shot); "
+                                        "drop --kv-layout paged");
+  if (prefill_chunk != 0 && !sweep && policy == "snapkv")
+    throw UsageError("--prefill-chunk", "snapkv scores the prompt with its last L queries, so it prefills "
+                                        "in one shot; drop --prefill-chunk");
+  if (bounded_prefill && !sweep && policy == "full")
+    throw UsageError("--bounded-prefill", "needs an evicting --policy (got full)");
 }
 
 void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& spec) {
@@ -320,6 +331,13 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
                    "with --kv-layout paged: token (default; equals --shared-heads on the contiguous layout) or page "
                    "(whole pages of the middle go, no K/V moved)")
         ->type_name("token|page");
+  }
+  if (spec.prefill_chunk) {
+    auto* chunk = app.add_option("--prefill-chunk", flags.prefill_chunk_text, spec.prefill_chunk_help)->type_name("C");
+    app.add_flag("--bounded-prefill", flags.bounded_prefill,
+                 "with --prefill-chunk: evict to the budget after every chunk, so each layer never holds more than "
+                 "k + C tokens during the prompt")
+        ->needs(chunk);
   }
 }
 

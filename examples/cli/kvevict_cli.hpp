@@ -89,6 +89,8 @@ struct EvictionFlags {
   std::string snap_pooling_text;   ///< --snap-pooling max|avg (snapkv)
   std::string snap_decode_text;    ///< --snap-decode h2o|window (snapkv)
   std::string layer_budgets_text;  ///< --layer-budgets uniform|pyramid|pyramid:BETA|W0,W1,...
+  std::string prefill_chunk_text;  ///< --prefill-chunk C (empty: one-shot prefill)
+  bool bounded_prefill = false;    ///< --bounded-prefill (needs --prefill-chunk)
 
   // ---- validated by validate() ----
   std::string policy = "full";     ///< full, keyformer, h2o, streaming, window, tova, snapkv
@@ -112,6 +114,7 @@ struct EvictionFlags {
   kvevict::SnapDecode snap_decode = kvevict::SnapDecode::h2o;     ///< --snap-decode
   kvevict::LayerBudgets layer_budgets;  ///< --layer-budgets (default uniform)
   std::string layer_budgets_label = "uniform";  ///< "uniform", "pyramid", "pyramid:40", "weights"
+  std::size_t prefill_chunk = 0;   ///< --prefill-chunk C in [1, 2^20]; 0 = one-shot prefill
 
   // ---- set by add_eviction_options ----
   bool allow_full = true;          ///< "--policy full" is accepted
@@ -133,7 +136,11 @@ struct EvictionFlags {
   ///    --snap-decode (h2o or window) with a value other than the default need --policy snapkv; a token
   ///    --snap-window larger than a token --budget is an error naming both;
   ///  - --layer-budgets is uniform, pyramid, pyramid:BETA (BETA >= 1) or one weight per layer
-  ///    (`kvevict::parse_layer_budgets`); anything but uniform needs an evicting policy.
+  ///    (`kvevict::parse_layer_budgets`); anything but uniform needs an evicting policy;
+  ///  - --prefill-chunk is an integer in [1, 2^20] and needs the contiguous layout (paged caches
+  ///    prefill in one shot); --bounded-prefill needs --prefill-chunk (CLI11) and an evicting
+  ///    --policy; --prefill-chunk with --policy snapkv is an error (SnapKV scores the prompt with its
+  ///    last L queries, so it prefills in one shot). A sweeping tool checks its policies itself.
   void validate();
 };
 
@@ -149,6 +156,8 @@ struct ToolSpec {
   bool kv_layout = false;           ///< declares --shared-heads, --kv-layout, --page-size, --evict-unit
   bool snapkv = true;               ///< declares --snap-window, --snap-kernel, --snap-pooling, --snap-decode
   bool layer_budgets = false;       ///< declares --layer-budgets (tools that run a whole model)
+  bool prefill_chunk = false;       ///< declares --prefill-chunk / --bounded-prefill (README "Long prompts")
+  std::string prefill_chunk_help;   ///< the tool's help text for --prefill-chunk (what is chunked)
 };
 
 /// Adds the shared eviction flags of `spec` to `app`, writing into `flags` (call `flags.validate()`

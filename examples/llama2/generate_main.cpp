@@ -61,8 +61,8 @@ std::string format_bytes(std::size_t bytes) {
 int main(int argc, char** argv) {
   CLI::App app{"Generate text with a llama2.c model whose KV cache is managed by kvevict."};
   std::string model_path, tokenizer_path, prompt, prompt_ids_text, steps_text = "256", temperature_text = "0.8";
-  std::string dump_path, dump_layer_text = "0", prefill_chunk_text, threads_text;
-  bool print_ids = false, no_noise = false, bounded_prefill = false;
+  std::string dump_path, dump_layer_text = "0", threads_text;
+  bool print_ids = false, no_noise = false;
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
                  "llama2.c .bin checkpoint, or a folder holding exactly one (default: $KVEVICT_MODEL_DIR, else "
@@ -80,15 +80,11 @@ int main(int argc, char** argv) {
   spec.default_seed = 42;
   spec.kv_layout = true;
   spec.layer_budgets = true;
+  spec.prefill_chunk = true;
+  spec.prefill_chunk_help = "prefill the prompt in chunks of C tokens (README \"Long prompts\"); the ids equal "
+                            "the one-shot prefill's (Keyformer: with --no-noise); default: one shot";
   kvcli::add_eviction_options(app, flags, spec);
   app.add_flag("--no-noise", no_noise, "Keyformer without Gumbel noise (deterministic)");
-  auto* chunk_opt = app.add_option("--prefill-chunk", prefill_chunk_text,
-                                   "prefill the prompt in chunks of C tokens (README \"Long prompts\"); the ids equal "
-                                   "the one-shot prefill's (Keyformer: with --no-noise); default: one shot");
-  app.add_flag("--bounded-prefill", bounded_prefill,
-               "with --prefill-chunk: evict to the budget after every chunk, so each layer never holds more than "
-               "k + C tokens during the prompt")
-      ->needs(chunk_opt);
   app.add_option("--threads", threads_text,
                  "worker threads of the engine's step and prefill (attention heads, the caches' scoring), >= 1 "
                  "(default: the number of hardware threads); the output is the same for every count")
@@ -109,16 +105,8 @@ int main(int argc, char** argv) {
       throw kvcli::UsageError("--temperature", "must be >= 0 (got " + temperature_text + "); 0 = greedy");
     const std::size_t dump_layer = kvcli::parse_count(dump_layer_text, "--dump-layer");
     const unsigned threads = kvcli::parse_threads(threads_text);
-    const std::size_t prefill_chunk =
-        prefill_chunk_text.empty() ? 0 : kvcli::parse_count(prefill_chunk_text, "--prefill-chunk", 1);
-    if (prefill_chunk != 0 && flags.paged)
-      throw kvcli::UsageError("--prefill-chunk", "needs the contiguous KV layout (paged caches prefill in one shot); "
-                                                 "drop --kv-layout paged");
-    if (prefill_chunk != 0 && flags.policy == "snapkv")
-      throw kvcli::UsageError("--prefill-chunk", "snapkv scores the prompt with its last L queries, so it prefills "
-                                                 "in one shot; drop --prefill-chunk");
-    if (bounded_prefill && flags.policy == "full")
-      throw kvcli::UsageError("--bounded-prefill", "needs an evicting --policy (got full)");
+    const std::size_t prefill_chunk = flags.prefill_chunk;
+    const bool bounded_prefill = flags.bounded_prefill;
     if (no_noise && flags.policy != "keyformer")
       throw kvcli::UsageError("--no-noise", "only --policy keyformer adds Gumbel noise (the policy is " + flags.policy +
                                                 "); drop --no-noise");
