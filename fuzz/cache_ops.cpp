@@ -7,7 +7,8 @@
 // ratios including 0, > k and huge; sinks; τ values including 0, negative, tiny, NaN and inf;
 // shared heads) and then a sequence of operations (append with valid and invalid positions,
 // prefill and decode_step with random / NaN / ±inf / huge logits, wrong lengths, null pointers,
-// injected noise, restore_position_order, reset, out-of-range queries).
+// injected noise, restore_position_order, reset, out-of-range queries). The cache runs on an
+// executor that claims 1, 2, 3, 7 or 16 workers and runs the tasks serially in either order.
 //
 // Throwing std::invalid_argument or std::length_error is allowed. After every call the
 // invariants below are checked; a violation aborts (a libFuzzer finding):
@@ -145,8 +146,23 @@ Snapshot snapshot(const Layer<T>& layer, const CacheInterface& cache) {
 
 enum class Kind { recent_topk, sink_recent };
 
+/// An executor that claims `w` workers and runs the tasks serially, forwards or backwards: it
+/// drives the cache's task splitting (prefill per query head; a step's row checks, rows and
+/// evictions per KV head) under the invariants below and the sanitizers. Rows split into 512-slot
+/// ranges need more slots than this harness's capacity; tests/parallel_test.cpp covers them.
+struct OrderExecutor {
+  std::size_t w = 1;
+  bool backwards = false;
+  std::size_t workers() const { return w; }
+  template <class F>
+  void parallel_for(std::size_t n_tasks, F&& f) const {
+    for (std::size_t i = 0; i < n_tasks; ++i) f(backwards ? n_tasks - 1 - i : i);
+  }
+};
+
 /// The fuzzed cache and what the harness knows about it.
 struct Subject {
+  std::unique_ptr<OrderExecutor> executor;  // outlives `cache`, which refers to it
   std::unique_ptr<CacheInterface> cache;
   Kind kind = Kind::recent_topk;
   std::size_t sinks = 0;
@@ -488,6 +504,9 @@ void fuzz_one(FuzzedDataProvider& in) {
   } catch (const std::invalid_argument&) {
     return;  // a rejected configuration
   }
+  static const std::size_t workers[] = {1, 2, 3, 7, 16};
+  subject.executor = std::make_unique<OrderExecutor>(OrderExecutor{in.PickValueInArray(workers), in.ConsumeBool()});
+  subject.cache->set_executor(*subject.executor);
   KVFUZZ_CHECK(layer.view.lengths[0] == 0, "a cache was built over a non-empty view");
   Harness<T> harness{layer, subject, {}, 0, false};
   harness.run(in);
