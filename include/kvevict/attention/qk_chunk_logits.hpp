@@ -137,11 +137,15 @@ class QKChunkRows final : public ChunkRows {
 /// Memory: `scratch` only, O(row_tile · n + col_tile · head_dim) floats — never
 /// O(P²) (the rows of one query head are computed `row_tile` at a time; whole
 /// rows, so that the cache's softmax and noise see each row exactly as with
-/// materialised logits). Time O(n_q_heads · C · n · head_dim). No heap allocation.
+/// materialised logits). Time O(n_q_heads · C · n · head_dim). No heap allocation
+/// with the default tiles; Eigen's GEMM may allocate its packing buffers when a tile
+/// operand exceeds its 128 KiB stack limit (`row_tile · head_dim` or `col_tile ·
+/// head_dim` above 32768 floats).
 /// Throws `std::invalid_argument` (nothing changed) if `n_q_heads` is not a
 /// positive multiple of `kv.n_kv_heads`, `q` is null, heads hold different
 /// lengths, `C == 0` or `C > n`, or the scratch is too small; then whatever
-/// `prefill_chunk` throws.
+/// `prefill_chunk` throws, including the cache's request of a q_head at or
+/// beyond `n_q_heads` (`n_q_heads` is not the cache's query-head count).
 template <class CacheT, class T, class Bias = NoBias>
 void prefill_chunk_qk(CacheT& cache, const KVView<const T>& kv, const float* q, std::size_t chunk_len,
                       std::size_t n_q_heads, float scale, QKChunkScratch& scratch, Bias bias = Bias()) {
