@@ -2,13 +2,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Input bytes choose a configuration (every policy through the aliases, a few more template
-// combinations and make_cache; 1–4 KV heads; GQA group 1–3; head_dim 1–8; float / half / bf16;
-// head-major and slot-major strided layouts with padding; budgets and windows as counts and
-// ratios including 0, > k and huge; sinks; τ values including 0, negative, tiny, NaN and inf;
-// shared heads) and then a sequence of operations (append with valid and invalid positions,
-// prefill and decode_step with random / NaN / ±inf / huge logits, wrong lengths, null pointers,
-// injected noise, restore_position_order, reset, out-of-range queries). The cache runs on an
-// executor that claims 1, 2, 3, 7 or 16 workers and runs the tasks serially in either order.
+// combinations and make_cache, SnapKV with both decode rules and hostile L / K; 1–4 KV heads; GQA
+// group 1–3; head_dim 1–8; float / half / bf16; head-major and slot-major strided layouts with
+// padding; budgets and windows as counts and ratios including 0, > k and huge; sinks; τ values
+// including 0, negative, tiny, NaN and inf; shared heads) and then a sequence of operations (append
+// with valid and invalid positions, prefill and decode_step with random / NaN / ±inf / huge logits,
+// wrong lengths, null pointers, injected noise, restore_position_order, reset, out-of-range queries).
+// The cache runs on an executor that claims 1, 2, 3, 7 or 16 workers and runs the tasks serially in
+// either order.
 //
 // Throwing std::invalid_argument or std::length_error is allowed. After every call the
 // invariants below are checked; a violation aborts (a libFuzzer finding):
@@ -18,7 +19,8 @@
 //  - the slots the cache manages hold distinct positions, each one accepted by a prefill or decode
 //    step since the last reset, and each slot's K/V bytes are the ones appended with its position;
 //  - the kept set obeys the policy: RecentTopK keeps the w most recently accepted positions;
-//    StreamingLLM keeps exactly the first min(sinks, m) and the last m - min(sinks, m) accepted;
+//    StreamingLLM keeps exactly the first min(sinks, m) and the last m - min(sinks, m) accepted
+//    (SnapKV with the window decode rule: no kept-set rule, only the other invariants);
 //  - every live score is finite and >= 0 (scores are sums of probabilities);
 //  - after a throw: lengths, positions, scores, every K/V byte of the storage, budget, window,
 //    step and temperature are exactly as before the call.
@@ -144,7 +146,7 @@ Snapshot snapshot(const Layer<T>& layer, const CacheInterface& cache) {
   return s;
 }
 
-enum class Kind { recent_topk, sink_recent };
+enum class Kind { recent_topk, sink_recent, other };  // other: only the policy-independent invariants
 
 /// An executor that claims `w` workers and runs the tasks serially, forwards or backwards: it
 /// drives the cache's task splitting (prefill per query head; a step's row checks, rows and
@@ -258,7 +260,7 @@ Subject make_subject(FuzzedDataProvider& in, const CacheConfig& config, const KV
       break;
     default: {
       static const Policy policies[] = {Policy::keyformer, Policy::h2o, Policy::streaming_llm, Policy::window,
-                                        Policy::tova};
+                                        Policy::tova, Policy::snapkv};
       const Policy p = in.PickValueInArray(policies);
       PolicyParams params;
       params.tau_init = pick_tau(in);
@@ -266,7 +268,14 @@ Subject make_subject(FuzzedDataProvider& in, const CacheConfig& config, const KV
       params.horizon = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 5) : pick_count(in, 4);
       params.gumbel_noise = noise;
       params.sinks = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 6) : pick_count(in, 8);
+      if (p == Policy::snapkv) {  // L and K include 0, even K and L > k (all rejected); both decode rules
+        params.snap_window = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 8) : pick_count(in, 8);
+        params.snap_kernel = in.ConsumeIntegralInRange<std::size_t>(0, 9);
+        params.snap_pooling = in.ConsumeBool() ? Pooling::max : Pooling::avg;
+        params.snap_decode = in.ConsumeBool() ? SnapDecode::h2o : SnapDecode::window;
+      }
       s.cache = make_cache(p, config, kv, params);
+      if (p == Policy::snapkv && params.snap_decode == SnapDecode::window) s.kind = Kind::other;
       if (p == Policy::streaming_llm || p == Policy::window) {
         s.kind = Kind::sink_recent;
         s.sinks = p == Policy::window ? 0 : params.sinks;
@@ -340,6 +349,7 @@ struct Harness {
         const float sc = s.cache->scores(h)[i];
         KVFUZZ_CHECK(std::isfinite(sc) && sc >= 0.0f, where(), ": head ", h, " slot ", i, " score ", sc);
       }
+      if (s.kind == Kind::other) continue;
       if (s.kind == Kind::sink_recent) {
         KVFUZZ_CHECK(kept == expect, where(), ": head ", h, " StreamingLLM kept set differs from sinks + recent");
       } else {
