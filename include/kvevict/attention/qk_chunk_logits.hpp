@@ -150,8 +150,8 @@ template <class CacheT, class T, class Bias = NoBias>
 void prefill_chunk_qk(CacheT& cache, const KVView<const T>& kv, const float* q, std::size_t chunk_len,
                       std::size_t n_q_heads, float scale, QKChunkScratch& scratch, Bias bias = Bias()) {
   const char* who = "kvevict::prefill_chunk_qk";
-  detail::require(kv.n_kv_heads >= 1 && n_q_heads >= 1 && n_q_heads % kv.n_kv_heads == 0, who, ": n_q_heads (", n_q_heads,
-                  ") must be a positive multiple of n_kv_heads (", kv.n_kv_heads, ")");
+  detail::require(kv.n_kv_heads >= 1 && n_q_heads >= 1 && n_q_heads % kv.n_kv_heads == 0, who,
+                  ": n_q_heads (", n_q_heads, ") must be a positive multiple of n_kv_heads (", kv.n_kv_heads, ")");
   detail::require(q != nullptr, who, ": q must be non-null");
   const std::size_t n = kv.length(0);
   for (std::size_t j = 1; j < kv.n_kv_heads; ++j)
