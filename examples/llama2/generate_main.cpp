@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
   spec.layer_budgets = true;
   spec.prefill_chunk = true;
   spec.prefill_chunk_help = "prefill the prompt in chunks of C tokens (README \"Long prompts\"); the ids equal "
-                            "the one-shot prefill's (Keyformer: with --no-noise); default: one shot";
+                            "the one-shot prefill's for every policy (the noise is a function of the token's "
+                            "position); default: one shot";
   kvcli::add_eviction_options(app, flags, spec);
   app.add_flag("--no-noise", no_noise, "Keyformer without Gumbel noise (deterministic)");
   app.add_option("--threads", threads_text,

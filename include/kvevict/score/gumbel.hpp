@@ -108,15 +108,17 @@ inline void fill_gumbel_row(std::uint64_t key, std::size_t first_slot, float* ou
   detail::gumbel_from_uniform(out, n);
 }
 
+namespace detail {
 /// `out[i] = ζ_i + x[i]` for `i` in `[0, n)`, `ζ_i` = `fill_gumbel_row(key,
 /// first_slot, ...)[i]`: the same bits as `fill_gumbel_row` followed by an add
 /// (the noisy logits of a Keyformer row), with the add in the loop of the two
 /// logs. `out` must not alias `x`. O(n); no allocation.
 inline void add_gumbel_row(std::uint64_t key, std::size_t first_slot, const float* x, float* out, std::size_t n) {
-  detail::uniform_row(key, first_slot, out, n);
+  uniform_row(key, first_slot, out, n);
   KVEVICT_SIMD
-  for (std::size_t i = 0; i < n; ++i) out[i] = -detail::log_positive(-detail::log_positive(out[i])) + x[i];
+  for (std::size_t i = 0; i < n; ++i) out[i] = -log_positive(-log_positive(out[i])) + x[i];
 }
+}  // namespace detail
 
 /// Fills `out[0, n)` with i.i.d. Gumbel(0, 1) draws `ζ = −log(−log U)`
 /// (Keyformer §3.3, Eq. 5–7), `U` uniform on the open interval (0, 1).
