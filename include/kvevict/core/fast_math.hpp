@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kvevict/core/bits.hpp"
+#include "kvevict/core/hd.hpp"
 
 namespace kvevict {
 namespace detail {
@@ -20,7 +21,7 @@ namespace detail {
 /// bits, then `log(m) = f − f²/2 + f³ P(f)`, `f = m − 1`, degree-8 `P`. Relative
 /// error below 1.1e-7 (about 1 ulp) over the whole range, in particular near
 /// `x = 1` where `log x ≈ x − 1` is tiny. About 20 operations, vectorisable.
-inline float log_positive(float x) {
+KVEVICT_HD inline float log_positive(float x) {
   const std::uint32_t ix = float_bits(x) - 0x3f3504f3u;  // bits of √½: m lands in [√½, √2)
   const float e = static_cast<float>(static_cast<std::int32_t>(ix) >> 23);
   const float f = bits_float((ix & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
@@ -44,11 +45,13 @@ inline float log_positive(float x) {
 /// -87.7 the result is flushed to 0 (the true value is under 1.2e-38, the
 /// smallest normal float), and in between it may be a denormal. Positive `x` or
 /// NaN give meaningless results. About 15 operations, vectorisable.
-inline float exp_nonpositive(float x) {
+KVEVICT_HD inline float exp_nonpositive(float x) {
   // Clamp to >= -88 (then n = -127 and the scale is +0: -inf and underflow give
   // 0). Done on the bits: for x <= 0 larger magnitude means larger bits; a float
   // compare would let the compiler split the loop into branches and not vectorise.
-  x = bits_float(std::min(float_bits(x), 0xc2b00000u));  // 0xc2b00000 = -88.0f
+  // (The integer min written out, as std::min computes it: std::min is not callable in CUDA device code.)
+  const std::uint32_t xb = float_bits(x);
+  x = bits_float(0xc2b00000u < xb ? 0xc2b00000u : xb);  // 0xc2b00000 = -88.0f
   const float shifter = 12582912.0f;                    // 1.5 · 2^23: adding it rounds to an integer
   const float t = x * 1.44269504088896341f + shifter;   // n + shifter, n = round(x / ln 2)
   const float n = t - shifter;

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "kvevict/core/check.hpp"
+#include "kvevict/core/hd.hpp"
 
 namespace kvevict {
 
@@ -23,8 +24,8 @@ enum class PageLayout {
 /// Element offset of the row of KV head `h`, slot `o` of page `p` in a pool of
 /// `layout` (the one formula, also used by the cache's byte-level view):
 /// NHD `((p · page_size + o) · n_kv_heads + h) · head_dim`, HND `((p · n_kv_heads
-/// + h) · page_size + o) · head_dim`. O(1), no bounds check.
-inline std::size_t paged_row_offset(PageLayout layout, std::size_t page_size, std::size_t n_kv_heads,
+/// + h) · page_size + o) · head_dim`. O(1), no bounds check. Shared with the CUDA kernels.
+KVEVICT_HD inline std::size_t paged_row_offset(PageLayout layout, std::size_t page_size, std::size_t n_kv_heads,
                                     std::size_t head_dim, std::size_t p, std::size_t h, std::size_t o) {
   return layout == PageLayout::NHD ? ((p * page_size + o) * n_kv_heads + h) * head_dim
                                    : ((p * n_kv_heads + h) * page_size + o) * head_dim;

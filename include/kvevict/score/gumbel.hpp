@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kvevict/core/fast_math.hpp"
+#include "kvevict/core/hd.hpp"
 #include "kvevict/core/random.hpp"
 #include "kvevict/core/simd.hpp"
 
@@ -47,14 +48,14 @@ inline void gumbel_from_uniform(float* u, std::size_t n) {
 }
 /// SplitMix64's output function for state `z` (Steele, Lea & Flood, 2014):
 /// adds the golden-ratio increment, then mixes; a bijection of 64-bit words.
-inline constexpr std::uint64_t splitmix64(std::uint64_t z) {
+KVEVICT_HD inline constexpr std::uint64_t splitmix64(std::uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
 /// Chris Wellons' `lowbias32` integer hash (a bijection of 32-bit words).
-inline constexpr std::uint32_t lowbias32(std::uint32_t x) {
+KVEVICT_HD inline constexpr std::uint32_t lowbias32(std::uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -67,27 +68,33 @@ inline constexpr std::uint32_t lowbias32(std::uint32_t x) {
 /// The 64-bit key of one noise row (see `fill_gumbel_row`):
 /// `splitmix64(splitmix64(splitmix64(seed) ^ q_head) ^ query_position)`, a
 /// bijection in each argument when the others are fixed. O(1).
-inline constexpr std::uint64_t gumbel_row_key(std::uint64_t seed, std::uint64_t q_head,
+KVEVICT_HD inline constexpr std::uint64_t gumbel_row_key(std::uint64_t seed, std::uint64_t q_head,
                                               std::uint64_t query_position) {
   return detail::splitmix64(detail::splitmix64(detail::splitmix64(seed) ^ q_head) ^ query_position);
 }
 
 namespace detail {
-/// The uniforms `U` of `fill_gumbel_row` (see there) into `out[0, n)`: the
-/// hash of each slot, 32-bit integer operations in one vector loop. O(n).
-inline void uniform_row(std::uint64_t key, std::size_t first_slot, float* out, std::size_t n) {
+/// The uniform `U` of slot `slot` in the noise row with key `key` (the formula of
+/// `fill_gumbel_row`, one element): the one definition the CPU loop below and the CUDA
+/// kernels (include/kvevict/cuda/) share. O(1).
+KVEVICT_HD inline float gumbel_uniform(std::uint64_t key, std::uint32_t slot) {
   constexpr std::uint32_t kOne = 0x3f800000u;            // bits of 1.0f
   constexpr float kOffset = 1.0f - 1.0f / 16777216.0f;  // 1 − 2^-24
   const auto lo = static_cast<std::uint32_t>(key), hi = static_cast<std::uint32_t>(key >> 32);
+  const std::uint32_t x = lowbias32(lowbias32(slot + lo) ^ hi);
+  return bits_float(kOne | (x >> 9)) - kOffset;
+}
+/// ζ of slot `slot` in the noise row with key `key`: `−log(−log U)` of `gumbel_uniform`,
+/// the element `fill_gumbel_row(key, slot, out, 1)` writes. O(1).
+KVEVICT_HD inline float gumbel_zeta(std::uint64_t key, std::uint32_t slot) {
+  return -log_positive(-log_positive(gumbel_uniform(key, slot)));
+}
+/// The uniforms `U` of `fill_gumbel_row` (see there) into `out[0, n)`: the
+/// hash of each slot, 32-bit integer operations in one vector loop. O(n).
+inline void uniform_row(std::uint64_t key, std::size_t first_slot, float* out, std::size_t n) {
   const auto s0 = static_cast<std::uint32_t>(first_slot);
   KVEVICT_SIMD
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t x = lowbias32(lowbias32(s0 + static_cast<std::uint32_t>(i) + lo) ^ hi);
-    const std::uint32_t bits = kOne | (x >> 9);
-    float one_plus;
-    std::memcpy(&one_plus, &bits, sizeof bits);
-    out[i] = one_plus - kOffset;
-  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = gumbel_uniform(key, s0 + static_cast<std::uint32_t>(i));
 }
 }  // namespace detail
 
