@@ -908,33 +908,34 @@ KVEVICT_HD void export_flashinfer_table(const Exec& ex, const PagedKV<T>& kv, st
 
 /// The serial executor: runs a block's work on the calling host thread (the CPU tests, and
 /// a host reference of the kernels). Not for production use: it is the device code's
-/// arithmetic, one element at a time.
+/// arithmetic, one element at a time. (`KVEVICT_HD` so that a CUDA translation unit that
+/// also instantiates the block code with it compiles cleanly; it is meant for the host.)
 struct HostExec {
   template <class F>
-  void for_range(std::uint32_t n, F&& f) const {
+  KVEVICT_HD void for_range(std::uint32_t n, F&& f) const {
     for (std::uint32_t i = 0; i < n; ++i) f(i);
   }
   template <class F>
-  void single(F&& f) const {
+  KVEVICT_HD void single(F&& f) const {
     f();
   }
   template <class V, class F, class Op>
-  V reduce(std::uint32_t n, V init, F&& f, Op&& op) const {
+  KVEVICT_HD V reduce(std::uint32_t n, V init, F&& f, Op&& op) const {
     V a = init;
     for (std::uint32_t i = 0; i < n; ++i) a = op(a, f(i));
     return a;
   }
   template <class Flag, class Emit>
-  std::uint32_t scan(std::uint32_t n, Flag&& flag, Emit&& emit) const {
+  KVEVICT_HD std::uint32_t scan(std::uint32_t n, Flag&& flag, Emit&& emit) const {
     std::uint32_t r = 0;
     for (std::uint32_t i = 0; i < n; ++i)
       if (flag(i)) emit(i, r++);
     return r;
   }
-  void set_status(std::int32_t* s, std::int32_t code) const {
+  KVEVICT_HD void set_status(std::int32_t* s, std::int32_t code) const {
     if (*s == kStatusOk) *s = code;
   }
-  void push_free(const PageFreeList& list, std::int32_t page) const {
+  KVEVICT_HD void push_free(const PageFreeList& list, std::int32_t page) const {
     const std::uint32_t i = (*list.count)++;
     if (i < list.capacity) list.pages[i] = page;
   }
