@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
             if (batch == 1) {
               c.prompts.push_back(900);
             } else {
-              for (std::uint32_t b = 0; b < batch; ++b) c.prompts.push_back(100 + 67 * b);  // 100 .. 1105
+              for (std::uint32_t b = 0; b < batch; ++b) c.prompts.push_back(60 + 40 * b);  // 60 .. 660
             }
             c.seed = 1 + cases.size();
             cases.push_back(c);
