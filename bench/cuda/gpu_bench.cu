@@ -52,7 +52,8 @@ __global__ void init_state(kc::ContiguousKV<T> kv, kc::EvictionState st, std::ui
     st.scores[kv.slot(b, h, s)] = static_cast<float>(mix((static_cast<std::uint64_t>(row) << 32) + s)) * 1e-9f;
     st.recent[kv.slot(b, h, s)] = (s + w >= live && s < live) ? 1 : 0;
   }
-  for (std::uint32_t i = threadIdx.x; i < w; i += blockDim.x) st.ring[row * st.ring_stride + i] = static_cast<std::int32_t>(live - w + i);
+  for (std::uint32_t i = threadIdx.x; i < w; i += blockDim.x)
+    st.ring[row * st.ring_stride + i] = static_cast<std::int32_t>(live - w + i);
   if (threadIdx.x == 0) {
     kv.lengths[row] = static_cast<std::int32_t>(live);
     kc::RowCounters c;

@@ -24,10 +24,10 @@ namespace kc = kvevict::cuda;
 struct BatchHost {
   bool paged = false;
   std::uint32_t batch = 0, n_kv = 0, n_q = 0, head_dim = 0;
-  std::uint32_t capacity = 0;        ///< contiguous: slots per (b, head); paged: slots per sequence
+  std::uint32_t capacity = 0;  ///< contiguous: slots per (b, head); paged: slots per sequence
   std::uint32_t page_size = 0, num_pages = 0, max_pages = 0;  ///< paged only (max_pages per sequence)
   kvevict::PageLayout layout = kvevict::PageLayout::NHD;
-  std::uint32_t max_prompt = 0;      ///< prefill workspace rows
+  std::uint32_t max_prompt = 0;  ///< prefill workspace rows
   // KV
   std::vector<float> k, v;
   std::vector<std::int64_t> positions;
@@ -58,8 +58,8 @@ struct BatchHost {
     ring_stride = w > 0 ? w : 1;
     const std::uint32_t rows_n = batch * selection_rows();
     const std::size_t slots = total_slots();
-    const std::size_t kv_elems = paged ? static_cast<std::size_t>(num_pages) * page_size * n_kv * head_dim
-                                       : slots * head_dim;
+    const std::size_t kv_elems =
+        paged ? static_cast<std::size_t>(num_pages) * page_size * n_kv * head_dim : slots * head_dim;
     k.assign(kv_elems, 0.0f);
     v.assign(kv_elems, 0.0f);
     positions.assign(slots, 0);
@@ -156,7 +156,7 @@ struct BatchHost {
 /// Logits of a call in host memory: prefill `[B][q][P_max][P_max]` (stride P_max); step dense
 /// `[B][q][stride]` or ragged (`indptr` offsets of `[q][n_b]` blocks).
 struct HostLogits {
-  std::vector<float> x, gumbel;   ///< gumbel empty = no injected noise
+  std::vector<float> x, gumbel;      ///< gumbel empty = no injected noise
   std::vector<std::int64_t> indptr;  ///< empty = dense
   std::uint32_t stride = 0;
 };

@@ -28,10 +28,10 @@
 namespace {
 
 namespace kc = kvevict::cuda;
+using kvevict::Policy;
 using kvtest_cuda::CaseConfig;
 using kvtest_cuda::HostBackend;
 using kvtest_cuda::Noise;
-using kvevict::Policy;
 
 static_assert(kc::kChunk == kvevict::detail::kChunk, "the device chunk must be the CPU kernel's");
 static_assert(kc::kLanes == kvevict::detail::kLanes, "the device lanes must be the CPU kernel's");
@@ -97,8 +97,8 @@ TEST(CudaCore, PrefillSelectionIsSelectKeep) {
     p.k = k;
     p.w = w;
     std::vector<std::int32_t> keep(n + 1);
-    const std::uint32_t m = kc::core::prefill_select(ex, p, n, [&](std::uint32_t i) { return bits(s[i]); },
-                                                     keep.data(), keep.data() + n);
+    const std::uint32_t m = kc::core::prefill_select(
+        ex, p, n, [&](std::uint32_t i) { return bits(s[i]); }, keep.data(), keep.data() + n);
     const std::vector<std::size_t> want = kvevict::select_keep(s, k, w);
     ASSERT_EQ(m, want.size());
     for (std::uint32_t i = 0; i < m; ++i) ASSERT_EQ(static_cast<std::size_t>(keep[i]), want[i]) << "trial " << trial;
@@ -109,8 +109,8 @@ TEST(CudaCore, PrefillSelectionIsSelectKeep) {
   p.k = 5;
   p.sinks = 2;
   std::vector<std::int32_t> keep(9);
-  const std::uint32_t m = kc::core::prefill_select(ex, p, 8, [](std::uint32_t) { return 0u; }, keep.data(),
-                                                   keep.data() + 8);
+  const std::uint32_t m = kc::core::prefill_select(
+      ex, p, 8, [](std::uint32_t) { return 0u; }, keep.data(), keep.data() + 8);
   ASSERT_EQ(m, 5u);
   EXPECT_EQ(std::vector<std::int32_t>(keep.begin(), keep.begin() + 5), (std::vector<std::int32_t>{0, 1, 5, 6, 7}));
 }
@@ -133,8 +133,9 @@ TEST(CudaCore, VictimSearchIsTheCpuSelection) {
     recent[next() % n] = 0;
     std::shuffle(pos.begin(), pos.end(), std::mt19937(trial));
     const std::size_t want = kvevict::RecentTopKSelection{}.victim(s.data(), recent.data(), pos.data(), n);
-    const std::uint32_t got = kc::core::score_victim(ex, n, [&](std::uint32_t i) { return kc::core::victim_key(s[i], recent[i]); },
-                                                     [&](std::uint32_t i) { return pos[i]; });
+    const std::uint32_t got = kc::core::score_victim(
+        ex, n, [&](std::uint32_t i) { return kc::core::victim_key(s[i], recent[i]); },
+        [&](std::uint32_t i) { return pos[i]; });
     ASSERT_EQ(got, want) << "trial " << trial;
     const std::uint32_t sinks = next() % 6;
     if (sinks < n) {
@@ -200,8 +201,9 @@ INSTANTIATE_TEST_SUITE_P(AllPolicies, CudaCoreVsCpu, ::testing::ValuesIn(kCases)
                            std::string s = kvevict::policy_name(c.policy);
                            s += c.paged ? (c.page_unit ? "_pagedPage" : "_pagedToken") : "_contiguous";
                            s += c.paged ? std::string("_") + kvevict::page_layout_name(c.layout) : "";
-                           s += c.noise == Noise::off ? "_noiseOff" : c.noise == Noise::injected ? "_noiseInjected"
-                                                                                                  : "_noiseDrawn";
+                           s += c.noise == Noise::off        ? "_noiseOff"
+                                : c.noise == Noise::injected ? "_noiseInjected"
+                                                             : "_noiseDrawn";
                            s += c.ragged ? "_ragged" : "_dense";
                            return s;
                          });
@@ -300,7 +302,7 @@ TEST(CudaCore, StepErrorsAreReportedPerSequence) {
   kvtest_cuda::HostLogits lg;
   lg.stride = 4;
   lg.x.assign(2 * 2 * 4, 0.0f);
-  s.append(0, 3);   // not after the last prompt position (3)
+  s.append(0, 3);                                 // not after the last prompt position (3)
   kvtest_cuda::HostBackend().step(s.h, s.p, lg);  // sequence 1 appended nothing
   EXPECT_EQ(s.h.status[0], kc::kStatusBadPosition);
   EXPECT_EQ(s.h.status[1], kc::kStatusBadLength);
@@ -348,8 +350,9 @@ TEST(CudaCore, CheckPolicyNamesTheBadValue) {
   p.w = 0;
   p.page_unit = true;
   p.start_pages = 1;
-  EXPECT_EQ(msg(2, 64, 4), "test: page unit needs k >= start_pages * page_size + max(w, 1) (k = 4, start_pages = 1, "
-                           "page_size = 4, w = 0)");
+  EXPECT_EQ(msg(2, 64, 4),
+            "test: page unit needs k >= start_pages * page_size + max(w, 1) (k = 4, start_pages = 1, "
+            "page_size = 4, w = 0)");
   p.start_pages = 0;
   EXPECT_EQ(msg(2, 64, 4), "no throw");
 }
@@ -372,7 +375,8 @@ TEST(CudaCore, ExportFlashInferTable) {
   std::vector<std::int32_t> indptr(4), indices(9, -9), last(3);
   kc::core::export_flashinfer_table(kc::core::HostExec{}, h.paged_view(), indptr.data(), indices.data(), last.data());
   EXPECT_EQ(indptr, (std::vector<std::int32_t>{0, 2, 2, 5}));
-  EXPECT_EQ(std::vector<std::int32_t>(indices.begin(), indices.begin() + 5), (std::vector<std::int32_t>{7, 2, 4, 0, 8}));
+  EXPECT_EQ(std::vector<std::int32_t>(indices.begin(), indices.begin() + 5),
+            (std::vector<std::int32_t>{7, 2, 4, 0, 8}));
   EXPECT_EQ(last, (std::vector<std::int32_t>{1, 0, 4}));
 }
 

@@ -27,11 +27,13 @@ struct DeviceBuffer {
   template <class V>
   void up(const std::vector<V>& v, cudaStream_t s) {
     reserve(v.size() * sizeof(V));
-    if (!v.empty()) cuda_check(cudaMemcpyAsync(ptr, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice, s), "upload");
+    if (!v.empty())
+      cuda_check(cudaMemcpyAsync(ptr, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice, s), "upload");
   }
   template <class V>
   void down(std::vector<V>& v, cudaStream_t s) const {
-    if (!v.empty()) cuda_check(cudaMemcpyAsync(v.data(), ptr, v.size() * sizeof(V), cudaMemcpyDeviceToHost, s), "download");
+    if (!v.empty())
+      cuda_check(cudaMemcpyAsync(v.data(), ptr, v.size() * sizeof(V), cudaMemcpyDeviceToHost, s), "download");
   }
   void reserve(std::size_t b) {
     if (b <= bytes && ptr != nullptr) return;

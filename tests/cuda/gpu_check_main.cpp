@@ -98,18 +98,18 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     for (const CaseConfig& c : cases) {
       const Report r = run_case(*backend, c);
-      const double agree = r.pairs == 0 ? 0.0 : 1.0 - static_cast<double>(r.set_mismatches) / static_cast<double>(r.pairs);
-      const bool pass = c.noise == Noise::drawn
-                            ? (agree >= 0.999 && r.status_errors == 0)
-                            : (r.set_mismatches == 0 && r.slot_mismatches == 0 && r.status_errors == 0 &&
-                               r.max_rel_score_error <= 1e-5);
+      const double agree =
+          r.pairs == 0 ? 0.0 : 1.0 - static_cast<double>(r.set_mismatches) / static_cast<double>(r.pairs);
+      const bool pass = c.noise == Noise::drawn ? (agree >= 0.999 && r.status_errors == 0)
+                                                : (r.set_mismatches == 0 && r.slot_mismatches == 0 &&
+                                                   r.status_errors == 0 && r.max_rel_score_error <= 1e-5);
       if (!pass) ++failures;
       char line[512];
-      std::snprintf(line, sizeof line, "| %s | %llu | %.4f%% | %llu | %llu | %.3g | %llu | %s |\n",
-                    case_name(c).c_str(), static_cast<unsigned long long>(r.pairs), 100.0 * agree,
-                    static_cast<unsigned long long>(r.slot_mismatches),
-                    static_cast<unsigned long long>(r.score_bit_mismatches), r.max_rel_score_error,
-                    static_cast<unsigned long long>(r.status_errors), pass ? "pass" : ("FAIL: " + r.first_problem).c_str());
+      std::snprintf(
+          line, sizeof line, "| %s | %llu | %.4f%% | %llu | %llu | %.3g | %llu | %s |\n", case_name(c).c_str(),
+          static_cast<unsigned long long>(r.pairs), 100.0 * agree, static_cast<unsigned long long>(r.slot_mismatches),
+          static_cast<unsigned long long>(r.score_bit_mismatches), r.max_rel_score_error,
+          static_cast<unsigned long long>(r.status_errors), pass ? "pass" : ("FAIL: " + r.first_problem).c_str());
       table << line;
       std::printf("%s", line);
       std::fflush(stdout);
@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
     std::ostringstream doc;
     doc << "### kvevict CUDA correctness check (gpu_check" << (quick ? " --quick" : "") << ")\n\n"
         << "GPU: " << gpu << "\n\n"
-        << table.str() << "\n" << cases.size() - failures << " of " << cases.size() << " cases pass (" << secs
-        << " s).\n";
+        << table.str() << "\n"
+        << cases.size() - failures << " of " << cases.size() << " cases pass (" << secs << " s).\n";
     if (!out.empty()) {
       std::ofstream f(out);
       f << doc.str();

@@ -50,12 +50,17 @@ kvevict::PolicyParams cpu_params(const CaseConfig& cfg) {
 
 kvevict::cuda::ScoreKind score_kind(kvevict::Policy p) {
   switch (p) {
-    case kvevict::Policy::keyformer: return kvevict::cuda::ScoreKind::keyformer;
-    case kvevict::Policy::h2o: return kvevict::cuda::ScoreKind::h2o;
-    case kvevict::Policy::tova: return kvevict::cuda::ScoreKind::tova;
+    case kvevict::Policy::keyformer:
+      return kvevict::cuda::ScoreKind::keyformer;
+    case kvevict::Policy::h2o:
+      return kvevict::cuda::ScoreKind::h2o;
+    case kvevict::Policy::tova:
+      return kvevict::cuda::ScoreKind::tova;
     case kvevict::Policy::streaming_llm:
-    case kvevict::Policy::window: return kvevict::cuda::ScoreKind::none;
-    default: break;
+    case kvevict::Policy::window:
+      return kvevict::cuda::ScoreKind::none;
+    default:
+      break;
   }
   throw std::invalid_argument("kvtest_cuda: policy without a CUDA kernel (SnapKV)");
 }
@@ -77,9 +82,13 @@ struct CpuSeq {
 
 std::string case_name(const CaseConfig& cfg) {
   std::ostringstream o;
-  o << kvevict::policy_name(cfg.policy) << (cfg.paged ? (cfg.page_unit ? " paged/page " : " paged/token ") : " contiguous ");
+  o << kvevict::policy_name(cfg.policy)
+    << (cfg.paged ? (cfg.page_unit ? " paged/page " : " paged/token ") : " contiguous ");
   if (cfg.paged) o << kvevict::page_layout_name(cfg.layout) << " ";
-  o << "noise=" << (cfg.noise == Noise::off ? "off" : cfg.noise == Noise::injected ? "injected" : "drawn")
+  o << "noise="
+    << (cfg.noise == Noise::off        ? "off"
+        : cfg.noise == Noise::injected ? "injected"
+                                       : "drawn")
     << (cfg.ragged ? " ragged" : " dense") << " B=" << cfg.prompts.size() << " q=" << cfg.n_q << " kv=" << cfg.n_kv
     << " k=" << cfg.k << " steps=" << cfg.steps;
   return o.str();
@@ -154,8 +163,8 @@ Report run_case(Backend& backend, const CaseConfig& cfg) {
       s.v.assign(s.k.size(), 0.0f);
       s.pos.assign(static_cast<std::size_t>(nkv) * cap, 0);
       s.lengths.assign(nkv, 0);
-      auto view = kvevict::KVView<float>::contiguous(s.k.data(), s.v.data(), s.pos.data(), s.lengths.data(), nkv,
-                                                     cap, d);
+      auto view =
+          kvevict::KVView<float>::contiguous(s.k.data(), s.v.data(), s.pos.data(), s.lengths.data(), nkv, cap, d);
       s.cache = kvevict::make_cache(cfg.policy, config, view, cpu_params(cfg));
     }
   }
@@ -187,8 +196,8 @@ Report run_case(Backend& backend, const CaseConfig& cfg) {
       h.positions[kv.slot(b, slot)] = p;
       h.lengths[b] = static_cast<std::int32_t>(slot + 1);
     } else {
-      kvevict::KVView<float> view = kvevict::KVView<float>::contiguous(s.k.data(), s.v.data(), s.pos.data(),
-                                                                       s.lengths.data(), nkv, cap, d);
+      kvevict::KVView<float> view =
+          kvevict::KVView<float>::contiguous(s.k.data(), s.v.data(), s.pos.data(), s.lengths.data(), nkv, cap, d);
       view.append(p, krow.data(), vrow.data());
       const kc::ContiguousKV<float> kv = h.contiguous_view();
       for (std::uint32_t hh = 0; hh < nkv; ++hh) {
@@ -232,7 +241,8 @@ Report run_case(Backend& backend, const CaseConfig& cfg) {
           cpos.assign(cpu[b].cache->positions(r), cpu[b].cache->positions(r) + cl);
           const kc::ContiguousKV<float> kv = h.contiguous_view();
           const std::size_t dl = static_cast<std::size_t>(h.lengths[b * nkv + r]);
-          for (std::size_t s = 0; s < dl; ++s) dpos.push_back(h.positions[kv.slot(b, r, static_cast<std::uint32_t>(s))]);
+          for (std::size_t s = 0; s < dl; ++s)
+            dpos.push_back(h.positions[kv.slot(b, r, static_cast<std::uint32_t>(s))]);
         }
         std::vector<std::int64_t> cs = cpos, ds = dpos;
         std::sort(cs.begin(), cs.end());
@@ -253,8 +263,9 @@ Report run_case(Backend& backend, const CaseConfig& cfg) {
           const float* cscore = cfg.paged ? cpu[b].pcache->scores(hh) : cpu[b].cache->scores(hh);
           for (std::size_t s = 0; s < cl; ++s) {
             const auto su = static_cast<std::uint32_t>(s);
-            const float ds_ = cfg.paged ? h.scores[static_cast<std::size_t>(hh) * h.total_slots() + h.paged_view().slot(b, su)]
-                                        : h.scores[h.contiguous_view().slot(b, hh, su)];
+            const float ds_ =
+                cfg.paged ? h.scores[static_cast<std::size_t>(hh) * h.total_slots() + h.paged_view().slot(b, su)]
+                          : h.scores[h.contiguous_view().slot(b, hh, su)];
             if (std::memcmp(&ds_, &cscore[s], sizeof(float)) != 0) {
               ++rep.score_bit_mismatches;
               const double den = std::max(std::fabs(static_cast<double>(cscore[s])), 1e-30);

@@ -32,8 +32,8 @@ struct CaseConfig {
   std::vector<std::uint32_t> prompts{40, 530, 700};  ///< one prompt length per sequence (the batch)
   std::uint32_t k = 520, w = 8, sinks = 4, steps = 30;
   Noise noise = Noise::off;
-  bool ragged = false;       ///< step logits as ragged `indptr` blocks instead of dense `[B][q][n_max]`
-  std::uint64_t seed = 1;    ///< logits, noise and the Keyformer seeds derive from it
+  bool ragged = false;     ///< step logits as ragged `indptr` blocks instead of dense `[B][q][n_max]`
+  std::uint64_t seed = 1;  ///< logits, noise and the Keyformer seeds derive from it
   std::uint32_t page_size = 16, start_pages = 1;
   bool page_mean = false;
   float tau_init = 1.0f, tau_end = 2.0f;
@@ -42,13 +42,15 @@ struct CaseConfig {
 /// What a run found. `pairs` counts (call, sequence, selection row) comparisons.
 struct Report {
   std::uint64_t pairs = 0;
-  std::uint64_t set_mismatches = 0;    ///< kept position sets differ
-  std::uint64_t slot_mismatches = 0;   ///< a length, a position by slot, or a K/V row differs
+  std::uint64_t set_mismatches = 0;   ///< kept position sets differ
+  std::uint64_t slot_mismatches = 0;  ///< a length, a position by slot, or a K/V row differs
   std::uint64_t score_bit_mismatches = 0;
-  double max_rel_score_error = 0.0;    ///< over slots whose position agrees
-  std::uint64_t status_errors = 0;     ///< device status codes != 0
-  std::string first_problem;           ///< where the first difference was seen
-  bool exact() const { return set_mismatches == 0 && slot_mismatches == 0 && score_bit_mismatches == 0 && status_errors == 0; }
+  double max_rel_score_error = 0.0;  ///< over slots whose position agrees
+  std::uint64_t status_errors = 0;   ///< device status codes != 0
+  std::string first_problem;         ///< where the first difference was seen
+  bool exact() const {
+    return set_mismatches == 0 && slot_mismatches == 0 && score_bit_mismatches == 0 && status_errors == 0;
+  }
 };
 
 /// Runs `cfg` through the CPU caches and `backend`, comparing after the prefill and after

@@ -44,7 +44,9 @@ KVEVICT_HD inline float pos_inf() { return kvevict::detail::bits_float(0x7f80000
 KVEVICT_HD inline float neg_inf() { return kvevict::detail::bits_float(0xff800000u); }
 KVEVICT_HD inline float quiet_nan() { return kvevict::detail::bits_float(0x7fc00000u); }
 template <class T>
-KVEVICT_HD inline T min_of(T a, T b) { return b < a ? b : a; }
+KVEVICT_HD inline T min_of(T a, T b) {
+  return b < a ? b : a;
+}
 
 /// One logits row with its noise: `y(i) = x[i] (+ ζ_i)`, ζ injected (`z[i]`) or drawn
 /// (`gumbel_zeta(key, i)`, the CPU's counter-based formula), exactly as the CPU forms it.
@@ -129,9 +131,9 @@ KVEVICT_HD bool softmax_phase1(const Exec& ex, std::uint32_t rows, std::uint32_t
     }
     work(q).mx()[c] = nan ? quiet_nan() : m;
   });
-  const std::uint32_t bad = ex.reduce(rows * chunks, 0u, [&](std::uint32_t i) {
-    return bad_max(work(i / chunks).mx()[i % chunks]) ? 1u : 0u;
-  }, [](std::uint32_t a, std::uint32_t b) { return a | b; });
+  const std::uint32_t bad = ex.reduce(
+      rows * chunks, 0u, [&](std::uint32_t i) { return bad_max(work(i / chunks).mx()[i % chunks]) ? 1u : 0u; },
+      [](std::uint32_t a, std::uint32_t b) { return a | b; });
   if (bad != 0) return false;
   ex.for_range(rows * chunks * kLanes, [&](std::uint32_t i) {
     const std::uint32_t q = i / (chunks * kLanes), c = (i / kLanes) % chunks, l = i % kLanes;
@@ -165,9 +167,11 @@ KVEVICT_HD inline void softmax_combine(float* f, const float* mx, std::uint32_t 
     return;
   }
   float total = 0.0f;
-  for (std::uint32_t c = 0; c < chunks; ++c) total += f[c] * kvevict::detail::exp_nonpositive((mx[c] - row_max) * inv_tau);
+  for (std::uint32_t c = 0; c < chunks; ++c)
+    total += f[c] * kvevict::detail::exp_nonpositive((mx[c] - row_max) * inv_tau);
   const float inv_total = 1.0f / total;
-  for (std::uint32_t c = 0; c < chunks; ++c) f[c] = kvevict::detail::exp_nonpositive((mx[c] - row_max) * inv_tau) * inv_total;
+  for (std::uint32_t c = 0; c < chunks; ++c)
+    f[c] = kvevict::detail::exp_nonpositive((mx[c] - row_max) * inv_tau) * inv_total;
 }
 
 /// The probability `softmax(y / τ)[i]` of slot `i` as the CPU forms it: numerator times
@@ -209,8 +213,12 @@ KVEVICT_HD inline std::uint32_t victim_key(float score, std::uint8_t recent) {
 template <class Exec, class Key, class Pos>
 KVEVICT_HD std::uint32_t score_victim(const Exec& ex, std::uint32_t n, Key key, Pos pos) {
   const Candidate none{kExcluded, 0xffffffffu, 0};
-  const Candidate best = ex.reduce(n, none, [&](std::uint32_t i) { return Candidate{key(i), i, pos(i)}; },
-                                   [](const Candidate& a, const Candidate& b) { return better_victim(a, b); });
+  const Candidate best = ex.reduce(
+      n, none,
+      [&](std::uint32_t i) {
+        return Candidate{key(i), i, pos(i)};
+      },
+      [](const Candidate& a, const Candidate& b) { return better_victim(a, b); });
   return best.key == kExcluded ? n : best.slot;
 }
 /// The window / StreamingLLM victim: the slot of the (sinks + 1)-th smallest position
@@ -220,10 +228,13 @@ KVEVICT_HD std::uint32_t sink_victim(const Exec& ex, std::uint32_t n, std::uint3
   Candidate floor{0, 0, 0};
   for (std::uint32_t round = 0; round <= sinks && round < n; ++round) {
     const Candidate none{1u, 0xffffffffu, 0};
-    floor = ex.reduce(n, none, [&](std::uint32_t i) {
-      const std::int64_t p = pos(i);
-      return Candidate{(round == 0 || p > floor.pos) ? 0u : 1u, i, p};
-    }, [](const Candidate& a, const Candidate& b) { return lower_position(a, b); });
+    floor = ex.reduce(
+        n, none,
+        [&](std::uint32_t i) {
+          const std::int64_t p = pos(i);
+          return Candidate{(round == 0 || p > floor.pos) ? 0u : 1u, i, p};
+        },
+        [](const Candidate& a, const Candidate& b) { return lower_position(a, b); });
   }
   return floor.slot;
 }
@@ -275,30 +286,38 @@ KVEVICT_HD std::uint32_t prefill_select(const Exec& ex, const PolicyParams& p, s
   auto plus = [](std::uint32_t a, std::uint32_t b) { return a + b; };
   if (p.score == ScoreKind::none) {
     const std::uint32_t s = min_of(p.sinks, m);
-    return ex.scan(n, [&](std::uint32_t i) { return i < s || i >= n - (m - s); },
-                   [&](std::uint32_t i, std::uint32_t r) { keep[r] = static_cast<std::int32_t>(i); });
+    return ex.scan(
+        n, [&](std::uint32_t i) { return i < s || i >= n - (m - s); },
+        [&](std::uint32_t i, std::uint32_t r) { keep[r] = static_cast<std::int32_t>(i); });
   }
   const std::uint32_t r = min_of(p.w, n), pool = n - r, keys = m - r;
   std::uint32_t T = 0, cutoff = 0;
   if (keys > 0 && keys < pool) {
     for (std::uint32_t bit = 32; bit-- > 0;) {
       const std::uint32_t cand = T | (1u << bit);
-      const std::uint32_t ge = ex.reduce(pool, 0u, [&](std::uint32_t i) { return key(i) >= cand ? 1u : 0u; }, plus);
+      const std::uint32_t ge = ex.reduce(
+          pool, 0u, [&](std::uint32_t i) { return key(i) >= cand ? 1u : 0u; }, plus);
       if (ge >= keys) T = cand;
     }
-    const std::uint32_t gt = ex.reduce(pool, 0u, [&](std::uint32_t i) { return key(i) > T ? 1u : 0u; }, plus);
+    const std::uint32_t gt = ex.reduce(
+        pool, 0u, [&](std::uint32_t i) { return key(i) > T ? 1u : 0u; }, plus);
     const std::uint32_t need = keys - gt;  // >= 1: #(>= T) >= keys > #(> T)
-    (void)ex.scan(pool, [&](std::uint32_t i) { return key(i) == T; }, [&](std::uint32_t i, std::uint32_t rank) {
-      if (rank + 1 == need) *scratch = static_cast<std::int32_t>(i);
-    });
+    (void)ex.scan(
+        pool, [&](std::uint32_t i) { return key(i) == T; },
+        [&](std::uint32_t i, std::uint32_t rank) {
+          if (rank + 1 == need) *scratch = static_cast<std::int32_t>(i);
+        });
     cutoff = static_cast<std::uint32_t>(*scratch);
   }
-  return ex.scan(n, [&](std::uint32_t i) {
-    if (i >= pool || keys == pool) return true;
-    if (keys == 0 || keys > pool) return false;
-    const std::uint32_t ki = key(i);
-    return ki > T || (ki == T && i <= cutoff);
-  }, [&](std::uint32_t i, std::uint32_t rk) { keep[rk] = static_cast<std::int32_t>(i); });
+  return ex.scan(
+      n,
+      [&](std::uint32_t i) {
+        if (i >= pool || keys == pool) return true;
+        if (keys == 0 || keys > pool) return false;
+        const std::uint32_t ki = key(i);
+        return ki > T || (ki == T && i <= cutoff);
+      },
+      [&](std::uint32_t i, std::uint32_t rk) { keep[rk] = static_cast<std::int32_t>(i); });
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -388,11 +407,11 @@ KVEVICT_HD void decode_step_contiguous(const Exec& ex, const ContiguousKV<T>& kv
   if (p.w != 0) entered = c.entered + 1;  // every thread's copy (single ran on one)
   std::uint32_t new_len = n;
   if (n > p.k) {
-    const std::uint32_t victim =
-        p.score == ScoreKind::none
-            ? sink_victim(ex, n, p.sinks, [&](std::uint32_t i) { return pos[i]; })
-            : score_victim(ex, n, [&](std::uint32_t i) { return victim_key(s[i], flags[i]); },
-                           [&](std::uint32_t i) { return pos[i]; });
+    const std::uint32_t victim = p.score == ScoreKind::none
+                                     ? sink_victim(ex, n, p.sinks, [&](std::uint32_t i) { return pos[i]; })
+                                     : score_victim(
+                                           ex, n, [&](std::uint32_t i) { return victim_key(s[i], flags[i]); },
+                                           [&](std::uint32_t i) { return pos[i]; });
     if (victim < last) {
       T* kd = kv.k + kv.row(b, j, victim);
       T* vd = kv.v + kv.row(b, j, victim);
@@ -423,10 +442,10 @@ KVEVICT_HD void decode_step_contiguous(const Exec& ex, const ContiguousKV<T>& kv
 /// The per-(b, query head) accumulators of a prefill: `acc[P]` floats per (b, h) with stride
 /// `max_prompt`, and the keep lists / scratch of the cut, `(max_prompt + 1)` int32 per (b, row).
 struct PrefillWork {
-  float* step_ws = nullptr;     ///< `step_workspace_floats(batch, n_q_heads, max_prompt)`
-  float* acc = nullptr;         ///< `[batch][n_q_heads][max_prompt]`
-  std::int32_t* keep = nullptr; ///< `[batch][rows][max_prompt + 1]`
-  unsigned char* stage = nullptr; ///< `[batch][rows][kStageSlots][stage_bytes]`
+  float* step_ws = nullptr;        ///< `step_workspace_floats(batch, n_q_heads, max_prompt)`
+  float* acc = nullptr;            ///< `[batch][n_q_heads][max_prompt]`
+  std::int32_t* keep = nullptr;    ///< `[batch][rows][max_prompt + 1]`
+  unsigned char* stage = nullptr;  ///< `[batch][rows][kStageSlots][stage_bytes]`
   std::uint32_t max_prompt = 0;
 };
 
@@ -435,9 +454,9 @@ struct PrefillWork {
 /// adds `softmax((x[h][r][0, r] + ζ) / τ_0)` into `acc[b][h]`, rows ascending (TOVA: the last
 /// row only, assigned). Writes only the workspace; a NaN / +inf row sets kStatusBadLogits.
 template <class Exec>
-KVEVICT_HD void prefill_score_head(const Exec& ex, const PolicyParams& p, const EvictionState& st,
-                                   const LogitsView& lg, const PrefillWork& pw, std::int32_t len, std::uint32_t capacity,
-                                   std::uint32_t b, std::uint32_t h) {
+KVEVICT_HD void prefill_score_head(const Exec& ex, const PolicyParams& p, const EvictionState& st, const LogitsView& lg,
+                                   const PrefillWork& pw, std::int32_t len, std::uint32_t capacity, std::uint32_t b,
+                                   std::uint32_t h) {
   if (len < 1 || static_cast<std::uint32_t>(len) > capacity || static_cast<std::uint32_t>(len) > pw.max_prompt) {
     ex.single([&] { ex.set_status(st.status + b, kStatusBadLength); });
     return;
@@ -470,7 +489,8 @@ KVEVICT_HD void prefill_score_head(const Exec& ex, const PolicyParams& p, const 
       }
     }
     const std::uint32_t n = r + 1;
-    if (!softmax_phase1(ex, 1, n, inv_tau, [&](std::uint32_t) { return rd; }, [&](std::uint32_t) { return w; })) {
+    if (!softmax_phase1(
+            ex, 1, n, inv_tau, [&](std::uint32_t) { return rd; }, [&](std::uint32_t) { return w; })) {
       ex.single([&] { ex.set_status(st.status + b, kStatusBadLogits); });
       return;
     }
@@ -499,8 +519,9 @@ KVEVICT_HD void prefill_cut_contiguous(const Exec& ex, const ContiguousKV<T>& kv
   }
   const std::uint32_t P = static_cast<std::uint32_t>(len);
   std::int64_t* pos = kv.positions + kv.slot(b, j, 0);
-  const std::uint32_t unordered = ex.reduce(P - 1, 0u, [&](std::uint32_t i) { return pos[i + 1] > pos[i] ? 0u : 1u; },
-                                            [](std::uint32_t a, std::uint32_t c) { return a | c; });
+  const std::uint32_t unordered = ex.reduce(
+      P - 1, 0u, [&](std::uint32_t i) { return pos[i + 1] > pos[i] ? 0u : 1u; },
+      [](std::uint32_t a, std::uint32_t c) { return a | c; });
   if (unordered != 0) {
     ex.single([&] { ex.set_status(st.status + b, kStatusBadPosition); });
     return;
@@ -514,12 +535,13 @@ KVEVICT_HD void prefill_cut_contiguous(const Exec& ex, const ContiguousKV<T>& kv
     s[i] = p.uses_logits() ? v : 0.0f;
   });
   std::int32_t* keep = pw.keep + static_cast<std::size_t>(row) * (pw.max_prompt + 1);
-  const std::uint32_t m = prefill_select(ex, p, P, [&](std::uint32_t i) { return kvevict::detail::float_bits(s[i]); },
-                                         keep, keep + pw.max_prompt);
+  const std::uint32_t m = prefill_select(
+      ex, p, P, [&](std::uint32_t i) { return kvevict::detail::float_bits(s[i]); }, keep, keep + pw.max_prompt);
   const std::size_t sb = stage_bytes(1, kv.head_dim * static_cast<std::uint32_t>(sizeof(T)));
   unsigned char* stage = pw.stage + static_cast<std::size_t>(row) * kStageSlots * sb;
   const std::uint32_t d = kv.head_dim;
-  ordered_move(ex, m, [&](std::uint32_t t) { return static_cast<std::uint32_t>(keep[t]); },
+  ordered_move(
+      ex, m, [&](std::uint32_t t) { return static_cast<std::uint32_t>(keep[t]); },
       [&](std::uint32_t t, std::uint32_t from) {
         unsigned char* e = stage + t * sb;
         *reinterpret_cast<std::int64_t*>(e) = pos[from];
@@ -564,7 +586,8 @@ KVEVICT_HD void prefill_cut_contiguous(const Exec& ex, const ContiguousKV<T>& kv
 template <class T>
 KVEVICT_HD float summed_score(const PagedKV<T>& kv, const EvictionState& st, std::uint32_t b, std::uint32_t i) {
   float v = 0.0f;
-  for (std::uint32_t h = 0; h < kv.n_kv_heads; ++h) v += st.scores[static_cast<std::size_t>(h) * st.total_slots + kv.slot(b, i)];
+  for (std::uint32_t h = 0; h < kv.n_kv_heads; ++h)
+    v += st.scores[static_cast<std::size_t>(h) * st.total_slots + kv.slot(b, i)];
   return v;
 }
 
@@ -578,15 +601,18 @@ KVEVICT_HD std::uint32_t lowest_page(const Exec& ex, const PagedKV<T>& kv, const
   const std::uint32_t ps = kv.page_size;
   const Candidate none{1u, 0xffffffffu, 0};
   const std::uint32_t cnt = hi > p.start_pages ? hi - p.start_pages : 0;
-  const Candidate best = ex.reduce(cnt, none, [&](std::uint32_t t) {
-    const std::uint32_t i = p.start_pages + t;
-    float sum = 0.0f;
-    for (std::uint32_t o = 0; o < ps; ++o) sum += summed_score(kv, st, b, i * ps + o);
-    const float score = p.page_mean ? sum / static_cast<float>(ps) : sum;
-    // Page scores are >= 0: their bits order like them (key 1 marks a page already chosen).
-    const std::uint32_t taken = marks != nullptr && marks[i] != 0 ? 1u : 0u;
-    return Candidate{taken, i, static_cast<std::int64_t>(kvevict::detail::float_bits(score))};
-  }, [](const Candidate& a, const Candidate& c) { return lower_position(a, c); });
+  const Candidate best = ex.reduce(
+      cnt, none,
+      [&](std::uint32_t t) {
+        const std::uint32_t i = p.start_pages + t;
+        float sum = 0.0f;
+        for (std::uint32_t o = 0; o < ps; ++o) sum += summed_score(kv, st, b, i * ps + o);
+        const float score = p.page_mean ? sum / static_cast<float>(ps) : sum;
+        // Page scores are >= 0: their bits order like them (key 1 marks a page already chosen).
+        const std::uint32_t taken = marks != nullptr && marks[i] != 0 ? 1u : 0u;
+        return Candidate{taken, i, static_cast<std::int64_t>(kvevict::detail::float_bits(score))};
+      },
+      [](const Candidate& a, const Candidate& c) { return lower_position(a, c); });
   return best.slot;
 }
 
@@ -682,9 +708,9 @@ KVEVICT_HD void decode_step_paged(const Exec& ex, const PagedKV<T>& kv, const Ev
       const std::uint32_t victim =
           p.score == ScoreKind::none
               ? sink_victim(ex, n, p.sinks, [&](std::uint32_t i) { return pos[i]; })
-              : score_victim(ex, n,
-                             [&](std::uint32_t i) { return victim_key(summed_score(kv, st, b, i), flags[i]); },
-                             [&](std::uint32_t i) { return pos[i]; });
+              : score_victim(
+                    ex, n, [&](std::uint32_t i) { return victim_key(summed_score(kv, st, b, i), flags[i]); },
+                    [&](std::uint32_t i) { return pos[i]; });
       if (victim < last) {
         const std::uint32_t d = kv.head_dim;
         ex.for_range(nkv * d, [&](std::uint32_t t) {
@@ -766,10 +792,13 @@ KVEVICT_HD void prefill_cut_paged(const Exec& ex, const PagedKV<T>& kv, const Ev
   const std::uint32_t P = static_cast<std::uint32_t>(len), used = (P + ps - 1) / ps;
   std::int64_t* pos = kv.positions + kv.slot(b, 0);
   std::int32_t* table = kv.indices + kv.table_indptr[b];
-  const std::uint32_t bad = ex.reduce(P, 0u, [&](std::uint32_t i) {
-    if (i % ps == 0 && (table[i / ps] < 0 || static_cast<std::uint32_t>(table[i / ps]) >= kv.num_pages)) return 2u;
-    return (i + 1 < P && !(pos[i + 1] > pos[i])) ? 1u : 0u;
-  }, [](std::uint32_t a, std::uint32_t c) { return a | c; });
+  const std::uint32_t bad = ex.reduce(
+      P, 0u,
+      [&](std::uint32_t i) {
+        if (i % ps == 0 && (table[i / ps] < 0 || static_cast<std::uint32_t>(table[i / ps]) >= kv.num_pages)) return 2u;
+        return (i + 1 < P && !(pos[i + 1] > pos[i])) ? 1u : 0u;
+      },
+      [](std::uint32_t a, std::uint32_t c) { return a | c; });
   if (bad != 0) {
     ex.single([&] { ex.set_status(st.status + b, (bad & 2u) != 0 ? kStatusBadPage : kStatusBadPosition); });
     return;
@@ -790,13 +819,15 @@ KVEVICT_HD void prefill_cut_paged(const Exec& ex, const PagedKV<T>& kv, const Ev
   std::int32_t freed = 0;
   std::uint32_t rw = 0;
   if (!p.page_unit) {
-    m = prefill_select(ex, p, P, [&](std::uint32_t i) { return kvevict::detail::float_bits(summed_score(kv, st, b, i)); },
-                       keep, keep + pw.max_prompt);
+    m = prefill_select(
+        ex, p, P, [&](std::uint32_t i) { return kvevict::detail::float_bits(summed_score(kv, st, b, i)); }, keep,
+        keep + pw.max_prompt);
     const std::uint32_t rb = kv.head_dim * static_cast<std::uint32_t>(sizeof(T));
     const std::size_t sb = stage_bytes(nkv, rb);
     unsigned char* stage = pw.stage + static_cast<std::size_t>(b) * kStageSlots * sb;
     const std::uint32_t d = kv.head_dim;
-    ordered_move(ex, m, [&](std::uint32_t t) { return static_cast<std::uint32_t>(keep[t]); },
+    ordered_move(
+        ex, m, [&](std::uint32_t t) { return static_cast<std::uint32_t>(keep[t]); },
         [&](std::uint32_t t, std::uint32_t from) {
           unsigned char* e = stage + t * sb;
           *reinterpret_cast<std::int64_t*>(e) = pos[from];

@@ -134,16 +134,14 @@ struct DeviceExec {
 namespace kernels {
 
 template <class T>
-__global__ void __launch_bounds__(kThreads)
-    decode_contiguous(ContiguousKV<T> kv, EvictionState st, PolicyParams p, LogitsView lg, float* ws,
-                      std::uint32_t ws_slots) {
+__global__ void __launch_bounds__(kThreads) decode_contiguous(ContiguousKV<T> kv, EvictionState st, PolicyParams p,
+                                                              LogitsView lg, float* ws, std::uint32_t ws_slots) {
   __shared__ alignas(16) unsigned char smem[kThreads * 16];
   core::decode_step_contiguous(DeviceExec{smem}, kv, st, p, lg, ws, ws_slots, blockIdx.y, blockIdx.x);
 }
 template <class T>
-__global__ void __launch_bounds__(kThreads)
-    decode_paged(PagedKV<T> kv, EvictionState st, PolicyParams p, LogitsView lg, PageFreeList fl, float* ws,
-                 std::uint32_t ws_slots) {
+__global__ void __launch_bounds__(kThreads) decode_paged(PagedKV<T> kv, EvictionState st, PolicyParams p, LogitsView lg,
+                                                         PageFreeList fl, float* ws, std::uint32_t ws_slots) {
   __shared__ alignas(16) unsigned char smem[kThreads * 16];
   core::decode_step_paged(DeviceExec{smem}, kv, st, p, lg, fl, ws, ws_slots, blockIdx.x);
 }
@@ -240,8 +238,8 @@ void decode_step(const PagedKV<T>& kv, const EvictionState& st, const PolicyPara
                       kv.page_size >= 1 && kv.head_dim >= 1 && kv.num_pages >= 1,
                   what, ": the paged view needs batch, page_size, head_dim, num_pages >= 1 and non-null pointers");
   detail::require(kv.layout == PageLayout::NHD || kv.layout == PageLayout::HND, what, ": layout must be NHD or HND");
-  detail::require(free_list.pages != nullptr && free_list.count != nullptr && free_list.capacity >= kv.num_pages,
-                  what, ": the free list needs pages, count and capacity >= num_pages (", kv.num_pages, ")");
+  detail::require(free_list.pages != nullptr && free_list.count != nullptr && free_list.capacity >= kv.num_pages, what,
+                  ": the free list needs pages, count and capacity >= num_pages (", kv.num_pages, ")");
   detail::require(ws != nullptr && ws_slots >= 1, what, ": the workspace must be non-null, ws_slots >= 1");
   detail::require(st.total_slots >= 1, what, ": the state's total_slots must be table_indptr[batch] * page_size");
   detail::require(st.ring_stride >= (p.w > 0 ? p.w : 1), what, ": ring_stride ", st.ring_stride, " < w = ", p.w);
@@ -263,9 +261,9 @@ void prefill(const ContiguousKV<T>& kv, const EvictionState& st, const PolicyPar
   check_policy(p, kv.n_kv_heads, kv.capacity, 0, what);
   launch_detail::check_logits(p, lg, what);
   detail::require(lg.indptr == nullptr, what, ": prefill logits are dense [B][q_head][P_max][P_max]");
-  detail::require(pw.step_ws != nullptr && pw.acc != nullptr && pw.keep != nullptr && pw.stage != nullptr &&
-                      pw.max_prompt >= 1,
-                  what, ": the prefill workspace needs every section and max_prompt >= 1");
+  detail::require(
+      pw.step_ws != nullptr && pw.acc != nullptr && pw.keep != nullptr && pw.stage != nullptr && pw.max_prompt >= 1,
+      what, ": the prefill workspace needs every section and max_prompt >= 1");
   launch_detail::reset_status(st, kv.batch, stream, what);
   kernels::prefill_score<<<dim3(p.n_q_heads, kv.batch), kThreads, 0, stream>>>(kv.lengths, kv.n_kv_heads, kv.capacity,
                                                                                st, p, lg, pw);
@@ -284,14 +282,14 @@ void prefill(const PagedKV<T>& kv, const EvictionState& st, const PolicyParams& 
   check_policy(p, kv.n_kv_heads, min_capacity, kv.page_size, what);
   launch_detail::check_logits(p, lg, what);
   detail::require(lg.indptr == nullptr, what, ": prefill logits are dense [B][q_head][P_max][P_max]");
-  detail::require(pw.step_ws != nullptr && pw.acc != nullptr && pw.keep != nullptr && pw.stage != nullptr &&
-                      pw.max_prompt >= 1,
-                  what, ": the prefill workspace needs every section and max_prompt >= 1");
-  detail::require(free_list.pages != nullptr && free_list.count != nullptr && free_list.capacity >= kv.num_pages,
-                  what, ": the free list needs pages, count and capacity >= num_pages (", kv.num_pages, ")");
+  detail::require(
+      pw.step_ws != nullptr && pw.acc != nullptr && pw.keep != nullptr && pw.stage != nullptr && pw.max_prompt >= 1,
+      what, ": the prefill workspace needs every section and max_prompt >= 1");
+  detail::require(free_list.pages != nullptr && free_list.count != nullptr && free_list.capacity >= kv.num_pages, what,
+                  ": the free list needs pages, count and capacity >= num_pages (", kv.num_pages, ")");
   launch_detail::reset_status(st, kv.batch, stream, what);
-  kernels::prefill_score<<<dim3(p.n_q_heads, kv.batch), kThreads, 0, stream>>>(kv.lengths, 1, st.total_slots, st, p,
-                                                                               lg, pw);
+  kernels::prefill_score<<<dim3(p.n_q_heads, kv.batch), kThreads, 0, stream>>>(kv.lengths, 1, st.total_slots, st, p, lg,
+                                                                               pw);
   launch_detail::check_launch(what);
   kernels::prefill_cut_paged<T><<<kv.batch, kThreads, 0, stream>>>(kv, st, p, pw, free_list);
   launch_detail::check_launch(what);

@@ -41,9 +41,9 @@ enum class ScoreKind : std::int32_t {
 
 /// The temperature schedules (temperature/temperature_schedules.hpp); τ only matters for Keyformer.
 enum class TemperatureKind : std::int32_t {
-  constant = 0,   ///< `ConstantTemperature(tau_init)`
-  linear = 1,     ///< `LinearTemperature(tau_init, tau_end, horizon)`
-  increment = 2   ///< `IncrementTemperature(tau_init, delta)`
+  constant = 0,  ///< `ConstantTemperature(tau_init)`
+  linear = 1,    ///< `LinearTemperature(tau_init, tau_end, horizon)`
+  increment = 2  ///< `IncrementTemperature(tau_init, delta)`
 };
 
 /// A temperature schedule as plain data. `tau_at(t)` is τ at step `t` (0 = prefill), with
@@ -51,14 +51,15 @@ enum class TemperatureKind : std::int32_t {
 struct TemperatureParams {
   TemperatureKind kind = TemperatureKind::constant;
   float tau_init = 1.0f;
-  float tau_end = 1.0f;        ///< linear only
-  std::uint64_t horizon = 1;   ///< linear only, >= 1
-  float delta = 0.0f;          ///< increment only
+  float tau_end = 1.0f;       ///< linear only
+  std::uint64_t horizon = 1;  ///< linear only, >= 1
+  float delta = 0.0f;         ///< increment only
   /// τ at step `t`, computed exactly as the CPU schedule computes it. O(1).
   KVEVICT_HD float tau_at(std::uint64_t t) const {
     if (kind == TemperatureKind::linear) {
       const double s = static_cast<double>(t < horizon ? t : horizon);
-      return static_cast<float>(tau_init + s * (static_cast<double>(tau_end) - tau_init) / static_cast<double>(horizon));
+      return static_cast<float>(tau_init +
+                                s * (static_cast<double>(tau_end) - tau_init) / static_cast<double>(horizon));
     }
     if (kind == TemperatureKind::increment)
       return static_cast<float>(tau_init + static_cast<double>(t) * static_cast<double>(delta));
@@ -129,8 +130,7 @@ struct PagedKV {
   /// Element offset of the row of KV head `h` at logical slot `s` of sequence `b`. O(1), no bounds check.
   KVEVICT_HD std::size_t row(std::uint32_t b, std::uint32_t h, std::uint32_t s) const {
     const std::int32_t page = indices[table_indptr[b] + s / page_size];
-    return paged_row_offset(layout, page_size, n_kv_heads, head_dim, static_cast<std::size_t>(page), h,
-                            s % page_size);
+    return paged_row_offset(layout, page_size, n_kv_heads, head_dim, static_cast<std::size_t>(page), h, s % page_size);
   }
   /// Index of sequence `b`'s logical slot `s` in `positions` (and in per-slot state). O(1).
   KVEVICT_HD std::size_t slot(std::uint32_t b, std::uint32_t s) const {
@@ -147,8 +147,8 @@ struct PagedKV {
 /// and sizes `pages` to `capacity >= num_pages`. Pages released in one launch are pushed
 /// in no fixed order; the set is fixed.
 struct PageFreeList {
-  std::int32_t* pages = nullptr;    ///< `[capacity]`
-  std::uint32_t* count = nullptr;   ///< entries in use
+  std::int32_t* pages = nullptr;   ///< `[capacity]`
+  std::uint32_t* count = nullptr;  ///< entries in use
   std::uint32_t capacity = 0;
 };
 
@@ -168,12 +168,12 @@ struct RowCounters {
 /// heads' blocks run independently, so the engine must treat the sequence as failed).
 enum StatusCode : std::int32_t {
   kStatusOk = 0,
-  kStatusNotPrefilled = 1,   ///< decode step before the prefill cut
-  kStatusBadLength = 2,      ///< length != tracked + 1 (step), or out of [1, capacity]
-  kStatusBadPosition = 3,    ///< the new token's position is not larger than the last one
-  kStatusBadTemperature = 4, ///< τ_t not finite or below FLT_MIN
-  kStatusBadLogits = 5,      ///< a row of x + ζ holds NaN or +inf
-  kStatusBadPage = 6         ///< a used page-table entry outside [0, num_pages)
+  kStatusNotPrefilled = 1,    ///< decode step before the prefill cut
+  kStatusBadLength = 2,       ///< length != tracked + 1 (step), or out of [1, capacity]
+  kStatusBadPosition = 3,     ///< the new token's position is not larger than the last one
+  kStatusBadTemperature = 4,  ///< τ_t not finite or below FLT_MIN
+  kStatusBadLogits = 5,       ///< a row of x + ζ holds NaN or +inf
+  kStatusBadPage = 6          ///< a used page-table entry outside [0, num_pages)
 };
 
 /// The device eviction state of one layer for a batch (device memory, allocated by the
@@ -201,15 +201,15 @@ struct EvictionState {
 /// The policy of one launch (the same for every sequence of the batch).
 struct PolicyParams {
   ScoreKind score = ScoreKind::h2o;
-  bool gumbel_noise = true;        ///< Keyformer: add ζ (injected when `gumbel` is given, else drawn)
-  TemperatureParams temperature;   ///< used by Keyformer only (τ = 1 for the others, as on the CPU)
-  std::uint32_t k = 0;             ///< budget (tokens per KV head, or per sequence when paged)
-  std::uint32_t w = 0;             ///< recent window (RecentTopK); 0 for TOVA, window and StreamingLLM
-  std::uint32_t sinks = 0;         ///< StreamingLLM sinks (ScoreKind::none); 0 = window
-  std::uint32_t n_q_heads = 0;     ///< query heads, a multiple of n_kv_heads (group g = n_q_heads / n_kv_heads)
-  bool page_unit = false;          ///< paged: evict whole pages (`EvictUnit::page`)
-  std::uint32_t start_pages = 0;   ///< paged page unit: leading pages never evicted
-  bool page_mean = false;          ///< paged page unit: `PageScore::mean` instead of sum
+  bool gumbel_noise = true;       ///< Keyformer: add ζ (injected when `gumbel` is given, else drawn)
+  TemperatureParams temperature;  ///< used by Keyformer only (τ = 1 for the others, as on the CPU)
+  std::uint32_t k = 0;            ///< budget (tokens per KV head, or per sequence when paged)
+  std::uint32_t w = 0;            ///< recent window (RecentTopK); 0 for TOVA, window and StreamingLLM
+  std::uint32_t sinks = 0;        ///< StreamingLLM sinks (ScoreKind::none); 0 = window
+  std::uint32_t n_q_heads = 0;    ///< query heads, a multiple of n_kv_heads (group g = n_q_heads / n_kv_heads)
+  bool page_unit = false;         ///< paged: evict whole pages (`EvictUnit::page`)
+  std::uint32_t start_pages = 0;  ///< paged page unit: leading pages never evicted
+  bool page_mean = false;         ///< paged page unit: `PageScore::mean` instead of sum
   /// Whether the score adds noise: Keyformer with `gumbel_noise`.
   KVEVICT_HD bool noisy() const { return score == ScoreKind::keyformer && gumbel_noise; }
   /// Whether scores come from logits.
@@ -224,8 +224,8 @@ struct PolicyParams {
 /// length `n_b`, the live slots of the step). Prefill: `[B][q_head][P_max][P_max]` with
 /// `stride = P_max` (row r of (b, h) at `((b * n_q_heads + h) * P_max + r) * P_max`).
 struct LogitsView {
-  const float* x = nullptr;      ///< logits by slot, as the engine's attention reads the KV
-  const float* gumbel = nullptr; ///< optional injected ζ, same layout (Keyformer with noise)
+  const float* x = nullptr;       ///< logits by slot, as the engine's attention reads the KV
+  const float* gumbel = nullptr;  ///< optional injected ζ, same layout (Keyformer with noise)
   const std::int64_t* indptr = nullptr;
   std::uint32_t stride = 0;
   /// Offset of the row of (b, q_head h) for a step over `n` slots. O(1).
@@ -252,8 +252,10 @@ inline void check_policy(const PolicyParams& p, std::uint32_t n_kv_heads, std::u
   require(p.k >= 1, who, ": budget k must be >= 1 (got ", p.k, ")");
   require(p.w <= p.k, who, ": recent window w = ", p.w, " exceeds budget k = ", p.k);
   require(p.score != ScoreKind::tova || p.w == 0, who, ": TOVA has no recent window (w = ", p.w, ")");
-  require(p.score != ScoreKind::none || p.w == 0, who, ": window/StreamingLLM keep the sinks + the most recent "
-          "k - sinks tokens; set w = 0 (got ", p.w, ")");
+  require(p.score != ScoreKind::none || p.w == 0, who,
+          ": window/StreamingLLM keep the sinks + the most recent "
+          "k - sinks tokens; set w = 0 (got ",
+          p.w, ")");
   require(p.score == ScoreKind::none || p.sinks == 0, who, ": sinks = ", p.sinks,
           " is only meaningful for window/StreamingLLM");
   require(p.sinks <= p.k, who, ": sinks = ", p.sinks, " exceeds budget k = ", p.k);
@@ -266,7 +268,8 @@ inline void check_policy(const PolicyParams& p, std::uint32_t n_kv_heads, std::u
     require(p.k >= floor, who, ": page unit needs k >= start_pages * page_size + max(w, 1) (k = ", p.k,
             ", start_pages = ", p.start_pages, ", page_size = ", page_size, ", w = ", p.w, ")");
   } else {
-    require(p.start_pages == 0 && !p.page_mean, who, ": start_pages / page_mean are only meaningful with the page unit");
+    require(p.start_pages == 0 && !p.page_mean, who,
+            ": start_pages / page_mean are only meaningful with the page unit");
   }
   if (p.score == ScoreKind::keyformer) {
     const TemperatureParams& t = p.temperature;
