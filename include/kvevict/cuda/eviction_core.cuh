@@ -449,6 +449,14 @@ struct PrefillWork {
   std::uint32_t max_prompt = 0;
 };
 
+/// `status[b]`, read once and shared by the block (another block of the launch may write it
+/// meanwhile; every thread must take the same branch). O(1).
+template <class Exec>
+KVEVICT_HD std::int32_t status_of(const Exec& ex, const EvictionState& st, std::uint32_t b) {
+  return ex.reduce(1, std::int32_t{0}, [&](std::uint32_t) { return st.status[b]; },
+                   [](std::int32_t a, std::int32_t c) { return a < c ? c : a; });
+}
+
 /// Prefill scoring of query head h of sequence b over its `P = len` prompt rows
 /// (`Scorer::score_chunk` of the whole prompt): row r (query position r, ζ key (seed, h, r))
 /// adds `softmax((x[h][r][0, r] + ζ) / τ_0)` into `acc[b][h]`, rows ascending (TOVA: the last
@@ -511,7 +519,7 @@ template <class Exec, class T>
 KVEVICT_HD void prefill_cut_contiguous(const Exec& ex, const ContiguousKV<T>& kv, const EvictionState& st,
                                        const PolicyParams& p, const PrefillWork& pw, std::uint32_t b, std::uint32_t j) {
   const std::uint32_t nkv = kv.n_kv_heads, g = p.n_q_heads / nkv, row = b * nkv + j;
-  if (st.status[b] != kStatusOk) return;  // written by the scoring launch before this one
+  if (status_of(ex, st, b) != kStatusOk) return;  // written by the scoring launch before this one
   const std::int32_t len = kv.lengths[row];
   if (len < 1 || static_cast<std::uint32_t>(len) > kv.capacity || static_cast<std::uint32_t>(len) > pw.max_prompt) {
     ex.single([&] { ex.set_status(st.status + b, kStatusBadLength); });
@@ -783,7 +791,7 @@ template <class Exec, class T>
 KVEVICT_HD void prefill_cut_paged(const Exec& ex, const PagedKV<T>& kv, const EvictionState& st, const PolicyParams& p,
                                   const PrefillWork& pw, const PageFreeList& free_list, std::uint32_t b) {
   const std::uint32_t nkv = kv.n_kv_heads, g = p.n_q_heads / nkv, ps = kv.page_size;
-  if (st.status[b] != kStatusOk) return;
+  if (status_of(ex, st, b) != kStatusOk) return;
   const std::int32_t len = kv.lengths[b];
   if (len < 1 || static_cast<std::uint32_t>(len) > kv.capacity(b) || static_cast<std::uint32_t>(len) > pw.max_prompt) {
     ex.single([&] { ex.set_status(st.status + b, kStatusBadLength); });

@@ -104,6 +104,7 @@ struct DeviceExec {
       carry += total;
       __syncthreads();
     }
+    __syncthreads();  // the contract's closing barrier, also for n = 0
     return carry;
 #else
     (void)n;
