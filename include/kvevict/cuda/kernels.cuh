@@ -30,8 +30,10 @@
 namespace kvevict {
 namespace cuda {
 
-/// Threads per block of every kernel (a power of two: the reductions halve it).
-constexpr unsigned kThreads = 256;
+/// Threads per block of every kernel (a power of two: the reductions halve it). With 512 the step
+/// kernels use 32 registers a thread (`ptxas -v`, sm_90), so four blocks fit an SM; a block of
+/// 4 query heads x 128K slots gives each thread 1K elements per pass.
+constexpr unsigned kThreads = 512;
 
 /// The block executor of the kernels (the `Exec` contract of eviction_core.cuh): the block's
 /// threads split each range, `__syncthreads` ends every collective, reductions and scans go
