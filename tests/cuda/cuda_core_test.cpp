@@ -381,3 +381,81 @@ TEST(CudaCore, ExportFlashInferTable) {
 }
 
 }  // namespace
+
+namespace {
+
+/// The device views' offsets are the CPU views' (FlashInfer's NHD / HND formulas, contiguous rows).
+TEST(CudaCore, ViewOffsetsAreTheCpuLayouts) {
+  std::vector<std::int32_t> indptr{0, 3, 5}, indices{4, 1, 6, 0, 2};
+  kc::PagedKV<float> kv;
+  kv.page_size = 4;
+  kv.n_kv_heads = 3;
+  kv.head_dim = 5;
+  kv.num_pages = 7;
+  kv.batch = 2;
+  kv.table_indptr = indptr.data();
+  kv.indices = indices.data();
+  for (kvevict::PageLayout layout : {kvevict::PageLayout::NHD, kvevict::PageLayout::HND}) {
+    kv.layout = layout;
+    // Sequence 1, head 2, logical slot 5: page indices[3 + 1] = 2, offset 1.
+    const std::size_t want = layout == kvevict::PageLayout::NHD ? ((2 * 4 + 1) * 3 + 2) * 5 : ((2 * 3 + 2) * 4 + 1) * 5;
+    EXPECT_EQ(kv.row(1, 2, 5), want);
+  }
+  EXPECT_EQ(kv.slot(1, 5), 3u * 4 + 5);
+  EXPECT_EQ(kv.capacity(0), 12u);
+  EXPECT_EQ(kv.capacity(1), 8u);
+  kc::ContiguousKV<float> c;
+  c.n_kv_heads = 3;
+  c.capacity = 10;
+  c.head_dim = 4;
+  EXPECT_EQ(c.row(1, 2, 7), ((1 * 3 + 2) * 10 + 7) * 4u);
+  EXPECT_EQ(c.slot(1, 2, 7), (1 * 3 + 2) * 10 + 7u);
+  kc::LogitsView dense;
+  dense.stride = 9;
+  EXPECT_EQ(dense.row(2, 1, 4, 7), (2 * 4 + 1) * 9u);
+  std::vector<std::int64_t> off{0, 20, 48};
+  kc::LogitsView ragged;
+  ragged.indptr = off.data();
+  EXPECT_EQ(ragged.row(1, 3, 4, 7), 20u + 3 * 7);
+  EXPECT_EQ(kc::step_workspace_floats(2, 4, 1025), 2u * 4 * 18 * 3);
+  EXPECT_EQ(kc::stage_bytes(1, 8), 32u);   // 16-byte header (position, score) + K and V rows of 8 bytes
+  EXPECT_EQ(kc::stage_bytes(3, 6), 80u);   // header 8 + 3 scores = 20 -> 32, + 2 x 3 rows of 6 bytes = 68 -> 80
+}
+
+/// A paged step whose last page-table entry is not a page: kStatusBadPage, nothing changed.
+TEST(CudaCore, PagedStepWithABadPageEntryIsRejected) {
+  kvtest_cuda::BatchHost h;
+  h.paged = true;
+  h.batch = 1;
+  h.n_kv = 1;
+  h.n_q = 1;
+  h.head_dim = 1;
+  h.page_size = 2;
+  h.max_pages = 4;
+  h.num_pages = 4;
+  h.capacity = 8;
+  h.max_prompt = 3;
+  h.allocate(0);
+  for (std::uint32_t s = 0; s < 3; ++s) h.positions[s] = s;
+  h.indices[0] = 0;
+  h.indices[1] = 1;
+  h.lengths[0] = 3;
+  h.free_count = 2;
+  kc::PolicyParams p;
+  p.score = kc::ScoreKind::none;
+  p.k = 3;
+  p.n_q_heads = 1;
+  kvtest_cuda::HostLogits none;
+  kvtest_cuda::HostBackend().prefill(h, p, none);
+  ASSERT_EQ(h.status[0], kc::kStatusOk);
+  ASSERT_EQ(h.lengths[0], 3);
+  h.positions[3] = 10;
+  h.lengths[0] = 4;
+  h.indices[1] = 9;  // outside [0, num_pages)
+  kvtest_cuda::HostBackend().step(h, p, none);
+  EXPECT_EQ(h.status[0], kc::kStatusBadPage);
+  EXPECT_EQ(h.rows[0].step, 0);
+  EXPECT_EQ(h.rows[0].tracked, 3);
+}
+
+}  // namespace
