@@ -12,7 +12,8 @@
 #  5. writes the Markdown report to $OUT/gpu-check-report.md (and stdout).
 # Every phase has a timeout; the whole run is meant to take under 8 minutes.
 #
-# Usage: scripts/gpu-check.sh [--build-only] [--quick]
+# Usage: scripts/gpu-check.sh [--build-only] [--quick] [--host]
+#        (--host: no GPU; gpu_check on the serial host executor, no timings: this script's own test)
 #        scripts/gpu-check.sh --report-only   (rewrites the report from the files already in $OUT:
 #                                               gpu-check.md, gpu-bench.txt, torch-bench.txt, gpu.txt)
 #        scripts/gpu-check.sh --prepare-deps   (here: copies the Eigen 3 headers to .gpu-deps/eigen3,
@@ -25,19 +26,20 @@ start=$(date +%s)
 log() { echo "[gpu-check +$(( $(date +%s) - start )) s] $*"; }
 fail() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
 
-build_only=0 quick=0 report_only=0
+build_only=0 quick=0 report_only=0 host=0
 for a in "$@"; do
   case "$a" in
     --build-only) build_only=1 ;;
     --report-only) report_only=1 ;;
     --quick) quick=1 ;;
+    --host) host=1 ;;
     --prepare-deps)
       src="${KVEVICT_EIGEN3_INCLUDE:-/usr/include/eigen3}"
       [ -f "$src/Eigen/Core" ] || fail "--prepare-deps: no Eigen headers at $src (set KVEVICT_EIGEN3_INCLUDE)"
       rm -rf .gpu-deps/eigen3 && mkdir -p .gpu-deps && cp -r "$src" .gpu-deps/eigen3
       echo "copied $src to .gpu-deps/eigen3 ($(du -sh .gpu-deps/eigen3 | cut -f1)); carry .gpu-deps to the GPU machine"
       exit 0 ;;
-    *) echo "gpu-check: unknown argument '$a' (usage: scripts/gpu-check.sh [--build-only] [--quick] |" \
+    *) echo "gpu-check: unknown argument '$a' (usage: scripts/gpu-check.sh [--build-only] [--quick] [--host] |" \
             "--report-only | --prepare-deps)" >&2
        exit 2 ;;
   esac
@@ -54,6 +56,8 @@ write_report() {
   gpu_line="$(cat "$OUT/gpu.txt" 2>/dev/null || echo unknown)"
   [ -s "$OUT/torch-bench.txt" ] || torch_note="PyTorch with CUDA is not importable on this machine: the table has \
 the kvevict CUDA timings only (no SDPA or PyTorch-step comparison)."
+  grep -q '^RESULT' "$OUT/gpu-bench.txt" 2>/dev/null \
+    || torch_note="No timings in this run (--host, or gpu_bench printed none)."
   {
   echo "## kvevict CUDA eviction: GPU check of $(date -u +%Y-%m-%d)"
   echo
@@ -115,11 +119,15 @@ done
 
 log "toolkit: $("$NVCC" --version | tail -1); host compiler: $("$CXX" --version | head -1); Eigen: $eigen"
 gpu_line="(build only: GPU not queried)"
-if [ "$build_only" = 0 ]; then
-  command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: is this a GPU machine?"
-  gpu_line="$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader)" \
-    || fail "nvidia-smi could not query the GPU"
-  [ -n "$gpu_line" ] || fail "nvidia-smi lists no GPU"
+[ "$host" = 1 ] && gpu_line="none (--host: the serial host executor)"
+if [ "$build_only" = 0 ] && [ "$host" = 0 ]; then
+  if command -v nvidia-smi >/dev/null; then
+    gpu_line="$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader)" \
+      || fail "nvidia-smi could not query the GPU"
+    [ -n "$gpu_line" ] || fail "nvidia-smi lists no GPU"
+  else
+    gpu_line="nvidia-smi not found (gpu_check's first line names the device and the driver API)"
+  fi
   log "GPU: $gpu_line"
 fi
 echo "$gpu_line" > "$OUT/gpu.txt"
@@ -145,6 +153,7 @@ log "built $b/gpu_check and $b/gpu_bench"
 # ---- correctness ----
 check_args=()
 [ "$quick" = 1 ] && check_args+=(--quick)
+[ "$host" = 1 ] && check_args+=(--host)
 log "gpu_check ${check_args[*]:-} (every policy x layout x batch, vs the CPU caches)"
 set +e
 timeout 330 "$b/gpu_check" "${check_args[@]}" "$OUT/gpu-check.md"
@@ -155,9 +164,18 @@ set -e
 # ---- timing ----
 bench_args=()
 [ "$quick" = 1 ] && bench_args+=(--quick)
-log "gpu_bench (CUDA events over graph replays)"
-timeout 150 "$b/gpu_bench" "${bench_args[@]}" --policy keyformer | tee "$OUT/gpu-bench.txt" || fail "gpu_bench failed"
-if command -v python3 >/dev/null &&
+if [ "$host" = 1 ]; then
+  log "--host: no timings"
+  echo "(--host: no GPU, no timings)" > "$OUT/gpu-bench.txt"
+  : > "$OUT/torch-bench.txt"
+else
+  log "gpu_bench (CUDA events over graph replays)"
+  timeout 150 "$b/gpu_bench" "${bench_args[@]}" --policy keyformer | tee "$OUT/gpu-bench.txt" \
+    || fail "gpu_bench failed"
+fi
+if [ "$host" = 1 ]; then
+  :
+elif command -v python3 >/dev/null &&
    python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
   log "PyTorch with CUDA found: SDPA decode and the plain-PyTorch Keyformer step"
   timeout 150 python3 scripts/gpu_bench_torch.py "${bench_args[@]}" | tee "$OUT/torch-bench.txt" \
