@@ -55,7 +55,6 @@ struct BatchHost {
   /// Sizes every buffer (zeroed; page tables kNoPage; the free list holds every page so
   /// that pops hand out 0, 1, 2, ... first, as a fresh `PagePool`).
   void allocate(std::uint32_t w) {
-    ring_stride = w > 0 ? w : 1;
     const std::uint32_t rows_n = batch * selection_rows();
     const std::size_t slots = total_slots();
     const std::size_t kv_elems =
@@ -64,10 +63,13 @@ struct BatchHost {
     v.assign(kv_elems, 0.0f);
     positions.assign(slots, 0);
     lengths.assign(paged ? batch : batch * n_kv, 0);
-    scores.assign(paged ? slots * n_kv : slots, 0.0f);
-    recent.assign(slots, 0);
-    ring.assign(static_cast<std::size_t>(rows_n) * ring_stride, 0);
-    rows.assign(rows_n, kc::RowCounters{});
+    const kc::StateSizes z =
+        paged ? kc::paged_state_sizes(batch, n_kv, slots, w) : kc::contiguous_state_sizes(batch, n_kv, capacity, w);
+    scores.assign(z.scores, 0.0f);
+    recent.assign(z.recent, 0);
+    ring.assign(z.ring, 0);
+    rows.assign(z.rows, kc::RowCounters{});
+    ring_stride = z.ring_stride;
     seeds.assign(batch, 0);
     status.assign(batch, 0);
     pages_freed.assign(batch, 0);

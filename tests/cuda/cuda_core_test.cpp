@@ -418,6 +418,17 @@ TEST(CudaCore, ViewOffsetsAreTheCpuLayouts) {
   ragged.indptr = off.data();
   EXPECT_EQ(ragged.row(1, 3, 4, 7), 20u + 3 * 7);
   EXPECT_EQ(kc::step_workspace_floats(2, 4, 1025), 2u * 4 * 18 * 3);
+  const kc::StateSizes zc = kc::contiguous_state_sizes(2, 3, 10, 4);
+  EXPECT_EQ(zc.scores, 60u);
+  EXPECT_EQ(zc.recent, 60u);
+  EXPECT_EQ(zc.rows, 6u);
+  EXPECT_EQ(zc.ring, 24u);
+  const kc::StateSizes zp = kc::paged_state_sizes(2, 3, 32, 0);
+  EXPECT_EQ(zp.scores, 96u);
+  EXPECT_EQ(zp.recent, 32u);
+  EXPECT_EQ(zp.rows, 2u);
+  EXPECT_EQ(zp.ring_stride, 1u);
+  EXPECT_EQ(zp.ring, 2u);
   EXPECT_EQ(kc::stage_bytes(1, 8), 32u);   // 16-byte header (position, score) + K and V rows of 8 bytes
   EXPECT_EQ(kc::stage_bytes(3, 6), 80u);   // header 8 + 3 scores = 20 -> 32, + 2 x 3 rows of 6 bytes = 68 -> 80
 }

@@ -177,9 +177,8 @@ enum StatusCode : std::int32_t {
 };
 
 /// The device eviction state of one layer for a batch (device memory, allocated by the
-/// caller once; `state_sizes` gives the element counts). `rows` = n_kv_heads (contiguous)
-/// or 1 (paged); `slots` = the per-slot stride: `capacity` per (b, head) for contiguous,
-/// the sequence's table region for paged (`table_indptr[b] * page_size`).
+/// caller once, zeroed; `contiguous_state_sizes` / `paged_state_sizes` give the element
+/// counts). Selection rows per sequence: `rows` = n_kv_heads (contiguous) or 1 (paged).
 ///
 ///     score of (b, head h, slot s):  contiguous scores[(b * n_kv_heads + h) * capacity + s]
 ///                                    paged      scores[h * total_slots + table_indptr[b] * page_size + s]
@@ -197,6 +196,35 @@ struct EvictionState {
   std::uint32_t ring_stride = 0;         ///< >= w (and >= 1)
   std::uint32_t total_slots = 0;         ///< paged only: table_indptr[batch] * page_size
 };
+
+/// Element counts of the `EvictionState` arrays of a batch: `scores`, `recent`, `ring` (with
+/// `ring_stride = max(w, 1)`) and `rows_state`; `status`, `seeds` and `pages_freed` have `batch`.
+struct StateSizes {
+  std::size_t scores = 0, recent = 0, ring = 0, rows = 0;
+  std::uint32_t ring_stride = 1;
+};
+/// Contiguous KV: every (b, head) of `capacity` slots selects alone. O(1).
+inline StateSizes contiguous_state_sizes(std::uint32_t batch, std::uint32_t n_kv_heads, std::uint32_t capacity,
+                                         std::uint32_t w) {
+  StateSizes z;
+  z.ring_stride = w > 0 ? w : 1;
+  z.rows = static_cast<std::size_t>(batch) * n_kv_heads;
+  z.scores = z.recent = z.rows * capacity;
+  z.ring = z.rows * z.ring_stride;
+  return z;
+}
+/// Paged KV with `total_slots = table_indptr[batch] · page_size`: one row per sequence, a score per
+/// (head, slot). O(1).
+inline StateSizes paged_state_sizes(std::uint32_t batch, std::uint32_t n_kv_heads, std::size_t total_slots,
+                                    std::uint32_t w) {
+  StateSizes z;
+  z.ring_stride = w > 0 ? w : 1;
+  z.rows = batch;
+  z.scores = total_slots * n_kv_heads;
+  z.recent = total_slots;
+  z.ring = z.rows * z.ring_stride;
+  return z;
+}
 
 /// The policy of one launch (the same for every sequence of the batch).
 struct PolicyParams {
