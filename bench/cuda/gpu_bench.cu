@@ -71,7 +71,10 @@ __global__ void append_token(kc::ContiguousKV<T> kv, kc::EvictionState st) {
   if (row >= kv.batch * kv.n_kv_heads) return;
   const std::uint32_t b = row / kv.n_kv_heads, h = row % kv.n_kv_heads;
   const std::int32_t s = kv.lengths[row];
-  kv.positions[kv.slot(b, h, static_cast<std::uint32_t>(s))] = st.rows_state[row].last_position + 1;
+  // The append-only graph (timed alone) runs without the step, so lengths keep growing: never
+  // write past the capacity.
+  if (static_cast<std::uint32_t>(s) < kv.capacity)
+    kv.positions[kv.slot(b, h, static_cast<std::uint32_t>(s))] = st.rows_state[row].last_position + 1;
   kv.lengths[row] = s + 1;
 }
 
