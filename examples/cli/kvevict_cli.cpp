@@ -470,9 +470,7 @@ void check_llama2_checkpoint(const std::string& path, const std::string& flag) {
   auto not_ckpt = [&](const std::string& why) {
     return UsageError(flag, "'" + path + "' is not a llama2.c checkpoint (" + why + ")");
   };
-  if (got >= 4 && std::memcmp(head, "GGUF", 4) == 0)
-    throw not_ckpt("it is a GGUF file; GGUF is not supported (yet): use the llama2.c .bin export of the model, e.g. "
-                   "stories260K.bin");
+  if (got >= 4 && std::memcmp(head, "GGUF", 4) == 0) return;  // GGUF: llama2::Model::load checks it whole
   if (got >= 4 && std::memcmp(head, "ak42", 4) == 0)
     throw not_ckpt("it is a newer llama2.c export (magic \"ak42\"); only the legacy format (export.py --version 0, as "
                    "in karpathy/tinyllamas) is supported");
@@ -518,12 +516,13 @@ std::string find_checkpoint(const std::string& path, const std::string& flag) {
     std::vector<std::string> found;
     for (const auto& e : fs::directory_iterator(path, ec)) {
       const std::string name = e.path().filename().string();
-      if (e.is_regular_file() && e.path().extension() == ".bin" && name.rfind("tok", 0) != 0)
+      if (e.is_regular_file() && ((e.path().extension() == ".bin" && name.rfind("tok", 0) != 0) ||
+                                  e.path().extension() == ".gguf"))
         found.push_back(e.path().string());
     }
     std::sort(found.begin(), found.end());
     if (found.empty())
-      throw UsageError(flag, "no llama2.c checkpoint (*.bin) in the folder '" + path + "'; " + where);
+      throw UsageError(flag, "no model (a llama2.c *.bin or a *.gguf) in the folder '" + path + "'; " + where);
     if (found.size() > 1) {
       std::string list;
       for (const auto& f : found) list += (list.empty() ? "" : ", ") + f;

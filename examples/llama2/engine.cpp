@@ -20,14 +20,12 @@ using VectorMap = Eigen::Map<Eigen::VectorXf>;
 // `n` K or V rows of one KV head: row s = slot s, `slot_stride` floats apart.
 using SlotRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 
-constexpr float kRmsEps = 1e-5f;
-
 // out = weight * x / sqrt(mean(x^2) + eps), in llama2.c's order of operations.
-void rmsnorm(float* out, const float* x, const float* weight, std::size_t size) {
+void rmsnorm(float* out, const float* x, const float* weight, std::size_t size, float eps) {
   float ss = 0.0f;
   for (std::size_t j = 0; j < size; ++j) ss += x[j] * x[j];
   ss /= static_cast<float>(size);
-  ss += kRmsEps;
+  ss += eps;
   ss = 1.0f / std::sqrt(ss);
   for (std::size_t j = 0; j < size; ++j) out[j] = weight[j] * (ss * x[j]);
 }
@@ -80,7 +78,7 @@ void Engine::init() {
   rope_sin_.resize(c.seq_len * half);
   for (std::size_t pos = 0; pos < c.seq_len; ++pos)
     for (std::size_t i = 0; i < half; ++i) {
-      const float freq = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(hd));
+      const float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(hd));
       const float angle = static_cast<float>(pos) * freq;
       rope_cos_[pos * half + i] = std::cos(angle);
       rope_sin_[pos * half + i] = std::sin(angle);
@@ -242,7 +240,7 @@ void Engine::check_token(int token, const char* where) const {
                                 " is outside the vocabulary [0, " + std::to_string(model_.config().vocab_size) + ")");
 }
 
-// Rotates each head's interleaved pairs (2i, 2i+1) of v by pos * 10000^(-2i/head_dim).
+// Rotates each head's interleaved pairs (2i, 2i+1) of v by pos * theta^(-2i/head_dim).
 void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
   const std::size_t hd = model_.config().head_dim(), half = hd / 2;
   const float* cs = rope_cos_.data() + pos * half;
@@ -319,7 +317,7 @@ const float* Engine::step(int token) {
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
     // Attention: q, k, v; RoPE; k and v join the cache once, at this position.
-    rmsnorm(xb_.data(), x_.data(), w.rms_att, c.dim);
+    rmsnorm(xb_.data(), x_.data(), w.rms_att, c.dim, c.rms_eps);
     q_.noalias() = ConstMatrixMap(w.wq, dim, dim) * xb_;
     k_.noalias() = ConstMatrixMap(w.wk, kv_dim, dim) * xb_;
     v_.noalias() = ConstMatrixMap(w.wv, kv_dim, dim) * xb_;
@@ -342,13 +340,13 @@ const float* Engine::step(int token) {
     x_.noalias() += ConstMatrixMap(w.wo, dim, dim) * xb2_;
 
     // Feed-forward: x += w2 (silu(w1 xb) * w3 xb).
-    rmsnorm(xb_.data(), x_.data(), w.rms_ffn, c.dim);
+    rmsnorm(xb_.data(), x_.data(), w.rms_ffn, c.dim, c.rms_eps);
     h1_.noalias() = ConstMatrixMap(w.w1, hidden, dim) * xb_;
     h3_.noalias() = ConstMatrixMap(w.w3, hidden, dim) * xb_;
     swiglu(h1_.data(), h3_.data(), c.hidden_dim);
     x_.noalias() += ConstMatrixMap(w.w2, dim, hidden) * h1_;
   }
-  rmsnorm(xb_.data(), x_.data(), model_.rms_final(), c.dim);
+  rmsnorm(xb_.data(), x_.data(), model_.rms_final(), c.dim, c.rms_eps);
   logits_.noalias() = ConstMatrixMap(model_.classifier(), static_cast<Eigen::Index>(c.vocab_size), dim) * xb_;
   ++position_;
   return logits_.data();
@@ -389,7 +387,7 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
 
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
-    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_att, c.dim);
+    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_att, c.dim, c.rms_eps);
     Q.noalias() = XB * ConstMatrixMap(w.wq, dim, dim).transpose();
     K.noalias() = XB * ConstMatrixMap(w.wk, kv_dim, dim).transpose();
     V.noalias() = XB * ConstMatrixMap(w.wv, kv_dim, dim).transpose();
@@ -429,13 +427,13 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
       if (reindex_) reindex_layer(l);
     }
 
-    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim);
+    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim, c.rms_eps);
     H1.noalias() = XB * ConstMatrixMap(w.w1, hidden, dim).transpose();
     H3.noalias() = XB * ConstMatrixMap(w.w3, hidden, dim).transpose();
     for (Eigen::Index t = 0; t < rows; ++t) swiglu(H1.row(t).data(), H3.row(t).data(), c.hidden_dim);
     X.noalias() += H1 * ConstMatrixMap(w.w2, dim, hidden).transpose();
   }
-  for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), model_.rms_final(), c.dim);
+  for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), model_.rms_final(), c.dim, c.rms_eps);
   prefill_logits_.noalias() =
       XB * ConstMatrixMap(model_.classifier(), static_cast<Eigen::Index>(c.vocab_size), dim).transpose();
   position_ = P;

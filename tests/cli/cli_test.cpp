@@ -209,9 +209,9 @@ std::vector<Case> cases() {
          return ids;
        }() + " --print-ids", 2, {"--prompt-ids: the prompt has 129 tokens; the model's context is 128"}},
       // ---- case 8: model files are recognised ----
-      {"GenModelGguf", G, "--model {W}/junk/fake.gguf --prompt-ids 1", 2, {"--model: '", "not a llama2.c checkpoint", "GGUF is not supported"}},
-      {"GenModelRealGguf", G, "--model {S}/models/stories260K/stories260K.gguf --prompt-ids 1", 2,
-       {"--model:", "not a llama2.c checkpoint", "GGUF"}, true},
+      {"GenModelGguf", G, "--model {W}/junk/fake.gguf --prompt-ids 1", 2, {"--model: '", "fake.gguf': missing key 'general.architecture'"}},
+      {"GenModelRealGguf", G, "--model {S}/models/stories260K/stories260K.gguf --prompt-ids 1 --steps 3 --temperature 0 --print-ids", 0,
+       {"[full] prompt 1 tok", "generated 3 tok"}, true},
       {"GenModelIsATokenizer", G, "--model {W}/junk/fake.model --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint", "SentencePiece"}},
       {"GenModelIsText", G, "--model {W}/junk/README.md --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint (it looks like a text file)"}},
       {"GenModelTruncated", G, "--model {W}/junk/truncated.bin --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint", "truncated"}},
@@ -303,7 +303,7 @@ std::vector<Case> cases() {
       {"QualityPromptTooLong", Q, "--window 64 --prompt 63", 2, {"--prompt: 63 must be at most --window - 2 = 62"}},
       {"QualitySinksAboveSmallestBudget", Q, "--ratios 0.01 --prompt 256", 2, {"--sinks: S = 4 exceeds the budget k = 2", "--ratios 0.01"}},
       {"QualityTauNotANumber", Q, "--tau-init warm", 2, {"--tau-init: expected a number, got 'warm'"}},
-      {"QualityModelGguf", Q, "--model {W}/junk/fake.gguf --out {W}/q", 2, {"--model:", "GGUF is not supported"}},
+      {"QualityModelGguf", Q, "--model {W}/junk/fake.gguf --out {W}/q", 2, {"--model:", "missing key 'general.architecture'"}},
       {"QualityTokenizerOfAnotherModel", Q, kSmall + "--tokenizer {S}/models/babyllama-char105/tok105.model --windows 1 --out {W}/q", 2,
        {"--tokenizer: '", "has 105 pieces but the model"}, true},
       {"QualityTooManyWindows", Q, kSmall + "--data {S}/data/tinystories-val/tinystories_val.txt --windows 100000 --out {W}/q", 2, {"--windows: 100000 exceeds the", "windows of 512 tokens"}, true},
