@@ -218,7 +218,8 @@ std::string model_dir();
 std::string help_footer();
 
 /// Resolves `--model` (a checkpoint file, or a folder holding exactly one model: a llama2.c `.bin` that
-/// is not a `tok*.bin` tokenizer, or a `.gguf`) to a file and checks that it is a model (see
+/// is not a `tok*.bin` tokenizer; or, in a folder without one, a `.gguf`) to a file and checks that it is a
+/// model (see
 /// `check_llama2_checkpoint`). `flag` names the source in messages ("--model" or
 /// "$KVEVICT_MODEL_DIR"). Throws `UsageError`: missing path (with where to download stories260K),
 /// no or several checkpoints in the folder (listing them), not a checkpoint.

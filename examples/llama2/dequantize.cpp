@@ -134,11 +134,11 @@ bool can_dequantize(TensorType type) {
 void dequantize(TensorType type, const std::uint8_t* src, float* dst, std::size_t n) {
   const auto t = static_cast<std::uint32_t>(type);
   if (!can_dequantize(type))
-    throw std::invalid_argument("gguf::dequantize: tensor type " + tensor_type_name(t) +
+    throw std::invalid_argument("llama2::gguf::dequantize: tensor type " + tensor_type_name(t) +
                                 " is not supported (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K)");
   const BlockLayout block = block_layout(t);
   if (n % block.elements != 0)
-    throw std::invalid_argument("gguf::dequantize: n = " + std::to_string(n) + " is not a multiple of the " +
+    throw std::invalid_argument("llama2::gguf::dequantize: n = " + std::to_string(n) + " is not a multiple of the " +
                                 tensor_type_name(t) + " block of " + std::to_string(block.elements));
   const std::size_t blocks = n / block.elements;
   switch (type) {

@@ -20,7 +20,7 @@ constexpr std::uint64_t kMaxDims = 4;
 constexpr int kMaxArrayDepth = 8;
 
 [[noreturn]] void fail(const std::string& origin, const std::string& what) {
-  throw std::invalid_argument("gguf: '" + origin + "': " + what);
+  throw std::invalid_argument("llama2::gguf: '" + origin + "': " + what);
 }
 
 // A bounds-checked little-endian cursor over the file's bytes.
@@ -186,7 +186,7 @@ BlockLayout block_layout(std::uint32_t type) {
     case TensorType::I64: return {1, 8};
     case TensorType::F64: return {1, 8};
   }
-  throw std::invalid_argument("gguf: unknown tensor type " + std::to_string(type));
+  throw std::invalid_argument("llama2::gguf: unknown tensor type " + std::to_string(type));
 }
 
 std::string tensor_type_name(std::uint32_t type) {

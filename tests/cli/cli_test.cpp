@@ -216,7 +216,7 @@ std::vector<Case> cases() {
       {"GenModelIsText", G, "--model {W}/junk/README.md --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint (it looks like a text file)"}},
       {"GenModelTruncated", G, "--model {W}/junk/truncated.bin --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint", "truncated"}},
       {"GenModelFolderWithTwoCheckpoints", G, "--model {W}/two --prompt-ids 1", 2, {"--model:", "several checkpoints", "a.bin", "b.bin"}},
-      {"GenModelFolderWithoutCheckpoint", G, "--model {W}/none --prompt-ids 1", 2, {"--model:", "no llama2.c checkpoint (*.bin)"}},
+      {"GenModelFolderWithoutCheckpoint", G, "--model {W}/none --prompt-ids 1", 2, {"--model:", "no model (a llama2.c *.bin or a *.gguf) in the folder"}},
       {"GenModelMissing", G, "--prompt-ids 1", 2, {"--model: no model at '/nonexistent/kvevict'", "karpathy/tinyllamas"}, false,
        "KVEVICT_MODEL_DIR=/nonexistent/kvevict"},
       {"GenModelFromSharedDir", G, "--prompt-ids 1 --print-ids --steps 3", 0, {"generated 3 tok"}, false,

@@ -128,14 +128,14 @@ TEST(GgufReader, EveryTruncationIsRejectedWithAMessage) {
 }
 
 TEST(GgufReader, MalformedHeadersNameTheProblem) {
-  EXPECT_EQ(parse_error({'G', 'G', 'M', 'L', 0, 0, 0, 0}), "gguf: 'mem': not a GGUF file (the first 4 bytes are not \"GGUF\")");
-  EXPECT_EQ(parse_error(header(1, 0, 0)), "gguf: 'mem': GGUF version 1 (32-bit counts) is not supported; convert it to version 3");
-  EXPECT_EQ(parse_error(header(0x03000000u, 0, 0)), "gguf: 'mem': a big-endian GGUF file; only little-endian files are supported");
-  EXPECT_EQ(parse_error(header(7, 0, 0)), "gguf: 'mem': unsupported GGUF version 7 (expected 2 or 3)");
+  EXPECT_EQ(parse_error({'G', 'G', 'M', 'L', 0, 0, 0, 0}), "llama2::gguf: 'mem': not a GGUF file (the first 4 bytes are not \"GGUF\")");
+  EXPECT_EQ(parse_error(header(1, 0, 0)), "llama2::gguf: 'mem': GGUF version 1 (32-bit counts) is not supported; convert it to version 3");
+  EXPECT_EQ(parse_error(header(0x03000000u, 0, 0)), "llama2::gguf: 'mem': a big-endian GGUF file; only little-endian files are supported");
+  EXPECT_EQ(parse_error(header(7, 0, 0)), "llama2::gguf: 'mem': unsupported GGUF version 7 (expected 2 or 3)");
   EXPECT_EQ(parse_error(header(3, 0, std::uint64_t{1} << 60)),
-            "gguf: 'mem': metadata count 1152921504606846976 does not fit in the 0 bytes that remain");
+            "llama2::gguf: 'mem': metadata count 1152921504606846976 does not fit in the 0 bytes that remain");
   EXPECT_EQ(parse_error(header(3, std::uint64_t{1} << 60, 0)),
-            "gguf: 'mem': tensor count 1152921504606846976 does not fit in the 0 bytes that remain");
+            "llama2::gguf: 'mem': tensor count 1152921504606846976 does not fit in the 0 bytes that remain");
   EXPECT_EQ(parse_error(header(2, 0, 0)), "");  // version 2 is version 3 without big-endian support
 }
 
@@ -150,27 +150,27 @@ TEST(GgufReader, MalformedMetadataNamesTheKey) {
   Bytes huge_string;
   gguf_test::put<std::uint64_t>(huge_string, std::uint64_t{1} << 62);
   EXPECT_EQ(parse_error(with("k", 8, huge_string)),
-            "gguf: 'mem': truncated: key 'k' (4611686018427387904 bytes) needs 4611686018427387904 bytes at offset 45, 0 remain");
+            "llama2::gguf: 'mem': truncated: key 'k' (4611686018427387904 bytes) needs 4611686018427387904 bytes at offset 45, 0 remain");
   Bytes huge_array;
   gguf_test::put<std::uint32_t>(huge_array, 6);
   gguf_test::put<std::uint64_t>(huge_array, std::uint64_t{1} << 61);
   EXPECT_EQ(parse_error(with("arr", 9, huge_array)),
-            "gguf: 'mem': key 'arr': array of 2305843009213693952 float32 elements does not fit in the 0 bytes that remain");
-  EXPECT_EQ(parse_error(with("k", 13, {})), "gguf: 'mem': key 'k' has an unknown value type 13");
-  EXPECT_EQ(parse_error(with("b", 7, {2})), "gguf: 'mem': key 'b': a bool must be 0 or 1 (got 2)");
+            "llama2::gguf: 'mem': key 'arr': array of 2305843009213693952 float32 elements does not fit in the 0 bytes that remain");
+  EXPECT_EQ(parse_error(with("k", 13, {})), "llama2::gguf: 'mem': key 'k' has an unknown value type 13");
+  EXPECT_EQ(parse_error(with("b", 7, {2})), "llama2::gguf: 'mem': key 'b': a bool must be 0 or 1 (got 2)");
   Bytes bad_elem;
   gguf_test::put<std::uint32_t>(bad_elem, 99);
   gguf_test::put<std::uint64_t>(bad_elem, 0);
-  EXPECT_EQ(parse_error(with("a", 9, bad_elem)), "gguf: 'mem': key 'a': unknown array element type 99");
+  EXPECT_EQ(parse_error(with("a", 9, bad_elem)), "llama2::gguf: 'mem': key 'a': unknown array element type 99");
   Builder dup;
   dup.u32("x", 1).u32("x", 2);
-  EXPECT_EQ(parse_error(dup.bytes()), "gguf: 'mem': duplicate metadata key 'x'");
+  EXPECT_EQ(parse_error(dup.bytes()), "llama2::gguf: 'mem': duplicate metadata key 'x'");
   Builder align;
   align.scalar<std::uint64_t>("general.alignment", ValueType::UINT64, 32);
-  EXPECT_EQ(parse_error(align.bytes()), "gguf: 'mem': key 'general.alignment' must be a uint32 (got uint64)");
+  EXPECT_EQ(parse_error(align.bytes()), "llama2::gguf: 'mem': key 'general.alignment' must be a uint32 (got uint64)");
   Builder align3;
   align3.u32("general.alignment", 24);
-  EXPECT_EQ(parse_error(align3.bytes()), "gguf: 'mem': key 'general.alignment' must be a power of two (got 24)");
+  EXPECT_EQ(parse_error(align3.bytes()), "llama2::gguf: 'mem': key 'general.alignment' must be a power of two (got 24)");
 }
 
 TEST(GgufReader, MalformedTensorsNameTheTensor) {
@@ -181,32 +181,32 @@ TEST(GgufReader, MalformedTensorsNameTheTensor) {
     return g;
   };
   EXPECT_EQ(parse_error(one({0, 4}, TensorType::F32, 16).bytes()),
-            "gguf: 'mem': tensor 'blk.0.attn_q.weight' has a zero dimension (ne[0] = 0)");
+            "llama2::gguf: 'mem': tensor 'blk.0.attn_q.weight' has a zero dimension (ne[0] = 0)");
   EXPECT_EQ(parse_error(one({1, 1, 1, 1, 1}, TensorType::F32, 4).bytes()),
-            "gguf: 'mem': tensor 'blk.0.attn_q.weight' has 5 dimensions (expected 1 to 4)");
+            "llama2::gguf: 'mem': tensor 'blk.0.attn_q.weight' has 5 dimensions (expected 1 to 4)");
   EXPECT_EQ(parse_error(one({16}, static_cast<TensorType>(99), 4).bytes()),
-            "gguf: 'mem': tensor 'blk.0.attn_q.weight' has an unknown type 99");
+            "llama2::gguf: 'mem': tensor 'blk.0.attn_q.weight' has an unknown type 99");
   EXPECT_EQ(parse_error(one({16}, TensorType::Q8_0, 36).bytes()),
-            "gguf: 'mem': tensor 'blk.0.attn_q.weight' (q8_0) has rows of 16 elements, not a multiple of its block of 32");
+            "llama2::gguf: 'mem': tensor 'blk.0.attn_q.weight' (q8_0) has rows of 16 elements, not a multiple of its block of 32");
   Builder past = one({64}, TensorType::F32, 128);  // 256 bytes declared, 128 present
   EXPECT_NE(parse_error(past.bytes()).find("truncated: tensor 'blk.0.attn_q.weight' (256 bytes at data offset 0) ends past "
                                            "the end of the file"),
             std::string::npos);
   Builder big = one({std::uint64_t{1} << 40, std::uint64_t{1} << 30}, TensorType::F32, 4);
-  EXPECT_EQ(parse_error(big.bytes()), "gguf: 'mem': tensor 'blk.0.attn_q.weight': its element count overflows 64 bits");
+  EXPECT_EQ(parse_error(big.bytes()), "llama2::gguf: 'mem': tensor 'blk.0.attn_q.weight': its element count overflows 64 bits");
   Builder bytes = one({std::uint64_t{1} << 40, std::uint64_t{1} << 23}, TensorType::F32, 4);
-  EXPECT_EQ(parse_error(bytes.bytes()), "gguf: 'mem': tensor 'blk.0.attn_q.weight': its byte size overflows 64 bits");
+  EXPECT_EQ(parse_error(bytes.bytes()), "llama2::gguf: 'mem': tensor 'blk.0.attn_q.weight': its byte size overflows 64 bits");
   Builder dup;
   dup.tensor("t", {8}, TensorType::F32, gguf_test::f32_bytes(w, 8)).tensor("t", {8}, TensorType::F32,
                                                                            gguf_test::f32_bytes(w, 8));
-  EXPECT_EQ(parse_error(dup.bytes()), "gguf: 'mem': duplicate tensor 't'");
+  EXPECT_EQ(parse_error(dup.bytes()), "llama2::gguf: 'mem': duplicate tensor 't'");
   // A misaligned offset: patch the first tensor's offset field (the last 8 bytes of its info) to 4.
   Builder mis = one({8}, TensorType::F32, 32);
   Bytes b = mis.bytes();
   const std::size_t info_end = 24 + 8 + std::string("blk.0.attn_q.weight").size() + 4 + 8 + 4 + 8;
   b[info_end - 8] = 4;
   EXPECT_EQ(parse_error(b),
-            "gguf: 'mem': tensor 'blk.0.attn_q.weight' starts at offset 4, not a multiple of the alignment 32");
+            "llama2::gguf: 'mem': tensor 'blk.0.attn_q.weight' starts at offset 4, not a multiple of the alignment 32");
 }
 
 TEST(GgufReader, OpenNamesAMissingFile) {
@@ -214,7 +214,7 @@ TEST(GgufReader, OpenNamesAMissingFile) {
     File::open("/nonexistent/m.gguf");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "gguf: '/nonexistent/m.gguf': cannot open: No such file or directory");
+    EXPECT_EQ(std::string(e.what()), "llama2::gguf: '/nonexistent/m.gguf': cannot open: No such file or directory");
   }
 }
 
@@ -300,7 +300,7 @@ TEST(GgufDequantize, HalvesAndErrors) {
     llama2::gguf::dequantize(TensorType::Q5_0, z, y, 32);
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "gguf::dequantize: tensor type q5_0 is not supported (supported: f32, f16, bf16, "
+    EXPECT_EQ(std::string(e.what()), "llama2::gguf::dequantize: tensor type q5_0 is not supported (supported: f32, f16, bf16, "
                                      "q8_0, q4_0, q4_1, q4_K, q5_K, q6_K)");
   }
   EXPECT_THROW(llama2::gguf::dequantize(TensorType::Q8_0, z, y, 16), std::invalid_argument);
