@@ -31,8 +31,8 @@ SpmTokenizer::SpmTokenizer(const GgufVocab& vocab, const SpmNormalization& norma
                                 vocab.model + "'");
   types_ = check_gguf_vocab(vocab, kWho);
   if (scores_.empty())
-    throw std::invalid_argument(std::string(kWho) +
-                                ": a 'llama' (SentencePiece) vocabulary needs tokenizer.ggml.scores; the file has none");
+    throw std::invalid_argument(std::string(kWho) + ": a 'llama' (SentencePiece) vocabulary needs "
+                                "tokenizer.ggml.scores; the file has none");
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     const int id = static_cast<int>(i);
     switch (types_[i]) {

@@ -168,8 +168,8 @@ def main():
     for p in POSITIONS:
         v, i = torch.topk(logits[p], TOP_K)
         top.append({"position": p, "ids": i.tolist(), "logits": [float(x) for x in v.tolist()]})
-    write(args.out, "logits_512.json", dict(meta, source=TEXT_FILE, byte_offset=TEXT_OFFSET, text_bytes=TEXT_BYTES, bos=False,
-                                  ids=seq, top_k=TOP_K, positions=top))
+    write(args.out, "logits_512.json", dict(meta, source=TEXT_FILE, byte_offset=TEXT_OFFSET, text_bytes=TEXT_BYTES,
+                                            bos=False, ids=seq, top_k=TOP_K, positions=top))
 
     # (b) greedy: argmax at every step with the full cache, EOS not treated specially.
     prompt_ids = ids(PROMPT)
@@ -183,7 +183,7 @@ def main():
             margins.append(float(v[0] - v[1]))
             res = model(torch.tensor([[out[-1]]]), past_key_values=res.past_key_values, use_cache=True)
     write(args.out, "greedy_128.json", dict(meta, prompt=PROMPT, bos=False, prompt_ids=prompt_ids, greedy_ids=out,
-                                  top2_margin=margins, text=real.decode(out, skip_special_tokens=True)))
+                                            top2_margin=margins, text=real.decode(out, skip_special_tokens=True)))
 
 
 if __name__ == "__main__":
