@@ -1,5 +1,6 @@
 // kvevict example — llama2/model_gguf.cpp: a llama-architecture GGUF file to the engine's float32 weights.
 // SPDX-License-Identifier: Apache-2.0
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -75,6 +76,11 @@ Model Model::load_gguf(const std::string& path) {
     if (type != "none") fail(path, "key 'llama.rope.scaling.type' = '" + type + "': RoPE scaling is not supported");
   }
 
+  // 9 tensors a block plus the embedding and the final norm: a block count the tensor table cannot
+  // hold fails before anything is sized by it.
+  if (c.n_layers > (f.tensors().size() - std::min<std::size_t>(f.tensors().size(), 2)) / 9)
+    fail(path, "key 'llama.block_count' = " + std::to_string(c.n_layers) + " but the file has only " +
+                   std::to_string(f.tensors().size()) + " tensors (9 per block + 2)");
   const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
   if (!embd) fail(path, "missing tensor 'token_embd.weight'");
   if (embd->ne.size() != 2 || embd->ne[0] != c.dim)

@@ -457,7 +457,7 @@ TEST(GgufModel, BadModelsNameTheKeyOrTensor) {
   const std::vector<float> w = llama2_test::random_weights(h, 14);
   EXPECT_EQ(load_error(Builder()), "missing key 'general.architecture'");
   Builder g = to_gguf(h, w, TensorType::F32, false);
-  g.tensors.pop_back();  // output_norm
+  g.tensors.back().name = "final_norm.weight";  // output_norm under another name
   EXPECT_EQ(load_error(g), "missing tensor 'output_norm.weight'");
   g = to_gguf(h, w, TensorType::F32, false);
   g.tensors[2].ne = {16, 8};
@@ -467,6 +467,9 @@ TEST(GgufModel, BadModelsNameTheKeyOrTensor) {
   g.tensors[3].data.resize(16 * 8);
   EXPECT_EQ(load_error(g), "tensor 'blk.0.attn_k.weight' has type i8, which this loader does not read (supported: f32, "
                            "f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K)");
+  g = to_gguf(h, w, TensorType::F32, false);
+  g.tensors.resize(10);
+  EXPECT_EQ(load_error(g), "key 'llama.block_count' = 2 but the file has only 10 tensors (9 per block + 2)");
   Builder arch;
   arch.str("general.architecture", "gemma");
   EXPECT_EQ(load_error(arch), "key 'general.architecture' is 'gemma'; only 'llama' models are supported");
