@@ -49,12 +49,14 @@ BpeTokenizer::BpeTokenizer(const GgufVocab& vocab) : pieces_(vocab.tokens) {
   for (std::size_t r = 0; r < vocab.merges.size(); ++r) {
     const std::string& m = vocab.merges[r];
     const std::size_t space = m.find(' ');
-    if (space == std::string::npos || space == 0 || space + 1 == m.size() || m.find(' ', space + 1) != std::string::npos)
+    if (space == std::string::npos || space == 0 || space + 1 == m.size() ||
+        m.find(' ', space + 1) != std::string::npos)
       throw std::invalid_argument(std::string(kWho) + ": tokenizer.ggml.merges[" + std::to_string(r) + "] is '" + m +
                                   "', not two pieces separated by one space");
     const std::string left = m.substr(0, space), right = m.substr(space + 1);
     const auto l = id_of.find(left), rt = id_of.find(right), res = id_of.find(left + right);
-    for (const auto& [it, name] : {std::make_pair(l, left), std::make_pair(rt, right), std::make_pair(res, left + right)})
+    for (const auto& [it, name] :
+         {std::make_pair(l, left), std::make_pair(rt, right), std::make_pair(res, left + right)})
       if (it == id_of.end())
         throw std::invalid_argument(std::string(kWho) + ": tokenizer.ggml.merges[" + std::to_string(r) + "] ('" + m +
                                     "') names '" + name + "', which is not in tokenizer.ggml.tokens");
@@ -76,7 +78,8 @@ BpeTokenizer::BpeTokenizer(const GgufVocab& vocab) : pieces_(vocab.tokens) {
         decoded_[i] += p[k++];
         continue;
       }
-      std::uint32_t cp = static_cast<unsigned char>(p[k]) & (len == 1 ? 0x7F : len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
+      const unsigned lead_mask = len == 1 ? 0x7F : len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07;
+      std::uint32_t cp = static_cast<unsigned char>(p[k]) & lead_mask;
       for (std::size_t j = 1; j < len; ++j) cp = cp << 6 | (static_cast<unsigned char>(p[k + j]) & 0x3F);
       const auto it = unicode_to_byte.find(cp);
       if (it != unicode_to_byte.end()) {

@@ -31,8 +31,8 @@ SpmTokenizer::SpmTokenizer(const GgufVocab& vocab, const SpmNormalization& norma
                                 vocab.model + "'");
   types_ = check_gguf_vocab(vocab, kWho);
   if (scores_.empty())
-    throw std::invalid_argument(std::string(kWho) +
-                                ": a 'llama' (SentencePiece) vocabulary needs tokenizer.ggml.scores; the file has none");
+    throw std::invalid_argument(std::string(kWho) + ": a 'llama' (SentencePiece) vocabulary needs "
+                                "tokenizer.ggml.scores; the file has none");
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     const int id = static_cast<int>(i);
     switch (types_[i]) {
@@ -200,7 +200,11 @@ std::vector<int> SpmTokenizer::encode(const std::string& text) const {
 
 std::string SpmTokenizer::decode(const std::vector<int>& ids) const {
   std::string out;
-  bool first = norm_.add_dummy_prefix || norm_.remove_extra_whitespaces;  // strip the first piece's space
+  // SentencePiece's rule for the dummy prefix: at the start (nothing visible written yet) a piece's leading "▁"
+  // is dropped; the first piece that loses one ends the start, unless remove_extra_whitespaces, where every
+  // leading "▁" piece loses it until visible text appears.
+  const bool strip = norm_.add_dummy_prefix || norm_.remove_extra_whitespaces;
+  bool at_start = true;
   for (int id : ids) {
     const auto i = static_cast<std::size_t>(id);
     switch (types_[i]) {
@@ -208,9 +212,11 @@ std::string SpmTokenizer::decode(const std::vector<int>& ids) const {
         continue;
       case GgufTokenType::unknown:
         out += kUnkSurface;
+        at_start = false;
         break;
       case GgufTokenType::byte: {
         unsigned b = 0;
+        at_start = false;
         if (std::sscanf(pieces_[i].c_str(), "<0x%2X>", &b) == 1) {
           out += static_cast<char>(b);
         } else {
@@ -220,12 +226,16 @@ std::string SpmTokenizer::decode(const std::vector<int>& ids) const {
       }
       default: {
         std::string piece = pieces_[i];
-        if (first && piece.compare(0, kSpace.size(), kSpace) == 0) piece.erase(0, kSpace.size());
+        bool dropped = false;
+        if (strip && at_start && piece.compare(0, kSpace.size(), kSpace) == 0) {
+          piece.erase(0, kSpace.size());
+          dropped = !norm_.remove_extra_whitespaces;
+        }
+        if (!piece.empty() || dropped) at_start = false;
         for (std::size_t p = 0; (p = piece.find(kSpace, p)) != std::string::npos;) piece.replace(p, kSpace.size(), " ");
         out += piece;
       }
     }
-    first = false;
   }
   return out;
 }

@@ -35,7 +35,9 @@ struct SpmNormalization {
 ///     the unknown id (consecutive unknowns fold into one).
 /// Encoding costs O(n log n) in the text's length n. Decoding: "▁" becomes a space, byte tokens their
 /// byte (ill-formed UTF-8 kept as it is, where the SentencePiece library writes U+FFFD), unknown tokens
-/// " ⁇ ", control tokens nothing; the first piece loses its leading space when either flag is set.
+/// " ⁇ ", control tokens nothing; at the start, a piece loses its leading "▁" when either flag is set
+/// (SentencePiece's rule: only the first such piece, or every one until text appears when
+/// remove_extra_whitespaces).
 class SpmTokenizer final : public TokenizerBackend {
  public:
   /// Builds the encoder. Throws `std::invalid_argument` naming the problem: any of `check_gguf_vocab`'s,

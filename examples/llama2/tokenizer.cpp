@@ -77,8 +77,8 @@ std::vector<int> Tokenizer::encode(const std::string& text, bool bos) const {
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
   for (int id : ids)
     if (id < 0 || id >= vocab_size())
-      throw std::invalid_argument("llama2::Tokenizer::decode: id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                               std::to_string(vocab_size()) + ")");
+      throw std::invalid_argument("llama2::Tokenizer::decode: id " + std::to_string(id) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
   if (gguf_) return gguf_->decode(ids);
   std::string text;
   const auto status = sp_->Decode(ids, &text);
