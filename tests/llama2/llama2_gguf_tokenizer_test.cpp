@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "llama2/bpe_tokenizer.hpp"
@@ -345,6 +346,29 @@ TEST(Llama2GgufTokenizer, Gpt2AgreesWithANaiveMergeLoopOnRandomVocabulariesAndTe
       ASSERT_EQ(tok.decode(want), text);
     }
   }
+}
+
+TEST(Llama2GgufTokenizer, EncodingFromSeveralThreadsAtOnceGivesTheSameIds) {
+  GgufVocab v = tiny_bpe();
+  v.pre = "smollm";
+  const Tokenizer tok = Tokenizer::from_gguf(v);
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the hell 123 aaa <|im_start|> ";
+  const std::vector<int> want = tok.encode(text, false);
+  // "the" " hell" " " 1 2 3 " aaa" " " <|im_start|>: 2+3+1+3+3+1+1 = 14 ids; after a marker the next
+  // "the" is " the" (1 id instead of 2): 13 ids for the 199 other repetitions, then the final " ".
+  ASSERT_EQ(want.size(), 14u + 199u * 13u + 1u);
+  EXPECT_EQ(std::vector<int>(want.begin(), want.begin() + 15),
+            (std::vector<int>{B('t'), kHe, B(' '), kHe, kLl, B(' '), B('1'), B('2'), B('3'), B(' '), kAa, B('a'),
+                              B(' '), 1, kGthe}));
+  std::vector<std::vector<int>> got(4);
+  std::vector<std::thread> threads;
+  for (auto& g : got)
+    threads.emplace_back([&tok, &text, &g] {
+      for (int k = 0; k < 20; ++k) g = tok.encode(text, false);
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
 }
 
 void expect_invalid(const GgufVocab& v, const std::string& message) {
