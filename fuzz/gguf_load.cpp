@@ -24,6 +24,7 @@
 #include "llama2/gguf.hpp"
 #include "llama2/model.hpp"
 #include "llama2/sampler.hpp"
+#include "llama2/tokenizer.hpp"
 
 namespace {
 
@@ -46,7 +47,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
     try {
-      (void)read_vocab(f);
+      const llama2::GgufVocab vocab = read_vocab(f);
+      const llama2::Tokenizer tok = llama2::Tokenizer::from_gguf(vocab);
+      std::string text = "Hello  world 42\n";
+      for (const auto& [key, value] : f.metadata())
+        if (value.type == ValueType::STRING && key.rfind("tokenizer.", 0) != 0) text += value.s;
+      const std::vector<int> ids = tok.encode(text, false);
+      for (int id : ids) KVFUZZ_CHECK(id >= 0 && id < tok.vocab_size(), "id ", id, " outside the vocabulary");
+      (void)tok.decode(ids);
     } catch (const std::invalid_argument&) {
     }
   } catch (const std::invalid_argument&) {

@@ -51,7 +51,28 @@ def blocks(t, n, rng):
     return bytes(raw)
 
 
-def model(t, d, hid, vocab=8, layers=1, heads=2, kv_heads=1, ctx=8, tied=True, layers_key=None):
+def vocab_kvs(kind, n):
+    """A byte-level BPE ("gpt2", SmolLM2's "smollm" split) or a SentencePiece ("llama") vocabulary of n tokens."""
+    if kind == "gpt2":
+        toks = ["a", "b", "Ġ", "ab", "Ġa", "1", "<|im_end|>", "c"][:n]
+        return [kv("tokenizer.ggml.model", STR, s("gpt2")), kv("tokenizer.ggml.pre", STR, s("smollm")),
+                kv("tokenizer.ggml.tokens", ARR, struct.pack("<IQ", STR, n) + b"".join(s(x) for x in toks)),
+                kv("tokenizer.ggml.merges", ARR, struct.pack("<IQ", STR, 2) + s("a b") + s("Ġ a")),
+                kv("tokenizer.ggml.token_type", ARR, struct.pack("<IQ", I32, n) + b"".join(
+                    struct.pack("<i", 3 if x.startswith("<|") else 1) for x in toks)),
+                kv("tokenizer.ggml.eos_token_id", U32, struct.pack("<I", 6))]
+    toks = ["<unk>", "<s>", "</s>", "▁a", "a", "b", "▁", "<0x41>"][:n]
+    types = [2, 3, 3, 1, 1, 1, 1, 6][:n]
+    return [kv("tokenizer.ggml.model", STR, s("llama")),
+            kv("tokenizer.ggml.tokens", ARR, struct.pack("<IQ", STR, n) + b"".join(s(x) for x in toks)),
+            kv("tokenizer.ggml.scores", ARR, struct.pack("<IQ", F32, n) + b"".join(
+                struct.pack("<f", -float(i)) for i in range(n))),
+            kv("tokenizer.ggml.token_type", ARR, struct.pack("<IQ", I32, n) + b"".join(struct.pack("<i", t) for t in types)),
+            kv("tokenizer.ggml.bos_token_id", U32, struct.pack("<I", 1)),
+            kv("tokenizer.ggml.eos_token_id", U32, struct.pack("<I", 2))]
+
+
+def model(t, d, hid, vocab=8, layers=1, heads=2, kv_heads=1, ctx=8, tied=True, layers_key=None, vocab_kind="gpt2"):
     rng = random.Random(t * 1000 + d)
     hd = d // heads
     kvd = hd * kv_heads
@@ -63,8 +84,7 @@ def model(t, d, hid, vocab=8, layers=1, heads=2, kv_heads=1, ctx=8, tied=True, l
             kv("llama.context_length", U32, struct.pack("<I", ctx)),
             kv("llama.attention.layer_norm_rms_epsilon", F32, struct.pack("<f", 1e-5)),
             kv("llama.rope.freq_base", F32, struct.pack("<f", 10000.0)),
-            kv("tokenizer.ggml.model", STR, s("gpt2")),
-            kv("tokenizer.ggml.tokens", ARR, struct.pack("<IQ", STR, vocab) + b"".join(s(chr(97 + i)) for i in range(vocab)))]
+            ] + vocab_kvs(vocab_kind, vocab)
 
     def w(ne):
         n = ne[0] * (ne[1] if len(ne) > 1 else 1)
@@ -103,7 +123,7 @@ def kquants():
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    seeds = {"model-f32": model(0, 16, 16), "model-f16-untied": model(1, 16, 16, tied=False),
+    seeds = {"model-f32": model(0, 16, 16), "model-f16-untied-spm": model(1, 16, 16, tied=False, vocab_kind="llama"),
              "model-q8_0": model(8, 32, 32), "model-q4_0": model(2, 32, 32), "model-q4_1-2layers": model(3, 32, 32, layers=2),
              "every-value-type": every_type(), "k-quants": kquants(),
              # a block count of 2^30 over one block's tensors: refused before the loader sizes anything by it
