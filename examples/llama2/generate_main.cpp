@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
                                                       : llama2::make_cache_factory(ev, cfg.n_heads, cfg.n_layers),
                                                  prefill_chunk);
     engine.set_threads(threads);
+    engine.set_prefill_logits(llama2::PrefillLogits::last);  // generation reads the last position's only
     llama2::Sampler sampler(temperature, flags.seed);
 
     // ---- generate ----
