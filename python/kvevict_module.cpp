@@ -875,9 +875,12 @@ the cache is then unchanged.)doc")
 
 }  // namespace
 
+void bind_gguf(py::module_& m);  // gguf_binding.cpp
+
 PYBIND11_MODULE(kvevict, m) {
   m.doc() = kModuleDoc;
   m.attr("__version__") = KVEVICT_VERSION;
+  bind_gguf(m);
 
   // std::length_error (a full KV head) -> OverflowError; std::invalid_argument -> ValueError and
   // std::out_of_range -> IndexError are pybind11's own translations.

@@ -60,6 +60,7 @@
 #include "llama2/engine.hpp"
 #include "llama2/eviction.hpp"
 #include "llama2/model.hpp"
+#include "llama2/model_files.hpp"
 #include "llama2/tokenizer.hpp"
 #include "oracle.hpp"
 #include "quality_eval.hpp"
@@ -98,9 +99,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> ratio_texts{"0.1", "0.2", "0.3", "0.5", "0.7", "0.9"};
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
-                 "llama2.c checkpoint, or a folder holding exactly one (default: $KVEVICT_MODEL_DIR, else "
+                 "a llama-architecture GGUF file or a llama2.c checkpoint, or a folder holding exactly one (default: "
+                 "$KVEVICT_MODEL_DIR, else "
                  "$KVEVICT_SHARED_DIR/models/stories260K)");
-  app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (default: the .model beside the checkpoint)");
+  app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (default: a GGUF model's own vocabulary, else the .model "
+                 "beside the checkpoint)");
   app.add_option("--data", data_path,
                  "validation text, paragraphs separated by blank lines (default: "
                  "$KVEVICT_SHARED_DIR/data/tinystories-val/tinystories_val.txt)");
@@ -220,38 +223,12 @@ int main(int argc, char** argv) {
       for (const RowSpec& row : rows) resolved_for(row.budget_policy(), r, &row);
     kvcli::check_output_prefix(out_prefix, "--out");
 
-    const std::string model_file = kvcli::find_checkpoint(model_path.empty() ? kvcli::model_dir() : model_path,
-                                                          "--model");
-    std::optional<llama2::Model> loaded;
-    try {
-      loaded.emplace(llama2::Model::load(model_file));
-    } catch (const std::bad_alloc&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw kvcli::UsageError("--model", kvcli::strip_origin(e.what()));
-    }
-    const llama2::Model& model = *loaded;
+    llama2::LoadedModel files = llama2::load_model(model_path, tokenizer_path, true);
+    const llama2::Model& model = files.model;
     if (window > model.config().seq_len)
       throw kvcli::UsageError("--window", std::to_string(window) + " exceeds the model's context of " +
                                               std::to_string(model.config().seq_len) + " positions");
-    if (tokenizer_path.empty()) tokenizer_path = kvcli::find_tokenizer_beside(model_file);
-    if (tokenizer_path.empty() || !std::filesystem::is_regular_file(tokenizer_path))
-      throw kvcli::UsageError("--tokenizer", tokenizer_path.empty()
-                                                 ? "no SentencePiece tokenizer (*.model) beside '" + model_file +
-                                                       "'; give --tokenizer FILE.model"
-                                                 : "no file '" + tokenizer_path + "'");
-    std::optional<llama2::Tokenizer> tok_holder;
-    try {
-      tok_holder.emplace(tokenizer_path);
-    } catch (const std::exception&) {
-      throw kvcli::UsageError("--tokenizer", "'" + tokenizer_path + "' is not a SentencePiece model");
-    }
-    const llama2::Tokenizer& tok = *tok_holder;
-    if (static_cast<std::size_t>(tok.vocab_size()) != model.config().vocab_size)
-      throw kvcli::UsageError("--tokenizer", "'" + tokenizer_path + "' has " + std::to_string(tok.vocab_size()) +
-                                                 " pieces but the model '" + model_file + "' has vocab_size " +
-                                                 std::to_string(model.config().vocab_size) +
-                                                 "; pass the model's own tokenizer");
+    const llama2::Tokenizer& tok = *files.tokenizer;
     if (data_path.empty()) data_path = kvcli::shared_dir() + "/data/tinystories-val/tinystories_val.txt";
     std::string text;
     try {

@@ -470,9 +470,7 @@ void check_llama2_checkpoint(const std::string& path, const std::string& flag) {
   auto not_ckpt = [&](const std::string& why) {
     return UsageError(flag, "'" + path + "' is not a llama2.c checkpoint (" + why + ")");
   };
-  if (got >= 4 && std::memcmp(head, "GGUF", 4) == 0)
-    throw not_ckpt("it is a GGUF file; GGUF is not supported (yet): use the llama2.c .bin export of the model, e.g. "
-                   "stories260K.bin");
+  if (got >= 4 && std::memcmp(head, "GGUF", 4) == 0) return;  // GGUF: llama2::Model::load checks it whole
   if (got >= 4 && std::memcmp(head, "ak42", 4) == 0)
     throw not_ckpt("it is a newer llama2.c export (magic \"ak42\"); only the legacy format (export.py --version 0, as "
                    "in karpathy/tinyllamas) is supported");
@@ -512,18 +510,22 @@ std::string find_checkpoint(const std::string& path, const std::string& flag) {
   std::error_code ec;
   const std::string where =
       "download stories260K.bin and tok512.model from https://huggingface.co/karpathy/tinyllamas (folder "
-      "stories260K) into ../shared/models/stories260K, or point --model or KVEVICT_MODEL_DIR at a llama2.c model";
+      "stories260K) into ../shared/models/stories260K, or point --model or KVEVICT_MODEL_DIR at a llama2.c or GGUF model";
   if (!fs::exists(path, ec)) throw UsageError(flag, "no model at '" + path + "'; " + where);
   if (fs::is_directory(path, ec)) {
-    std::vector<std::string> found;
+    // llama2.c checkpoints first (a folder such as stories260K/ holds the .bin and a GGUF export of the
+    // same model); a GGUF file only in a folder without one.
+    std::vector<std::string> found, gguf;
     for (const auto& e : fs::directory_iterator(path, ec)) {
       const std::string name = e.path().filename().string();
       if (e.is_regular_file() && e.path().extension() == ".bin" && name.rfind("tok", 0) != 0)
         found.push_back(e.path().string());
+      if (e.is_regular_file() && e.path().extension() == ".gguf") gguf.push_back(e.path().string());
     }
+    if (found.empty()) found = gguf;
     std::sort(found.begin(), found.end());
     if (found.empty())
-      throw UsageError(flag, "no llama2.c checkpoint (*.bin) in the folder '" + path + "'; " + where);
+      throw UsageError(flag, "no model (a llama2.c *.bin or a *.gguf) in the folder '" + path + "'; " + where);
     if (found.size() > 1) {
       std::string list;
       for (const auto& f : found) list += (list.empty() ? "" : ", ") + f;

@@ -217,16 +217,18 @@ std::string model_dir();
 /// The "Environment" / "Exit codes" footer every tool prints under --help.
 std::string help_footer();
 
-/// Resolves `--model` (a checkpoint file or a folder holding exactly one llama2.c `.bin` that is not a
-/// `tok*.bin` tokenizer) to a file and checks that it is a llama2.c checkpoint (see
+/// Resolves `--model` (a checkpoint file, or a folder holding exactly one model: a llama2.c `.bin` that
+/// is not a `tok*.bin` tokenizer; or, in a folder without one, a `.gguf`) to a file and checks that it is a
+/// model (see
 /// `check_llama2_checkpoint`). `flag` names the source in messages ("--model" or
 /// "$KVEVICT_MODEL_DIR"). Throws `UsageError`: missing path (with where to download stories260K),
 /// no or several checkpoints in the folder (listing them), not a checkpoint.
 std::string find_checkpoint(const std::string& path, const std::string& flag);
 
-/// Checks the 28-byte header of a llama2.c legacy checkpoint and that the file size matches it.
+/// Checks the 28-byte header of a llama2.c legacy checkpoint and that the file size matches it; a file
+/// with the GGUF magic passes (`llama2::Model::load` reads and checks it whole).
 /// Throws `UsageError(flag)` saying "not a llama2.c checkpoint (…)" and what the file looks like:
-/// GGUF (not supported yet), a SentencePiece model, text, a newer llama2.c export, or truncated.
+/// a SentencePiece model, text, a newer llama2.c export, or truncated.
 void check_llama2_checkpoint(const std::string& path, const std::string& flag);
 
 /// The SentencePiece `.model` beside `checkpoint` (the only one in its folder), or "" if none.

@@ -20,14 +20,12 @@ using VectorMap = Eigen::Map<Eigen::VectorXf>;
 // `n` K or V rows of one KV head: row s = slot s, `slot_stride` floats apart.
 using SlotRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
 
-constexpr float kRmsEps = 1e-5f;
-
 // out = weight * x / sqrt(mean(x^2) + eps), in llama2.c's order of operations.
-void rmsnorm(float* out, const float* x, const float* weight, std::size_t size) {
+void rmsnorm(float* out, const float* x, const float* weight, std::size_t size, float eps) {
   float ss = 0.0f;
   for (std::size_t j = 0; j < size; ++j) ss += x[j] * x[j];
   ss /= static_cast<float>(size);
-  ss += kRmsEps;
+  ss += eps;
   ss = 1.0f / std::sqrt(ss);
   for (std::size_t j = 0; j < size; ++j) out[j] = weight[j] * (ss * x[j]);
 }
@@ -52,7 +50,46 @@ void softmax(float* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) x[i] /= sum;
 }
 
+// Output features per task of the weight products below. Fixed, so that the floats a product gives do not
+// depend on how many workers run the tasks (Eigen's blocking depends on the operand sizes only).
+constexpr std::size_t kRowsPerTask = 64;
+
 }  // namespace
+
+void Engine::gemv(float* y, const float* w, std::size_t out, std::size_t in, const float* x, bool accumulate) {
+  const std::size_t tasks = (out + kRowsPerTask - 1) / kRowsPerTask;
+  auto task = [&](std::size_t t) {
+    const std::size_t r0 = t * kRowsPerTask, n = std::min(kRowsPerTask, out - r0);
+    VectorMap dst(y + r0, static_cast<Eigen::Index>(n));
+    const ConstMatrixMap rows(w + r0 * in, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(in));
+    const ConstVectorMap src(x, static_cast<Eigen::Index>(in));
+    if (accumulate)
+      dst.noalias() += rows * src;
+    else
+      dst.noalias() = rows * src;
+  };
+  if (pool_)
+    pool_->parallel_for(tasks, task);
+  else
+    for (std::size_t t = 0; t < tasks; ++t) task(t);
+}
+
+void Engine::gemm_t(RowMatrix& y, const RowMatrix& x, const float* w, std::size_t out, bool accumulate) {
+  const std::size_t in = static_cast<std::size_t>(x.cols()), tasks = (out + kRowsPerTask - 1) / kRowsPerTask;
+  auto task = [&](std::size_t t) {
+    const std::size_t c0 = t * kRowsPerTask, n = std::min(kRowsPerTask, out - c0);
+    auto dst = y.middleCols(static_cast<Eigen::Index>(c0), static_cast<Eigen::Index>(n));
+    const ConstMatrixMap rows(w + c0 * in, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(in));
+    if (accumulate)
+      dst.noalias() += x * rows.transpose();
+    else
+      dst.noalias() = x * rows.transpose();
+  };
+  if (pool_)
+    pool_->parallel_for(tasks, task);
+  else
+    for (std::size_t t = 0; t < tasks; ++t) task(t);
+}
 
 Engine::Engine(const Model& model, CacheFactory make_cache, std::size_t prefill_chunk)
     : model_(model), make_cache_(std::move(make_cache)), prefill_chunk_(prefill_chunk) {
@@ -80,7 +117,7 @@ void Engine::init() {
   rope_sin_.resize(c.seq_len * half);
   for (std::size_t pos = 0; pos < c.seq_len; ++pos)
     for (std::size_t i = 0; i < half; ++i) {
-      const float freq = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(hd));
+      const float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(hd));
       const float angle = static_cast<float>(pos) * freq;
       rope_cos_[pos * half + i] = std::cos(angle);
       rope_sin_[pos * half + i] = std::sin(angle);
@@ -242,7 +279,7 @@ void Engine::check_token(int token, const char* where) const {
                                 " is outside the vocabulary [0, " + std::to_string(model_.config().vocab_size) + ")");
 }
 
-// Rotates each head's interleaved pairs (2i, 2i+1) of v by pos * 10000^(-2i/head_dim).
+// Rotates each head's interleaved pairs (2i, 2i+1) of v by pos * theta^(-2i/head_dim).
 void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
   const std::size_t hd = model_.config().head_dim(), half = hd / 2;
   const float* cs = rope_cos_.data() + pos * half;
@@ -312,17 +349,16 @@ const float* Engine::step(int token) {
   if (position_ >= c.seq_len)
     throw std::length_error("llama2::Engine::step: the context is full (position " + std::to_string(position_) +
                             " = seq_len)");
-  const auto dim = static_cast<Eigen::Index>(c.dim), kv_dim = static_cast<Eigen::Index>(c.kv_dim()),
-             hidden = static_cast<Eigen::Index>(c.hidden_dim);
+  const auto dim = static_cast<Eigen::Index>(c.dim);
 
   x_ = ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(token) * c.dim, dim);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
     // Attention: q, k, v; RoPE; k and v join the cache once, at this position.
-    rmsnorm(xb_.data(), x_.data(), w.rms_att, c.dim);
-    q_.noalias() = ConstMatrixMap(w.wq, dim, dim) * xb_;
-    k_.noalias() = ConstMatrixMap(w.wk, kv_dim, dim) * xb_;
-    v_.noalias() = ConstMatrixMap(w.wv, kv_dim, dim) * xb_;
+    rmsnorm(xb_.data(), x_.data(), w.rms_att, c.dim, c.rms_eps);
+    gemv(q_.data(), w.wq, c.dim, c.dim, xb_.data(), false);
+    gemv(k_.data(), w.wk, c.kv_dim(), c.dim, xb_.data(), false);
+    gemv(v_.data(), w.wv, c.kv_dim(), c.dim, xb_.data(), false);
     // Re-indexed positions: the new token sits at cache index n (the block's live slots).
     const std::size_t rot = reindex_ ? views_[l].length(0) : position_;
     rope(q_.data(), c.n_heads, rot);
@@ -339,17 +375,17 @@ const float* Engine::step(int token) {
       caches_[l]->decode_step(att_logits_.data(), view.length(0));
       if (reindex_) reindex_layer(l);
     }
-    x_.noalias() += ConstMatrixMap(w.wo, dim, dim) * xb2_;
+    gemv(x_.data(), w.wo, c.dim, c.dim, xb2_.data(), true);
 
     // Feed-forward: x += w2 (silu(w1 xb) * w3 xb).
-    rmsnorm(xb_.data(), x_.data(), w.rms_ffn, c.dim);
-    h1_.noalias() = ConstMatrixMap(w.w1, hidden, dim) * xb_;
-    h3_.noalias() = ConstMatrixMap(w.w3, hidden, dim) * xb_;
+    rmsnorm(xb_.data(), x_.data(), w.rms_ffn, c.dim, c.rms_eps);
+    gemv(h1_.data(), w.w1, c.hidden_dim, c.dim, xb_.data(), false);
+    gemv(h3_.data(), w.w3, c.hidden_dim, c.dim, xb_.data(), false);
     swiglu(h1_.data(), h3_.data(), c.hidden_dim);
-    x_.noalias() += ConstMatrixMap(w.w2, dim, hidden) * h1_;
+    gemv(x_.data(), w.w2, c.dim, c.hidden_dim, h1_.data(), true);
   }
-  rmsnorm(xb_.data(), x_.data(), model_.rms_final(), c.dim);
-  logits_.noalias() = ConstMatrixMap(model_.classifier(), static_cast<Eigen::Index>(c.vocab_size), dim) * xb_;
+  rmsnorm(xb_.data(), x_.data(), model_.rms_final(), c.dim, c.rms_eps);
+  gemv(logits_.data(), model_.classifier(), c.vocab_size, c.dim, xb_.data(), false);
   ++position_;
   return logits_.data();
 }
@@ -389,10 +425,10 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
 
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
-    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_att, c.dim);
-    Q.noalias() = XB * ConstMatrixMap(w.wq, dim, dim).transpose();
-    K.noalias() = XB * ConstMatrixMap(w.wk, kv_dim, dim).transpose();
-    V.noalias() = XB * ConstMatrixMap(w.wv, kv_dim, dim).transpose();
+    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_att, c.dim, c.rms_eps);
+    gemm_t(Q, XB, w.wq, c.dim, false);
+    gemm_t(K, XB, w.wk, c.kv_dim(), false);
+    gemm_t(V, XB, w.wv, c.kv_dim(), false);
     // Causal attention: query t runs right after token t joins the view, so it sees the slots
     // [0, held + i] (one-shot: held = 0, i = t, positions 0..t). Its logits become row i of the
     // chunk's [q_head][C][n] matrix (one-shot: row t of [q_head][P][P]). Paged engines prefill in
@@ -418,7 +454,7 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
       }
       if (cache && prefill_chunk_ != 0) cache->prefill_chunk(prompt_attention_logits_.data(), len, n);
     }
-    X.noalias() += XB2 * ConstMatrixMap(w.wo, dim, dim).transpose();
+    gemm_t(X, XB2, w.wo, c.dim, true);
     if (paged_) {
       if (paged_caches_[l]) paged_caches_[l]->prefill(prompt_attention_logits_.data(), P);
     } else if (cache) {
@@ -429,15 +465,20 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
       if (reindex_) reindex_layer(l);
     }
 
-    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim);
-    H1.noalias() = XB * ConstMatrixMap(w.w1, hidden, dim).transpose();
-    H3.noalias() = XB * ConstMatrixMap(w.w3, hidden, dim).transpose();
+    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim, c.rms_eps);
+    gemm_t(H1, XB, w.w1, c.hidden_dim, false);
+    gemm_t(H3, XB, w.w3, c.hidden_dim, false);
     for (Eigen::Index t = 0; t < rows; ++t) swiglu(H1.row(t).data(), H3.row(t).data(), c.hidden_dim);
-    X.noalias() += H1 * ConstMatrixMap(w.w2, dim, hidden).transpose();
+    gemm_t(X, H1, w.w2, c.dim, true);
   }
-  for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), model_.rms_final(), c.dim);
-  prefill_logits_.noalias() =
-      XB * ConstMatrixMap(model_.classifier(), static_cast<Eigen::Index>(c.vocab_size), dim).transpose();
+  // The classifier for every position, or (PrefillLogits::last) for the last one only: a [P][vocab]
+  // product is most of a long prompt's time on a large vocabulary (SmolLM2: 49152).
+  const Eigen::Index first = prefill_logits_mode_ == PrefillLogits::all ? 0 : rows - 1;
+  RowMatrix final_rows(rows - first, dim);
+  for (Eigen::Index t = first; t < rows; ++t)
+    rmsnorm(final_rows.row(t - first).data(), X.row(t).data(), model_.rms_final(), c.dim, c.rms_eps);
+  prefill_logits_.resize(rows - first, static_cast<Eigen::Index>(c.vocab_size));
+  gemm_t(prefill_logits_, final_rows, model_.classifier(), c.vocab_size, false);
   position_ = P;
   return prefill_logits_;
 }

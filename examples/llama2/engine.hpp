@@ -84,6 +84,9 @@ struct PagedKVOptions {
 ///
 /// The engine keeps a reference to `model`, which must outlive it. `step`
 /// does not allocate.
+/// The prompt positions `Engine::prefill` returns logits for.
+enum class PrefillLogits { all, last };
+
 class Engine {
  public:
   /// An engine at position 0 with empty caches. `make_cache` (optional) picks
@@ -99,8 +102,11 @@ class Engine {
 
   /// Runs `tokens` (ids in `[0, vocab)`) at positions `0 .. P-1` with full
   /// causal attention, then lets each block's cache evict to its budget.
-  /// Returns the next-token logits for every prompt position, `[P][vocab]`,
-  /// valid until the next `prefill` or `reset`.
+  /// Returns the next-token logits for every prompt position, `[P][vocab]`
+  /// (`set_prefill_logits(PrefillLogits::last)`: `[1][vocab]`, the last position's),
+  /// valid until the next `prefill` or `reset`. The weight products run on the
+  /// pool of `set_threads` / `set_pool` in fixed blocks of output features, so the
+  /// floats are the same for every thread count.
   /// Throws `std::logic_error` unless `position() == 0`, `std::invalid_argument`
   /// if `tokens` is empty, longer than `seq_len` or holds an id out of range,
   /// and whatever the cache throws (e.g. a budget that resolves to 0); after
@@ -113,6 +119,10 @@ class Engine {
   /// `std::length_error` when `position() == seq_len` (RoPE positions beyond
   /// the trained context are not supported).
   const float* step(int token);
+
+  /// Which prompt positions `prefill` computes next-token logits for: every one (default) or the last
+  /// one only (what generation needs; a [P][vocab] classifier product is skipped). Kept across `reset`.
+  void set_prefill_logits(PrefillLogits which) { prefill_logits_mode_ = which; }
 
   /// Calls `hook` (empty: none, the default) in every `step`, for every block, after the
   /// attention and before the block's cache sees the logits (see `DecodeAttentionHook`). Used by
@@ -185,6 +195,8 @@ class Engine {
 
  private:
   void init();
+  void gemv(float* y, const float* w, std::size_t out, std::size_t in, const float* x, bool accumulate);
+  void gemm_t(RowMatrix& y, const RowMatrix& x, const float* w, std::size_t out, bool accumulate);
   /// Gives every cache the pool (`set_executor`), if there is one.
   void apply_executor();
   const RowMatrix& run_prefill(const std::vector<int>& tokens);
@@ -245,7 +257,8 @@ class Engine {
   std::unique_ptr<kvexample::ThreadPool> own_pool_;  // the pool of set_threads
 
   // Prefill storage, grown on demand.
-  RowMatrix prefill_logits_;           // [P][vocab]
+  RowMatrix prefill_logits_;           // [P][vocab], or [1][vocab] for PrefillLogits::last
+  PrefillLogits prefill_logits_mode_ = PrefillLogits::all;
   std::vector<float> prompt_attention_logits_;  // [n_heads][P][P] (chunked: [n_heads][C][n]), one block at a time
 };
 

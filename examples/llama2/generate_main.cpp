@@ -1,4 +1,4 @@
-// kvevict example — kvevict-generate: text generation with a llama2.c checkpoint whose KV cache
+// kvevict example — kvevict-generate: text generation with a Llama model (GGUF or llama2.c) whose KV cache
 // is evicted by kvevict (Keyformer, H2O, StreamingLLM, window, TOVA) or kept in full.
 // SPDX-License-Identifier: Apache-2.0
 //
@@ -31,6 +31,7 @@
 #include "llama2/eviction.hpp"
 #include "llama2/logit_dump.hpp"
 #include "llama2/model.hpp"
+#include "llama2/model_files.hpp"
 #include "llama2/sampler.hpp"
 #include "llama2/tokenizer.hpp"
 
@@ -65,14 +66,17 @@ int main(int argc, char** argv) {
   bool print_ids = false, no_noise = false;
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
-                 "llama2.c .bin checkpoint, or a folder holding exactly one (default: $KVEVICT_MODEL_DIR, else "
+                 "a llama-architecture GGUF file or a llama2.c .bin checkpoint (the format is read from the file's "
+                 "magic), or a folder holding exactly one (default: $KVEVICT_MODEL_DIR, else "
                  "$KVEVICT_SHARED_DIR/models/stories260K, else ../shared/models/stories260K)");
-  app.add_option("--tokenizer", tokenizer_path, "SentencePiece .model (default: the .model beside the checkpoint)");
-  auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text (BOS is prepended)");
+  app.add_option("--tokenizer", tokenizer_path, "SentencePiece .model (default: a GGUF model's own vocabulary, else the .model beside the "
+                 "checkpoint)");
+  auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text (BOS is prepended for llama2.c models, and for GGUF "
+                                    "models whose tokenizer.ggml.add_bos_token says so)");
   app.add_option("--prompt-ids", prompt_ids_text, "prompt as token ids, e.g. 1,403,261 (used as given: include BOS = 1)")
       ->excludes(prompt_opt);
   app.add_option("--steps", steps_text,
-                 "tokens to generate at most (default 256); stops early at the end-of-story token (BOS) or when the "
+                 "tokens to generate at most (default 256); stops early at the end token (llama2.c: BOS, GGUF: EOS) or when the "
                  "token predicted at the model's last position is out");
   app.add_option("--temperature", temperature_text, "sampling temperature, >= 0; 0 = greedy (default 0.8)");
   kvcli::ToolSpec spec;
@@ -119,51 +123,17 @@ int main(int argc, char** argv) {
       throw kvcli::UsageError("--dump-logits", "records a contiguous full cache; drop --kv-layout paged");
     const std::vector<int> given_ids = prompt_ids_text.empty() ? std::vector<int>() : parse_ids(prompt_ids_text);
 
-    // ---- locate, recognise and load the model ----
-    const std::string model_flag = "--model";
-    const std::string model_file = kvcli::find_checkpoint(model_path.empty() ? kvcli::model_dir() : model_path,
-                                                          model_flag);
-    std::optional<llama2::Model> loaded;
-    try {
-      loaded.emplace(llama2::Model::load(model_file));
-    } catch (const std::bad_alloc&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw kvcli::UsageError(model_flag, kvcli::strip_origin(e.what()));
-    }
-    const llama2::Model& model = *loaded;
+    // ---- locate, recognise and load the model and its tokenizer (needed for --prompt and text output) ----
+    llama2::LoadedModel files = llama2::load_model(model_path, tokenizer_path, prompt_ids_text.empty() || !print_ids);
+    const std::string& model_file = files.model_file;
+    const llama2::Model& model = files.model;
     const llama2::Config& cfg = model.config();
-
-    // ---- tokenizer: needed for --prompt and for text output ----
-    const bool need_tokenizer = prompt_ids_text.empty() || !print_ids;
-    std::optional<llama2::Tokenizer> tokenizer;
-    const bool tokenizer_given = !tokenizer_path.empty();
-    if (!tokenizer_given) tokenizer_path = kvcli::find_tokenizer_beside(model_file);
-    // --tokenizer is read when the prompt or the output is text; with --prompt-ids --print-ids it is not used.
-    if (need_tokenizer || (tokenizer_given && std::filesystem::is_regular_file(tokenizer_path))) {
-      if (tokenizer_path.empty())
-        throw kvcli::UsageError("--tokenizer", "no SentencePiece tokenizer (*.model) beside '" + model_file +
-                                                   "'; give --tokenizer FILE.model (or --prompt-ids with --print-ids)");
-      if (!std::filesystem::is_regular_file(tokenizer_path))
-        throw kvcli::UsageError("--tokenizer", "no file '" + tokenizer_path + "'");
-      try {
-        tokenizer.emplace(tokenizer_path);
-      } catch (const std::exception&) {
-        throw kvcli::UsageError("--tokenizer", "'" + tokenizer_path +
-                                                   "' is not a SentencePiece model (llama2.c's tok*.bin tokenizers "
-                                                   "are not supported; use the .model file)");
-      }
-      if (static_cast<std::size_t>(tokenizer->vocab_size()) != cfg.vocab_size)
-        throw kvcli::UsageError("--tokenizer", "'" + tokenizer_path + "' has " +
-                                                   std::to_string(tokenizer->vocab_size()) + " pieces but the model '" +
-                                                   model_file + "' has vocab_size " + std::to_string(cfg.vocab_size) +
-                                                   "; pass the model's own tokenizer");
-    }
+    const std::optional<llama2::Tokenizer>& tokenizer = files.tokenizer;
 
     // ---- prompt ----
-    const int bos = tokenizer ? tokenizer->bos_id() : 1;
     const std::string prompt_flag = prompt_ids_text.empty() ? "--prompt" : "--prompt-ids";
-    const std::vector<int> prompt_ids = prompt_ids_text.empty() ? tokenizer->encode(prompt, true) : given_ids;
+    const std::vector<int> prompt_ids = prompt_ids_text.empty() ? tokenizer->encode(prompt, files.add_bos) : given_ids;
+    if (prompt_ids.empty()) throw kvcli::UsageError("--prompt", "encodes to no tokens; give a non-empty prompt");
     for (int id : prompt_ids)
       if (id < 0 || static_cast<std::size_t>(id) >= cfg.vocab_size)
         throw kvcli::UsageError("--prompt-ids", "token id " + std::to_string(id) +
@@ -221,6 +191,7 @@ int main(int argc, char** argv) {
                                                       : llama2::make_cache_factory(ev, cfg.n_heads, cfg.n_layers),
                                                  prefill_chunk);
     engine.set_threads(threads);
+    engine.set_prefill_logits(llama2::PrefillLogits::last);  // generation reads the last position's only
     llama2::Sampler sampler(temperature, flags.seed);
 
     // ---- generate ----
@@ -239,8 +210,8 @@ int main(int argc, char** argv) {
         break;
       }
       const int next = sampler.sample(logits, cfg.vocab_size);
-      if (next == bos) {  // llama2.c convention: BOS ends the story
-        stopped = "end-of-story token (BOS = " + std::to_string(bos) + ")";
+      if (next == files.end_id) {  // llama2.c: BOS ends the story; GGUF: the vocabulary's EOS
+        stopped = files.end_name();
         break;
       }
       generated.push_back(next);
@@ -282,7 +253,12 @@ int main(int argc, char** argv) {
     summary << "] prompt " << prompt_ids.size() << " tok (" << prefill_s * 1e3 << " ms), generated " << generated.size()
             << " tok, " << (decode_s > 0 ? static_cast<double>(generated.size()) / decode_s : 0.0)
             << " tok/s | retained per layer:";
-    for (std::size_t l = 0; l < cfg.n_layers; ++l) summary << ' ' << engine.retained(l);
+    bool all_equal = true;
+    for (std::size_t l = 1; l < cfg.n_layers; ++l) all_equal = all_equal && engine.retained(l) == engine.retained(0);
+    if (all_equal && cfg.n_layers > 8)  // e.g. SmolLM2's 30 layers: "1024 (each of 30 layers)"
+      summary << ' ' << engine.retained(0) << " (each of " << cfg.n_layers << " layers)";
+    else
+      for (std::size_t l = 0; l < cfg.n_layers; ++l) summary << ' ' << engine.retained(l);
     summary << " of " << engine.position() << " | KV held " << format_bytes(engine.kv_bytes_held()) << " vs full "
             << format_bytes(engine.kv_bytes_full()) << " ("
             << 100.0 * static_cast<double>(engine.kv_bytes_held()) / static_cast<double>(engine.kv_bytes_full())

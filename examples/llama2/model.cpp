@@ -2,6 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "llama2/model.hpp"
 
+#include "llama2/gguf.hpp"
+
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -87,6 +89,7 @@ std::uint64_t expected_floats(const Config& c, const std::string& path) {
 Model Model::load(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) fail(path, "not found or not a regular file");
+  if (is_gguf_file(path)) return load_gguf(path);
   const std::uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec) fail(path, "cannot stat: " + ec.message());
   std::ifstream in(path, std::ios::binary);

@@ -1,20 +1,23 @@
 // kvevict example — a small Llama-2 inference engine whose KV cache is managed by kvevict.
 // SPDX-License-Identifier: Apache-2.0
 //
-// llama2/model.hpp — the hyper-parameters and float32 weights of a llama2.c checkpoint.
+// llama2/model.hpp — the hyper-parameters and float32 weights of a Llama model (llama2.c `.bin` or GGUF).
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "llama2/gguf_vocab.hpp"
+
 namespace llama2 {
 
-/// Hyper-parameters from the seven-int32 header of a llama2.c `.bin` file
-/// (`dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len`).
-/// A negative `vocab_size` in the file means the classifier is a separate
-/// matrix stored at the end; here `vocab_size` is its absolute value and
-/// `shared_classifier` records the sign.
+/// Hyper-parameters of a Llama model. From a llama2.c `.bin` file: its seven-int32 header
+/// (`dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len`; a negative `vocab_size`
+/// means the classifier is a separate matrix stored at the end: here `vocab_size` is its absolute
+/// value and `shared_classifier` records the sign), RoPE θ = 10000 and RMS ε = 1e-5 as in llama2.c's
+/// run.c. From a GGUF file: the `llama.*` keys (`Model::load`).
 struct Config {
   std::size_t dim = 0;         ///< residual stream width
   std::size_t hidden_dim = 0;  ///< SwiGLU inner width
@@ -24,6 +27,8 @@ struct Config {
   std::size_t vocab_size = 0;  ///< tokens
   std::size_t seq_len = 0;     ///< trained context length (RoPE positions 0..seq_len-1)
   bool shared_classifier = true;  ///< classifier = token embedding (tied)
+  float rope_theta = 10000.0f;    ///< RoPE base θ: pair i of a head turns by pos · θ^(−2i/head_dim)
+  float rms_eps = 1e-5f;          ///< RMSNorm ε
 
   /// Elements per head, `dim / n_heads`.
   std::size_t head_dim() const { return dim / n_heads; }
@@ -45,8 +50,9 @@ struct LayerWeights {
   const float* w3 = nullptr;       ///< `[hidden_dim][dim]` up
 };
 
-/// A loaded llama2.c checkpoint: the config plus float32 weights read into
-/// memory once. Movable (the weight pointers follow the storage), not copyable.
+/// A loaded model: the config plus float32 weights read into memory once (GGUF's quantized
+/// tensors are dequantized at load time: 4 bytes per parameter). Movable (the weight pointers
+/// follow the storage), not copyable.
 class Model {
  public:
   /// Reads and validates a llama2.c "legacy" `.bin` file (the format of
@@ -63,6 +69,19 @@ class Model {
   /// `n_heads % n_kv_heads`, odd head_dim), the file is a newer llama2.c
   /// export (magic "ak42"), or the file size differs from what the header
   /// implies (truncated file or trailing bytes).
+  ///
+  /// A file that starts with the GGUF magic is read as GGUF instead (format from the magic, not the
+  /// extension): `general.architecture` must be "llama"; the hyper-parameters come from
+  /// `llama.block_count`, `embedding_length`, `feed_forward_length`, `attention.head_count`,
+  /// `attention.head_count_kv` (default: head_count), `attention.layer_norm_rms_epsilon`,
+  /// `rope.freq_base` (default 10000), `context_length`, and the tensors from GGUF's names
+  /// (`token_embd`, `output_norm`, `output` — absent: tied —, `blk.N.attn_norm`, `attn_q`, `attn_k`,
+  /// `attn_v`, `attn_output`, `ffn_norm`, `ffn_gate`, `ffn_up`, `ffn_down`), each of type f32, f16,
+  /// bf16, q8_0, q4_0, q4_1, q4_K, q5_K or q6_K. Q and K are used as stored: llama.cpp's converter
+  /// permutes Hugging Face's rotate-half layout into the adjacent pairs this engine's RoPE turns.
+  /// Throws `std::invalid_argument` naming the key or tensor for a missing or inconsistent key, a
+  /// tensor missing or of the wrong shape or an unsupported type, partial rotary embeddings
+  /// (`rope.dimension_count` ≠ head_dim), RoPE scaling, or a malformed file (`gguf::File::parse`).
   static Model load(const std::string& path);
 
   Model(Model&&) = default;
@@ -79,9 +98,14 @@ class Model {
   const float* rms_final() const { return rms_final_; }
   /// `[vocab][dim]` classifier; the token embedding when `shared_classifier`.
   const float* classifier() const { return classifier_; }
+  /// The tokenizer stored in a GGUF file's metadata; null for a llama2.c `.bin` or a GGUF without one.
+  const GgufVocab* vocab() const { return vocab_.get(); }
+  /// "gguf" or "llama2.c", and for GGUF the tensor types found (e.g. "gguf (q4_1 ×152, q8_0 ×1, f32 ×61)").
+  const std::string& format() const { return format_; }
 
  private:
   Model() = default;
+  static Model load_gguf(const std::string& path);
 
   Config config_;
   std::vector<float> storage_;  // the whole file, as floats (the 7-int header included)
@@ -89,6 +113,8 @@ class Model {
   std::vector<LayerWeights> layers_;
   const float* rms_final_ = nullptr;
   const float* classifier_ = nullptr;
+  std::shared_ptr<const GgufVocab> vocab_;
+  std::string format_ = "llama2.c";
 };
 
 }  // namespace llama2

@@ -1,10 +1,14 @@
-// kvevict example — llama2/tokenizer.cpp: thin wrapper over the SentencePiece library.
+// kvevict example — llama2/tokenizer.cpp: thin wrapper over the SentencePiece library or a GGUF vocabulary.
 // SPDX-License-Identifier: Apache-2.0
 #include "llama2/tokenizer.hpp"
 
 #include <sentencepiece_processor.h>
 
 #include <stdexcept>
+
+#include "llama2/bpe_tokenizer.hpp"
+#include "llama2/spm_tokenizer.hpp"
+#include "llama2/tokenizer_backend.hpp"
 
 namespace llama2 {
 
@@ -26,11 +30,39 @@ Tokenizer::Tokenizer(const std::string& model_path) : sp_(std::make_unique<sente
                              "': " + status.ToString());
 }
 
+Tokenizer::Tokenizer() = default;
+
+Tokenizer Tokenizer::from_gguf(const GgufVocab& vocab, const SpmNormalization& normalization) {
+  Tokenizer t;
+  if (vocab.model == "llama") {
+    t.gguf_ = std::make_unique<SpmTokenizer>(vocab, normalization);
+  } else if (vocab.model == "gpt2") {
+    t.gguf_ = std::make_unique<BpeTokenizer>(vocab);
+  } else {
+    throw std::invalid_argument("llama2::Tokenizer::from_gguf: tokenizer.ggml.model '" + vocab.model +
+                                "' is not supported (supported: 'llama', 'gpt2')");
+  }
+  // The constructors above checked that there are 1 to INT32_MAX tokens and the ids are in [-1, size).
+  t.gguf_bos_ = static_cast<int>(vocab.bos_id);
+  t.gguf_eos_ = static_cast<int>(vocab.eos_id);
+  t.gguf_size_ = static_cast<int>(vocab.tokens.size());
+  return t;
+}
+
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 std::vector<int> Tokenizer::encode(const std::string& text, bool bos) const {
+  if (gguf_) {
+    if (bos && gguf_bos_ < 0)
+      throw std::invalid_argument("llama2::Tokenizer::encode: BOS requested but the vocabulary has no BOS token");
+    std::vector<int> ids;
+    if (bos) ids.push_back(gguf_bos_);
+    const std::vector<int> body = gguf_->encode(text);
+    ids.insert(ids.end(), body.begin(), body.end());
+    return ids;
+  }
   std::vector<int> pieces;
   const auto status = sp_->Encode(text, &pieces);
   if (!status.ok()) throw std::runtime_error("llama2::Tokenizer::encode: " + status.ToString());
@@ -45,17 +77,18 @@ std::vector<int> Tokenizer::encode(const std::string& text, bool bos) const {
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
   for (int id : ids)
     if (id < 0 || id >= vocab_size())
-      throw std::invalid_argument("llama2::Tokenizer::decode: id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                               std::to_string(vocab_size()) + ")");
+      throw std::invalid_argument("llama2::Tokenizer::decode: id " + std::to_string(id) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+  if (gguf_) return gguf_->decode(ids);
   std::string text;
   const auto status = sp_->Decode(ids, &text);
   if (!status.ok()) throw std::runtime_error("llama2::Tokenizer::decode: " + status.ToString());
   return text;
 }
 
-int Tokenizer::bos_id() const { return sp_->bos_id(); }
-int Tokenizer::eos_id() const { return sp_->eos_id(); }
-int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int Tokenizer::bos_id() const { return gguf_ ? gguf_bos_ : sp_->bos_id(); }
+int Tokenizer::eos_id() const { return gguf_ ? gguf_eos_ : sp_->eos_id(); }
+int Tokenizer::vocab_size() const { return gguf_ ? gguf_size_ : sp_->GetPieceSize(); }
 
 void check_vocab(const Tokenizer& tokenizer, const Config& model, const std::string& tokenizer_path) {
   const int pieces = tokenizer.vocab_size();

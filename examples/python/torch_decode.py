@@ -8,7 +8,8 @@ attends over the live slots [0, n) and hands the same pre-softmax logits to the 
 (cache.prefill / cache.decode_step), which evicts down to its budget in place.
 
 The model is a llama2.c checkpoint (legacy .bin, e.g. ../shared/models/stories260K), loaded
-with NumPy. The forward pass is llama2.c's run.c (RMSNorm, RoPE on interleaved pairs, GQA,
+with NumPy, or a llama-architecture GGUF file (e.g. SmolLM2-135M from scripts/get-models.sh), read
+and dequantized to float32 by kvevict.read_gguf; the format comes from the file's magic. The forward pass is llama2.c's run.c (RMSNorm, RoPE on interleaved pairs, GQA,
 SwiGLU) in the order examples/llama2/engine.cpp runs it, so greedy decoding reproduces
 kvevict-generate's ids: with --policy full (no eviction: a window as long as the context)
 the 345 reference ids of stories260K from BOS; with the eviction policies those of
@@ -49,8 +50,37 @@ def load_llama2c(path):
     return cfg, w
 
 
-def rmsnorm(x, weight):
-    return weight * (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-5))
+def load_gguf(path):
+    """Config dict and float32 weights of a llama-architecture GGUF file (kvevict.read_gguf), named as
+    load_llama2c names them; theta (rope.freq_base), eps (RMS epsilon) and eos come from the file."""
+    g = kvevict.read_gguf(path)
+    md, t = g["metadata"], {k: torch.from_numpy(v) for k, v in g["tensors"].items()}
+    if md.get("general.architecture") != "llama":
+        raise ValueError(f"{path}: general.architecture is {md.get('general.architecture')!r}, not 'llama'")
+    n_layers, n_heads = md["llama.block_count"], md["llama.attention.head_count"]
+    cfg = dict(dim=md["llama.embedding_length"], hidden=md["llama.feed_forward_length"], n_layers=n_layers,
+               n_heads=n_heads, n_kv=md.get("llama.attention.head_count_kv", n_heads),
+               vocab=t["token_embd.weight"].shape[0], seq_len=md["llama.context_length"],
+               theta=float(md.get("llama.rope.freq_base", 10000.0)),
+               eps=float(md["llama.attention.layer_norm_rms_epsilon"]), eos=md.get("tokenizer.ggml.eos_token_id", -1))
+
+    def stack(name):
+        return torch.stack([t[f"blk.{l}.{name}.weight"] for l in range(n_layers)])
+    w = dict(emb=t["token_embd.weight"], rms_att=stack("attn_norm"), wq=stack("attn_q"), wk=stack("attn_k"),
+             wv=stack("attn_v"), wo=stack("attn_output"), rms_ffn=stack("ffn_norm"), w1=stack("ffn_gate"),
+             w2=stack("ffn_down"), w3=stack("ffn_up"), rms_final=t["output_norm.weight"])
+    w["cls"] = t.get("output.weight", w["emb"])
+    return cfg, w
+
+
+def load_model(path):
+    """load_gguf for a file that starts with the GGUF magic, else load_llama2c."""
+    with open(path, "rb") as f:
+        return load_gguf(path) if f.read(4) == b"GGUF" else load_llama2c(path)
+
+
+def rmsnorm(x, weight, eps=1e-5):
+    return weight * (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps))
 
 
 class Llama2:
@@ -61,7 +91,9 @@ class Llama2:
         self.hd = cfg["dim"] // cfg["n_heads"]
         self.g = cfg["n_heads"] // cfg["n_kv"]
         self.scale = float(np.float32(1.0) / np.sqrt(np.float32(self.hd)))  # 1 / sqrt(hd) in float32, as C++
-        freq = 1.0 / np.power(np.float32(10000.0), np.arange(0, self.hd, 2, dtype=np.float32) / np.float32(self.hd))
+        theta = np.float32(cfg.get("theta", 10000.0))
+        self.eps = float(np.float32(cfg.get("eps", 1e-5)))
+        freq = 1.0 / np.power(theta, np.arange(0, self.hd, 2, dtype=np.float32) / np.float32(self.hd))
         angle = np.arange(cfg["seq_len"], dtype=np.float32)[:, None] * freq[None, :]
         self.cos, self.sin = torch.from_numpy(np.cos(angle)), torch.from_numpy(np.sin(angle))
         self.caches = [make_cache(layer) for layer in range(cfg["n_layers"])]
@@ -82,7 +114,7 @@ class Llama2:
         pos = torch.arange(start, start + T)
         x = w["emb"][torch.tensor(tokens)]
         for l, cache in enumerate(self.caches):
-            xb = rmsnorm(x, w["rms_att"][l])
+            xb = rmsnorm(x, w["rms_att"][l], self.eps)
             q = self.rope((xb @ w["wq"][l].T).view(T, H, hd), pos)
             k = self.rope((xb @ w["wk"][l].T).view(T, nkv, hd), pos)
             v = (xb @ w["wv"][l].T).view(T, nkv, hd)
@@ -101,9 +133,9 @@ class Llama2:
                 cache.prefill(scores)  # evicts each KV head to min(k, P) tokens
             else:
                 cache.decode_step(scores[:, 0, :])  # evicts at most one slot per KV head
-            xb = rmsnorm(x, w["rms_ffn"][l])
+            xb = rmsnorm(x, w["rms_ffn"][l], self.eps)
             x = x + (torch.nn.functional.silu(xb @ w["w1"][l].T) * (xb @ w["w3"][l].T)) @ w["w2"][l].T
-        return (rmsnorm(x[-1], w["rms_final"]) @ w["cls"].T).numpy()
+        return (rmsnorm(x[-1], w["rms_final"], self.eps) @ w["cls"].T).numpy()
 
 
 def amount(text):
@@ -140,7 +172,7 @@ def generate(cfg, w, prompt, steps, policy, budget="50%", recent=None, sinks=4, 
         out = []
         while len(out) < steps:
             nxt = int(np.argmax(logits))  # the first maximum, as std::max_element
-            if nxt == 1:  # BOS ends the story (llama2.c)
+            if nxt == cfg.get("eos", 1):  # llama2.c: BOS ends the story; GGUF: the vocabulary's EOS
                 break
             out.append(nxt)
             if len(out) < steps:
@@ -150,7 +182,7 @@ def generate(cfg, w, prompt, steps, policy, budget="50%", recent=None, sinks=4, 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="../shared/models/stories260K/stories260K.bin", help="llama2.c .bin checkpoint")
+    ap.add_argument("--model", default="../shared/models/stories260K/stories260K.bin", help="llama2.c .bin checkpoint or llama-architecture GGUF file")
     ap.add_argument("--prompt-ids", default="1", help="prompt token ids, comma-separated (BOS = 1 included)")
     ap.add_argument("--steps", type=int, default=256, help="tokens to generate at most")
     ap.add_argument("--policy", default="full", choices=["full", "keyformer", "h2o", "streaming", "window", "tova"])
@@ -169,7 +201,7 @@ def main(argv=None):
         ap.error(f"--prompt-ids: expected comma-separated integers such as 1,403,261, got '{a.prompt_ids}'")
     if a.policy != "full" and a.budget.endswith("%") and float(a.budget[:-1]) / 100 * len(prompt) < 1:
         ap.error(f"--budget {a.budget} of a {len(prompt)}-token prompt keeps no token; give a token count")
-    cfg, w = load_llama2c(a.model)
+    cfg, w = load_model(a.model)
     try:
         ids, model = generate(cfg, w, prompt, a.steps, a.policy, a.budget, a.recent, a.sinks, a.tau_init, a.tau_end,
                               not a.no_noise, a.seed)

@@ -94,6 +94,17 @@ class Workspace {
     // Files that are not checkpoints (in their own folder: none of them is beside tiny.bin).
     fs::create_directories(file("junk"));
     spit(file("junk/fake.gguf"), std::string("GGUF\x03\x00\x00\x00", 8) + std::string(64, '\0'));
+    // Malformed GGUF files: a count no file can hold, an unknown tensor type, a truncated tensor.
+    {
+      auto u32 = [](std::uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
+      auto u64 = [](std::uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
+      auto str = [&](const std::string& x) { return u64(x.size()) + x; };
+      spit(file("junk/huge-count.gguf"), "GGUF" + u32(3) + u64(0) + u64(std::uint64_t{1} << 60));
+      const std::string tensor = str("token_embd.weight") + u32(1) + u64(32);
+      spit(file("junk/unknown-type.gguf"), "GGUF" + u32(3) + u64(1) + u64(0) + tensor + u32(99) + u64(0));
+      spit(file("junk/short-tensor.gguf"),
+           "GGUF" + u32(3) + u64(1) + u64(0) + tensor + u32(0) + u64(0) + std::string(27, '\0') + "0123");
+    }
     spit(file("junk/fake.model"), std::string("\x0a\x0b\x0a\x05<unk>\x15\x00\x00\x00\x00", 14) + std::string(40, 'x'));
     spit(file("junk/README.md"), "# A model card\n\nThis is not a checkpoint, it is text.\n");
     const std::string whole = slurp(file("tiny.bin"));
@@ -209,14 +220,20 @@ std::vector<Case> cases() {
          return ids;
        }() + " --print-ids", 2, {"--prompt-ids: the prompt has 129 tokens; the model's context is 128"}},
       // ---- case 8: model files are recognised ----
-      {"GenModelGguf", G, "--model {W}/junk/fake.gguf --prompt-ids 1", 2, {"--model: '", "not a llama2.c checkpoint", "GGUF is not supported"}},
-      {"GenModelRealGguf", G, "--model {S}/models/stories260K/stories260K.gguf --prompt-ids 1", 2,
-       {"--model:", "not a llama2.c checkpoint", "GGUF"}, true},
+      {"GenModelGguf", G, "--model {W}/junk/fake.gguf --prompt-ids 1", 2, {"--model: '", "fake.gguf': missing key 'general.architecture'"}},
+      {"GenGgufHugeCount", G, "--model {W}/junk/huge-count.gguf --prompt-ids 1", 2,
+       {"--model: '", "huge-count.gguf': metadata count 1152921504606846976 does not fit in the 0 bytes that remain"}},
+      {"GenGgufUnknownTensorType", G, "--model {W}/junk/unknown-type.gguf --prompt-ids 1", 2,
+       {"--model: '", "unknown-type.gguf': tensor 'token_embd.weight' has an unknown type 99"}},
+      {"GenGgufTruncatedTensor", G, "--model {W}/junk/short-tensor.gguf --prompt-ids 1", 2,
+       {"--model: '", "truncated: tensor 'token_embd.weight' (128 bytes at data offset 0) ends past the end of the file"}},
+      {"GenModelRealGguf", G, "--model {S}/models/stories260K/stories260K.gguf --prompt-ids 1 --steps 3 --temperature 0 --print-ids", 0,
+       {"[full] prompt 1 tok", "generated 3 tok"}, true},
       {"GenModelIsATokenizer", G, "--model {W}/junk/fake.model --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint", "SentencePiece"}},
       {"GenModelIsText", G, "--model {W}/junk/README.md --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint (it looks like a text file)"}},
       {"GenModelTruncated", G, "--model {W}/junk/truncated.bin --prompt-ids 1", 2, {"--model:", "not a llama2.c checkpoint", "truncated"}},
       {"GenModelFolderWithTwoCheckpoints", G, "--model {W}/two --prompt-ids 1", 2, {"--model:", "several checkpoints", "a.bin", "b.bin"}},
-      {"GenModelFolderWithoutCheckpoint", G, "--model {W}/none --prompt-ids 1", 2, {"--model:", "no llama2.c checkpoint (*.bin)"}},
+      {"GenModelFolderWithoutCheckpoint", G, "--model {W}/none --prompt-ids 1", 2, {"--model:", "no model (a llama2.c *.bin or a *.gguf) in the folder"}},
       {"GenModelMissing", G, "--prompt-ids 1", 2, {"--model: no model at '/nonexistent/kvevict'", "karpathy/tinyllamas"}, false,
        "KVEVICT_MODEL_DIR=/nonexistent/kvevict"},
       {"GenModelFromSharedDir", G, "--prompt-ids 1 --print-ids --steps 3", 0, {"generated 3 tok"}, false,
@@ -303,7 +320,7 @@ std::vector<Case> cases() {
       {"QualityPromptTooLong", Q, "--window 64 --prompt 63", 2, {"--prompt: 63 must be at most --window - 2 = 62"}},
       {"QualitySinksAboveSmallestBudget", Q, "--ratios 0.01 --prompt 256", 2, {"--sinks: S = 4 exceeds the budget k = 2", "--ratios 0.01"}},
       {"QualityTauNotANumber", Q, "--tau-init warm", 2, {"--tau-init: expected a number, got 'warm'"}},
-      {"QualityModelGguf", Q, "--model {W}/junk/fake.gguf --out {W}/q", 2, {"--model:", "GGUF is not supported"}},
+      {"QualityModelGguf", Q, "--model {W}/junk/fake.gguf --out {W}/q", 2, {"--model:", "missing key 'general.architecture'"}},
       {"QualityTokenizerOfAnotherModel", Q, kSmall + "--tokenizer {S}/models/babyllama-char105/tok105.model --windows 1 --out {W}/q", 2,
        {"--tokenizer: '", "has 105 pieces but the model"}, true},
       {"QualityTooManyWindows", Q, kSmall + "--data {S}/data/tinystories-val/tinystories_val.txt --windows 100000 --out {W}/q", 2, {"--windows: 100000 exceeds the", "windows of 512 tokens"}, true},
