@@ -367,6 +367,83 @@ def raw_seed(body):
             return e.bytes(body)
     raise AssertionError("no consistent length encoding")
 
+# ---------------------------------------------------------------- helpers (see helpers.cpp)
+HUGE_K = [SIZE_MAX, 2**53, 2**53 + 1, 2**63 + 3, 2**26, 2**40]
+HOSTILE = [0.0, -1.0, 1e-300, 1e300, -1e300, 1e-320, "inf", "-inf", "nan", 1e150, 0.5, 1e6]
+
+
+class Helpers(Encoder):
+    def usual(self, x):  # pick_double's usual branch: usual * x / 8
+        return self.int_in(1, 0, 3).int_in(x, -40, 40)
+
+    def hostile(self, value):
+        return self.int_in(0, 0, 3).pick(HOSTILE.index(value), len(HOSTILE))
+
+    def view(self, nkv, cap, hd, n, values=0):
+        """DrawnView: head-major, no padding, strides as drawn, every head holding n, no null."""
+        self.int_in(nkv, 0, 4).int_in(cap, 0, 8).int_in(hd, 0, 5).boolean(False).int_in(0, 0, 2)
+        self.int_in(1, 0, 7).int_in(1, 0, 7).int_in(n, 0, cap + 4)
+        for _ in range(max(nkv, 1)):
+            self.int_in(1, 0, 7)
+        need = (nkv - 1) * cap * hd + (cap - 1) * hd + hd if nkv and cap and hd else 1
+        for i in range(need):
+            self.int_in((i % 9) - 4, -8, 8)
+        return self.int_in(0, 0, 15)
+
+    def budgets(self, n_layers, k_huge=None, k=None):
+        self.int_in(2, 0, 2).int_in(n_layers, 0, 40)
+        if k_huge is not None:
+            return self.int_in(0, 0, 3).pick(HUGE_K.index(k_huge), len(HUGE_K))
+        return self.int_in(1, 0, 3).int_in(k, 0, 300)
+
+
+def helpers_seeds():
+    # layer_budgets: PyramidKV with k = SIZE_MAX (UBSan, a spin in round_to_total), beta 20, reserved 0.
+    e = Helpers().budgets(4, k_huge=SIZE_MAX).int_in(1, 0, 2).usual(8).int_in(0, 0, 40)
+    write("helpers", "regression-pyramid-k-size-max", e.boolean(True).boolean(True).bytes())
+    # weights 1,1 with k = 2^63 + 3: n_layers * k wrapped and returned 3 3.
+    e = Helpers().budgets(2, k_huge=2**63 + 3).int_in(2, 0, 2).boolean(True)
+    for _ in range(2):
+        e.int_in(1, 0, 9).int_in(1, 0, 4)
+    write("helpers", "regression-weights-k-2pow63", e.boolean(True).boolean(True).bytes())
+    # weights 1,0,0,0 with floor k / 2 at k = 2^26: O(floor * n) floor pass.
+    e = Helpers().budgets(4, k_huge=2**26).int_in(2, 0, 2).boolean(True)
+    for w in (1, 0, 0, 0):
+        e.int_in(1, 0, 9).int_in(w, 0, 4)
+    write("helpers", "regression-floor-half-k-2pow26", e.boolean(False).boolean(True).boolean(True).bytes())
+    # ties of the floor pass: weights 1,1,0 over 3 layers, k = 2 -> 3 2 1.
+    e = Helpers().budgets(3, k=2).int_in(2, 0, 2).boolean(True)
+    for w in (1, 1, 0):
+        e.int_in(1, 0, 9).int_in(w, 0, 4)
+    write("helpers", "regression-floor-ties-110", e.boolean(True).boolean(True).bytes())
+    # attention_logits on a view with n_kv_heads = 0 (SIGFPE inside its own check), n_q_heads 1.
+    e = Helpers().int_in(0, 0, 2).view(0, 8, 2, 0).int_in(1, 0, 9)
+    for _ in range(2 + 4):
+        e.int_in(4, -8, 8)
+    write("helpers", "regression-attention-zero-kv-heads", e.int_in(0, 0, 5).int_in(2, -4, 4).bytes())
+    # attention_logits on lengths 12 > capacity 8 (read past K).
+    e = Helpers().int_in(0, 0, 2).view(1, 8, 2, 12).int_in(1, 0, 9)
+    for _ in range(2 + 4):
+        e.int_in(4, -8, 8)
+    write("helpers", "regression-attention-length-above-capacity", e.int_in(0, 0, 5).int_in(2, -4, 4).bytes())
+    # attention_logits with bias == out (the logits doubled): 1 KV head, 4 slots, 3 live, head_dim 1.
+    e = Helpers().int_in(0, 0, 2).view(1, 4, 1, 3).int_in(1, 0, 9)
+    for _ in range(3 + 3 + 1 + 4):
+        e.int_in(8, -8, 8)
+    write("helpers", "regression-attention-bias-is-out", e.int_in(2, 0, 5).int_in(2, -4, 4).bytes())
+    # rope_rotate_keys on lengths 12 > capacity 8 (heap overflow at rope.hpp:73), theta 10000, delta 7.
+    e = Helpers().int_in(1, 0, 2).view(1, 8, 4, 12).boolean(True).usual(8).usual(8).int_in(0, 0, 2)
+    write("helpers", "regression-rope-length-above-capacity", e.int_in(0, 0, 4).int_in(0, 0, 9).bytes())
+    # rope_rotate_keys with theta = 1e-300, delta = 1e300: the angle overflowed, NaN written into K.
+    e = Helpers().int_in(1, 0, 2).view(1, 2, 4, 1).boolean(True).hostile(1e-300).hostile(1e300).int_in(0, 0, 2)
+    write("helpers", "regression-rope-infinite-angle", e.int_in(0, 0, 4).int_in(0, 0, 9).bytes())
+
+
+def trace_json_duplicate_seeds():
+    write("trace_json", "regression-duplicate-key", b'{"prompt_len": 1, "logits": [[[0]]], "prompt_len": 2}')
+    write("trace_json", "regression-duplicate-meta-key",
+          b'{"prompt_len": 1, "meta": {"a": 1, "a": 2}, "logits": [[[0]]]}')
+
 
 if __name__ == "__main__":
     cache_ops_seeds()
@@ -376,3 +453,5 @@ if __name__ == "__main__":
     npy_seeds()
     llama2_seeds()
     tokenizer_seeds()
+    helpers_seeds()
+    trace_json_duplicate_seeds()

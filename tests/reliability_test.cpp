@@ -148,6 +148,16 @@ TEST(LayerBudgetsBounds, RejectKAbove2To53AndAnOverflowingTotal) {
             (std::vector<std::size_t>{std::size_t{1} << 52, std::size_t{1} << 52}));
 }
 
+TEST(LayerBudgetsBounds, HugeWeightsGiveTheirSharesNotInfinity) {
+  // total · w overflowed to inf for w = 1e300 and total = 2^28 (a float-to-size_t conversion of inf).
+  EXPECT_EQ(kvevict::layer_budgets(kvevict::LayerBudgets::make_weights({1e300, 1e300}), 2, std::size_t{1} << 27),
+            (std::vector<std::size_t>{std::size_t{1} << 27, std::size_t{1} << 27}));
+  EXPECT_EQ(message_of([] {
+              (void)kvevict::layer_budgets(kvevict::LayerBudgets::make_weights({1e308, 1e308}), 2, 4);
+            }),
+            "kvevict::layer_budgets: the weights sum to inf (scale them down)");
+}
+
 TEST(LayerBudgetsFloor, TiesGiveTheTokensOfTheHigherLayer) {
   EXPECT_EQ(kvevict::layer_budgets(kvevict::LayerBudgets::make_weights({1, 1, 0}), 3, 2),
             (std::vector<std::size_t>{3, 2, 1}));

@@ -166,7 +166,7 @@ inline std::vector<std::size_t> round_to_total(const std::vector<double>& t, std
 /// Throws `std::invalid_argument` naming the value for `n_layers == 0`, `k == 0`, `k > 2^53` or
 /// `n_layers · k > 2^53` (as `Budget::tokens`: exact in double), `floor == 0`,
 /// `n_layers · floor > n_layers · k` (`floor > k`), β < 1 or not finite, `reserved > k`, a weights list
-/// whose size is not `n_layers` or that holds a negative / non-finite value or sums to 0.
+/// whose size is not `n_layers` or that holds a negative / non-finite value or sums to 0 or to inf.
 /// O(n_layers · log n_layers + n_layers · log k); allocates the result.
 inline std::vector<std::size_t> layer_budgets(const LayerBudgets& schedule, std::size_t n_layers, std::size_t k,
                                               std::size_t prompt_len = 0) {
@@ -208,7 +208,9 @@ inline std::vector<std::size_t> layer_budgets(const LayerBudgets& schedule, std:
       sum += schedule.weights[l];
     }
     detail::require(sum > 0.0, who, ": the weights sum to 0");
-    for (std::size_t l = 0; l < n_layers; ++l) t[l] = static_cast<double>(total) * schedule.weights[l] / sum;
+    detail::require(std::isfinite(sum), who, ": the weights sum to ", sum, " (scale them down)");
+    // The share first (<= 1), then the tokens: total · w overflowed to inf for w near 1e300.
+    for (std::size_t l = 0; l < n_layers; ++l) t[l] = static_cast<double>(total) * (schedule.weights[l] / sum);
   }
   return detail::round_to_total(t, total, schedule.floor);
 }
