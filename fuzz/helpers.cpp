@@ -56,7 +56,8 @@ struct DrawnView {
     if (in.ConsumeIntegralInRange<int>(0, 7) == 0) view.slot_stride = in.ConsumeIntegralInRange<std::size_t>(0, 9);
     len.resize(std::max<std::size_t>(view.n_kv_heads, 1));
     const std::size_t n = in.ConsumeIntegralInRange<std::size_t>(0, view.capacity + 4);
-    for (auto& l : len) l = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? in.ConsumeIntegralInRange<std::size_t>(0, 12) : n;
+    for (auto& l : len)
+      l = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? in.ConsumeIntegralInRange<std::size_t>(0, 12) : n;
     pos.assign(std::max<std::size_t>(view.n_kv_heads * view.capacity, 1), 0);
     for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<std::int64_t>(i);
     view.positions = pos.data();
@@ -173,7 +174,8 @@ void fuzz_layer_budgets(FuzzedDataProvider& in) {
     case 1: s = LayerBudgets::make_pyramid(pick_double(in, 20.0), in.ConsumeIntegralInRange<std::size_t>(0, 40)); break;
     default: {
       std::vector<double> w(in.ConsumeBool() ? n_layers : in.ConsumeIntegralInRange<std::size_t>(0, 40));
-      for (auto& x : w) x = in.ConsumeIntegralInRange<int>(0, 9) == 0 ? pick_double(in, 1.0) : in.ConsumeIntegralInRange<int>(0, 4);
+      for (auto& x : w)
+        x = in.ConsumeIntegralInRange<int>(0, 9) == 0 ? pick_double(in, 1.0) : in.ConsumeIntegralInRange<int>(0, 4);
       s = LayerBudgets::make_weights(std::move(w));
     }
   }

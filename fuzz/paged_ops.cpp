@@ -4,11 +4,11 @@
 // Input bytes choose one layer's page pool (1–24 pages of 1–6 slots or 64, 1–3 KV heads, head_dim 1–4,
 // NHD or HND, float or Eigen::half) — its own free list, or an engine's allocate / release
 // callbacks whose allocate may return no page while it has some, an id out of range, an id in
-// use, or throw, and whose (noexcept) release records every page — and up to three sequences on it, each with a page table of
-// 1–10 entries and a PagedCache (every policy through make_paged_cache or the aliases; token or
-// page unit; start_pages 0–2; sum or mean page score; budgets and windows as counts including 0,
-// > capacity and huge, or ratios; GQA group 1–3; SnapKV with both decode rules; an executor claiming
-// 1, 2, 3, 7 or SIZE_MAX workers). A construction that throws invalid_argument leaves
+// use, or throw, and whose (noexcept) release records every page — and up to three sequences on it,
+// each with a page table of 1–10 entries and a PagedCache (every policy through make_paged_cache or
+// the aliases; token or page unit; start_pages 0–2; sum or mean page score; budgets and windows as
+// counts including 0, > capacity and huge, or ratios; GQA group 1–3; SnapKV with both decode rules;
+// an executor claiming 1, 2, 3, 7 or SIZE_MAX workers). A construction that throws invalid_argument leaves
 // the sequence without a cache (its storage is still appended to and released). Then up to 128
 // calls: PagePool::append (valid and invalid positions; an empty pool or a full table must throw
 // length_error), prefill and decode_step with random / NaN / ±inf logits, wrong lengths and a

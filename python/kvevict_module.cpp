@@ -332,7 +332,8 @@ class PyCache {
       if (k_obj_.ptr() == v_obj_.ptr() || k_obj_.data() == v_obj_.data())
         throw py::value_error("k and v must be different arrays");
       {  // views of one buffer (v = k shifted by a row) would make every V write clobber K
-        const auto k0 = reinterpret_cast<std::uintptr_t>(k_obj_.data()), v0 = reinterpret_cast<std::uintptr_t>(v_obj_.data());
+        const auto k0 = reinterpret_cast<std::uintptr_t>(k_obj_.data());
+        const auto v0 = reinterpret_cast<std::uintptr_t>(v_obj_.data());
         const auto kn = static_cast<std::uintptr_t>(k_obj_.nbytes()), vn = static_cast<std::uintptr_t>(v_obj_.nbytes());
         if (k0 < v0 + vn && v0 < k0 + kn)
           throw py::value_error("k and v overlap in memory (views of one buffer); give each its own array");

@@ -326,7 +326,8 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
     app.add_option("--kv-layout", flags.kv_layout_text,
                    "KV storage: contiguous (default) or paged (pages from a per-layer pool, addressed by a page table)")
         ->type_name("contiguous|paged");
-    app.add_option("--page-size", flags.page_size_text, "tokens per page with --kv-layout paged (default 16, at most 4096)")
+    app.add_option("--page-size", flags.page_size_text,
+                   "tokens per page with --kv-layout paged (default 16, at most 4096)")
         ->type_name("N");
     app.add_option("--evict-unit", flags.evict_unit_text,
                    "with --kv-layout paged: token (default; equals --shared-heads on the contiguous layout) or page "

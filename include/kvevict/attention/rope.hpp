@@ -56,8 +56,8 @@ inline void check_rope(std::size_t head_dim, double delta, const RopeSpec& spec,
   require(std::isfinite(delta), who, ": delta must be finite (got ", delta, ")");
   // The largest angle, delta · θ^(−2i/d) over the pairs (i = 0 or i = d/2 − 1), must be finite: an
   // infinite angle (θ = 1e-300, delta = 1e300) has cos and sin NaN, which would be written into K.
-  const double max_freq =
-      spec.theta >= 1.0 ? 1.0 : std::pow(spec.theta, -static_cast<double>(head_dim - 2) / static_cast<double>(head_dim));
+  const double exponent = -static_cast<double>(head_dim - 2) / static_cast<double>(head_dim);
+  const double max_freq = spec.theta >= 1.0 ? 1.0 : std::pow(spec.theta, exponent);
   require(std::isfinite(max_freq) && std::isfinite(std::fabs(delta) * max_freq), who, ": the angle delta * theta^(-",
           head_dim - 2, "/", head_dim, ") = ", std::fabs(delta) * max_freq, " is not finite (delta = ", delta,
           ", theta = ", spec.theta, ")");
