@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <set>
@@ -43,6 +44,7 @@
 #include <kvevict/kvevict.hpp>
 
 #include "fuzz_util.hpp"
+#include "thread_pool.hpp"
 
 namespace {
 
@@ -151,7 +153,8 @@ enum class Kind { recent_topk, sink_recent, other };  // other: only the policy-
 /// An executor that claims `w` workers and runs the tasks serially, forwards or backwards: it
 /// drives the cache's task splitting (prefill per query head; a step's row checks, rows and
 /// evictions per KV head) under the invariants below and the sanitizers. Rows split into 512-slot
-/// ranges need more slots than this harness's capacity; tests/parallel_test.cpp covers them.
+/// ranges when a view (rarely) has more than 512 slots and the executor claims more workers than
+/// there are KV heads (up to SIZE_MAX).
 struct OrderExecutor {
   std::size_t w = 1;
   bool backwards = false;
@@ -209,11 +212,15 @@ CacheConfig pick_config(FuzzedDataProvider& in, std::size_t nkv, std::size_t cap
   CacheConfig c;
   const std::size_t g = in.ConsumeIntegralInRange<std::size_t>(1, 3);
   c.n_q_heads = nkv * g;
-  if (in.ConsumeIntegralInRange<int>(0, 31) == 0) c.n_q_heads = in.ConsumeIntegralInRange<std::size_t>(0, 13);
+  static const std::size_t huge_q[] = {(std::size_t{1} << 40) + 1, (std::size_t{1} << 62) + 1, SIZE_MAX};
+  if (in.ConsumeIntegralInRange<int>(0, 31) == 0)  // wrong, and (validated before any allocation) huge
+    c.n_q_heads = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 13) : in.PickValueInArray(huge_q);
   c.budget = in.ConsumeBool() ? Budget::tokens(pick_count(in, cap)) : Budget::ratio(pick_ratio(in, false));
   c.recent = in.ConsumeBool() ? RecentWindow::tokens(pick_count(in, cap)) : RecentWindow::ratio(pick_ratio(in, true));
   c.shared_heads = in.ConsumeBool();
   c.seed = in.ConsumeIntegral<std::uint64_t>();
+  c.bounded_prefill = in.ConsumeIntegralInRange<int>(0, 3) == 0;
+  c.max_prefill_chunk = in.ConsumeBool() ? 0 : in.ConsumeIntegralInRange<std::size_t>(0, cap + 2);
   return c;
 }
 
@@ -308,34 +315,58 @@ std::vector<float> pick_floats(FuzzedDataProvider& in, std::size_t count) {
 }
 
 template <class T>
+struct Side {  // one cache over its own storage
+  Layer<T> layer;
+  Subject s;
+};
+
+/// A chunk that was scored, kept to rebuild the one-shot prompt: `C` rows over `n` slots, logits
+/// `[q_head][C][n]` and, if injected, noise in the same layout.
+struct Chunk {
+  std::size_t C = 0, n = 0;
+  std::vector<float> x, z;
+};
+
+template <class T>
 struct Harness {
-  Layer<T>& layer;
-  Subject& s;
+  Side<T>& main;
+  Side<T>* twin;  // the same cache on real threads (or null): every call must agree bit for bit
+  std::function<void(FuzzedDataProvider&)> to_config;  // positions a fresh provider where the config starts
+  const std::uint8_t* data;                           // the input, to build one-shot twins from
+  std::size_t size;
   std::vector<std::int64_t> accepted;  // positions accepted by prefill / decode since the last reset, ascending
   std::size_t managed = 0;             // slots [0, managed) are the cache's (the rest: appended since)
   bool prefilled = false;
+  bool chunking = false;               // some chunk was scored, finish_prefill not yet called
+  bool replayable = true;              // every chunk so far is materialised with the same noise mode
+  std::vector<Chunk> chunks;
+  std::string error;                   // the last call's exception message
 
-  std::string where() const { return s.name; }
+  Layer<T>& layer() { return main.layer; }
+  const Layer<T>& layer() const { return main.layer; }
+  Subject& s() { return main.s; }
+  const Subject& s() const { return main.s; }
+  std::string where() const { return main.s.name; }
 
   void check_common() const {
-    const KVView<T>& kv = layer.view;
-    for (std::size_t h = 0; h < layer.nkv; ++h) {
-      KVFUZZ_CHECK(kv.lengths[h] <= layer.cap, where(), ": head ", h, " length ", kv.lengths[h], " > capacity");
+    const KVView<T>& kv = layer().view;
+    for (std::size_t h = 0; h < layer().nkv; ++h) {
+      KVFUZZ_CHECK(kv.lengths[h] <= layer().cap, where(), ": head ", h, " length ", kv.lengths[h], " > capacity");
       KVFUZZ_CHECK(kv.lengths[h] == kv.lengths[0], where(), ": head ", h, " length ", kv.lengths[h], ", head 0 ",
                    kv.lengths[0]);
-      KVFUZZ_CHECK(s.cache->length(h) == kv.lengths[h], where(), ": length(h) disagrees with the view");
+      KVFUZZ_CHECK(s().cache->length(h) == kv.lengths[h], where(), ": length(h) disagrees with the view");
     }
     KVFUZZ_CHECK(managed <= kv.lengths[0], where(), ": managed ", managed, " > length ", kv.lengths[0]);
     if (!prefilled) return;
     const std::set<std::int64_t> acc(accepted.begin(), accepted.end());
     std::vector<std::int64_t> expect;  // StreamingLLM's exact kept set
-    if (s.kind == Kind::sink_recent) {
-      const std::size_t first = std::min(s.sinks, managed);
+    if (s().kind == Kind::sink_recent) {
+      const std::size_t first = std::min(s().sinks, managed);
       expect.assign(accepted.begin(), accepted.begin() + static_cast<std::ptrdiff_t>(first));
       expect.insert(expect.end(), accepted.end() - static_cast<std::ptrdiff_t>(managed - first), accepted.end());
     }
-    const std::size_t w = std::min(s.cache->recent_window(), managed);
-    for (std::size_t h = 0; h < layer.nkv; ++h) {
+    const std::size_t w = std::min(s().cache->recent_window(), managed);
+    for (std::size_t h = 0; h < layer().nkv; ++h) {
       const std::int64_t* pos = kv.head_positions(h);
       std::vector<std::int64_t> kept(pos, pos + managed);
       std::sort(kept.begin(), kept.end());
@@ -344,13 +375,13 @@ struct Harness {
       for (std::size_t i = 0; i < managed; ++i) {
         KVFUZZ_CHECK(acc.count(pos[i]) == 1, where(), ": head ", h, " slot ", i, " position ", pos[i],
                      " was never accepted");
-        KVFUZZ_CHECK(layer.row_matches(h, i), where(), ": head ", h, " slot ", i, " K/V bytes are not position ",
+        KVFUZZ_CHECK(layer().row_matches(h, i), where(), ": head ", h, " slot ", i, " K/V bytes are not position ",
                      pos[i], "'s");
-        const float sc = s.cache->scores(h)[i];
+        const float sc = s().cache->scores(h)[i];
         KVFUZZ_CHECK(std::isfinite(sc) && sc >= 0.0f, where(), ": head ", h, " slot ", i, " score ", sc);
       }
-      if (s.kind == Kind::other) continue;
-      if (s.kind == Kind::sink_recent) {
+      if (s().kind == Kind::other) continue;
+      if (s().kind == Kind::sink_recent) {
         KVFUZZ_CHECK(kept == expect, where(), ": head ", h, " StreamingLLM kept set differs from sinks + recent");
       } else {
         for (std::size_t i = accepted.size() - w; i < accepted.size(); ++i)
@@ -360,31 +391,51 @@ struct Harness {
     }
   }
 
+  /// Runs `f(layer, cache)` on one side; returns whether it succeeded (the message in `err`). A throw
+  /// must leave that side exactly as it was.
   template <class F>
-  bool call(const char* op, F&& f) {
-    const Snapshot before = snapshot(layer, *s.cache);
+  static bool run_on(Side<T>& side, const char* op, F& f, std::string& err) {
+    const Snapshot before = snapshot(side.layer, *side.s.cache);
     static const bool trace = std::getenv("KVFUZZ_TRACE") != nullptr;  // print every call (reproducing)
     if (trace) {
-      std::fprintf(stderr, "%s %s: length %zu, positions", s.name.c_str(), op, layer.view.lengths[0]);
-      for (std::size_t i = 0; i < layer.view.lengths[0]; ++i)
-        std::fprintf(stderr, " %lld", static_cast<long long>(layer.view.head_positions(0)[i]));
+      std::fprintf(stderr, "%s %s: length %zu, positions", side.s.name.c_str(), op, side.layer.view.lengths[0]);
+      for (std::size_t i = 0; i < side.layer.view.lengths[0]; ++i)
+        std::fprintf(stderr, " %lld", static_cast<long long>(side.layer.view.head_positions(0)[i]));
       std::fprintf(stderr, "\n");
     }
     try {
-      f();
+      f(side.layer, *side.s.cache);
+      err.clear();
       return true;
     } catch (const std::invalid_argument& e) {
-      if (trace) std::fprintf(stderr, "  -> invalid_argument: %s\n", e.what());
+      err = e.what();
     } catch (const std::length_error& e) {
-      if (trace) std::fprintf(stderr, "  -> length_error: %s\n", e.what());
+      err = e.what();
     }
-    KVFUZZ_CHECK(snapshot(layer, *s.cache) == before, where(), ": ", op, " threw but changed the state");
+    if (trace) std::fprintf(stderr, "  -> %s\n", err.c_str());
+    KVFUZZ_CHECK(snapshot(side.layer, *side.s.cache) == before, side.s.name, ": ", op,
+                 " threw but changed the state");
     return false;
   }
 
+  /// `f(layer, cache)` on the subject and on its twin on real threads: same outcome, same message,
+  /// and the same state bit for bit (K/V bytes, positions, lengths, scores, budget, window, step, τ).
+  template <class F>
+  bool call(const char* op, F&& f) {
+    const bool ok = run_on(main, op, f, error);
+    if (twin == nullptr) return ok;
+    std::string twin_error;
+    const bool twin_ok = run_on(*twin, op, f, twin_error);
+    KVFUZZ_CHECK(ok == twin_ok && error == twin_error, where(), ": ", op, " on real threads: ",
+                 twin_ok ? "ok" : twin_error, ", serial: ", ok ? "ok" : error);
+    KVFUZZ_CHECK(snapshot(main.layer, *main.s.cache) == snapshot(twin->layer, *twin->s.cache), where(), ": ", op,
+                 " on real threads left another state than the serial executor");
+    return ok;
+  }
+
   std::int64_t pick_position(FuzzedDataProvider& in) const {
-    const std::size_t n = layer.view.lengths[0];
-    const std::int64_t last = n > 0 ? layer.view.head_positions(0)[n - 1] : -1;
+    const std::size_t n = layer().view.lengths[0];
+    const std::int64_t last = n > 0 ? layer().view.head_positions(0)[n - 1] : -1;
     auto plus = [last](std::int64_t d) {  // saturating: the harness itself must not overflow
       std::int64_t r = 0;
       if (__builtin_add_overflow(last, d, &r)) return d > 0 ? std::numeric_limits<std::int64_t>::max()
@@ -402,31 +453,106 @@ struct Harness {
     }
   }
 
+  /// After a successful chunk of `C` rows over `n` slots whose new positions were `fresh`.
+  void took_chunk(std::size_t C, std::size_t n, const std::vector<std::int64_t>& fresh) {
+    const KVView<T>& kv = layer().view;
+    KVFUZZ_CHECK(!prefilled, where(), ": a chunk was accepted after the prompt was finished");
+    KVFUZZ_CHECK(C >= 1 && n == managed + C && fresh.size() == C, where(), ": prefill_chunk(C = ", C, ", n = ", n,
+                 ") accepted with ", managed, " tokens held");
+    KVFUZZ_CHECK(std::is_sorted(fresh.begin(), fresh.end()) &&
+                     std::adjacent_find(fresh.begin(), fresh.end()) == fresh.end() &&
+                     (accepted.empty() || fresh.front() > accepted.back()),
+                 where(), ": a chunk with positions that do not rise was accepted");
+    const std::size_t k = s().cache->budget();  // 0 until the prompt is finished
+    KVFUZZ_CHECK(k == 0, where(), ": budget ", k, " resolved before finish_prefill");
+    accepted.insert(accepted.end(), fresh.begin(), fresh.end());
+    managed = kv.lengths[0];
+    KVFUZZ_CHECK(managed <= n, where(), ": a chunk left ", managed, " slots of ", n);
+    chunking = true;
+  }
+
+  /// After a finished unbounded chunked prompt of materialised chunks: a fresh cache with the same
+  /// configuration, given the whole prompt in one prefill, must hold the same slots bit for bit.
+  void compare_with_one_shot() {
+    if (!replayable || chunks.empty()) return;
+    const std::size_t P = accepted.size(), nq = s().n_q;
+    const bool noisy = !chunks.front().z.empty();
+    std::vector<float> x(nq * P * P, kNaN), z(noisy ? nq * P * P : 0, kNaN);
+    std::size_t held = 0;
+    for (const Chunk& c : chunks) {
+      for (std::size_t h = 0; h < nq; ++h)
+        for (std::size_t i = 0; i < c.C; ++i)
+          for (std::size_t col = 0; col <= held + i; ++col) {
+            x[(h * P + held + i) * P + col] = c.x[(h * c.C + i) * c.n + col];
+            if (noisy) z[(h * P + held + i) * P + col] = c.z[(h * c.C + i) * c.n + col];
+          }
+      held += c.C;
+    }
+    const Layer<T>& L = layer();
+    Side<T> one{Layer<T>(L.nkv, L.cap, L.hd, L.view.slot_stride != L.row_stride, L.row_stride - L.hd), {}};
+    FuzzedDataProvider again(data, size);
+    to_config(again);
+    one.s = make_subject(again, pick_config(again, L.nkv, L.cap), one.layer.view);
+    for (const std::int64_t p : accepted) one.layer.append(p);
+    one.s.cache->prefill(x.data(), P, noisy ? z.data() : nullptr);
+    for (std::size_t h = 0; h < L.nkv; ++h) {
+      KVFUZZ_CHECK(one.layer.view.lengths[h] == L.view.lengths[h], where(), ": chunked prompt kept ",
+                   L.view.lengths[h], " slots, one-shot ", one.layer.view.lengths[h]);
+      for (std::size_t i = 0; i < L.view.lengths[h]; ++i) {
+        KVFUZZ_CHECK(one.layer.view.head_positions(h)[i] == L.view.head_positions(h)[i], where(), ": head ", h,
+                     " slot ", i, ": chunked position ", L.view.head_positions(h)[i], ", one-shot ",
+                     one.layer.view.head_positions(h)[i]);
+        KVFUZZ_CHECK(bits(one.s.cache->scores(h)[i]) == bits(s().cache->scores(h)[i]), where(), ": head ", h,
+                     " slot ", i, ": chunked score ", s().cache->scores(h)[i], ", one-shot ",
+                     one.s.cache->scores(h)[i], " (not bit for bit)");
+      }
+    }
+  }
+
+  void forget() {
+    accepted.clear();
+    managed = 0;
+    prefilled = chunking = false;
+    replayable = true;
+    chunks.clear();
+  }
+
   void run(FuzzedDataProvider& in) {
+    using CI = CacheInterface;
     for (int op = 0; op < 96 && in.remaining_bytes() > 0; ++op) {
-      const KVView<T>& kv = layer.view;
+      const KVView<T>& kv = layer().view;
       const std::size_t n = kv.lengths[0];
-      switch (in.ConsumeIntegralInRange<int>(0, 11)) {
-        case 0: case 1: case 2: case 3: {  // append
+      switch (in.ConsumeIntegralInRange<int>(0, 15)) {
+        case 0: case 1: case 2: case 3: {  // append; rarely a run of tokens (long prompts within 96 ops)
+          if (in.ConsumeIntegralInRange<int>(0, 31) == 0) {
+            const std::size_t count = in.ConsumeIntegralInRange<std::size_t>(1, layer().cap);
+            for (std::size_t t = 0; t < count; ++t) {
+              const std::size_t len = kv.lengths[0];
+              const std::int64_t last = len > 0 ? kv.head_positions(0)[len - 1] : -1;
+              if (last == std::numeric_limits<std::int64_t>::max()) break;
+              call("append", [&](Layer<T>& L, CI&) { L.append(last + 1); });
+            }
+            break;
+          }
           const std::int64_t p = pick_position(in);
-          call("append", [&] { layer.append(p); });
+          call("append", [&](Layer<T>& L, CI&) { L.append(p); });
           break;
         }
         case 4: case 5: {  // prefill
           std::size_t P = n;
-          if (in.ConsumeIntegralInRange<int>(0, 7) == 0) P = in.ConsumeIntegralInRange<std::size_t>(0, layer.cap + 1);
-          const std::vector<float> x = pick_floats(in, s.n_q * P * P);
+          if (in.ConsumeIntegralInRange<int>(0, 7) == 0) P = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+          const std::vector<float> x = pick_floats(in, s().n_q * P * P);
           const int ptrs = in.ConsumeIntegralInRange<int>(0, 7);
-          const std::vector<float> z = ptrs == 1 ? pick_floats(in, s.n_q * P * P) : std::vector<float>();
+          const std::vector<float> z = ptrs == 1 ? pick_floats(in, s().n_q * P * P) : std::vector<float>();
           const std::vector<std::int64_t> prompt(kv.head_positions(0), kv.head_positions(0) + n);
-          const bool ok = call("prefill", [&] {
-            s.cache->prefill(ptrs == 0 ? nullptr : x.data(), P, z.empty() ? nullptr : z.data());
+          const bool ok = call("prefill", [&](Layer<T>&, CI& c) {
+            c.prefill(ptrs == 0 ? nullptr : x.data(), P, z.empty() ? nullptr : z.data());
           });
           if (ok) {
-            KVFUZZ_CHECK(!prefilled, where(), ": a second prefill succeeded");
-            const std::size_t k = s.cache->budget();
-            KVFUZZ_CHECK(k >= 1 && s.cache->recent_window() <= k, where(), ": resolved k = ", k, ", w = ",
-                         s.cache->recent_window());
+            KVFUZZ_CHECK(!prefilled && !chunking, where(), ": a prefill succeeded after another prefill or a chunk");
+            const std::size_t k = s().cache->budget();
+            KVFUZZ_CHECK(k >= 1 && s().cache->recent_window() <= k, where(), ": resolved k = ", k, ", w = ",
+                         s().cache->recent_window());
             KVFUZZ_CHECK(kv.lengths[0] == std::min(k, P), where(), ": prefill kept ", kv.lengths[0],
                          " slots, expected min(k = ", k, ", P = ", P, ")");
             KVFUZZ_CHECK(std::is_sorted(prompt.begin(), prompt.end()), where(), ": unordered prompt accepted");
@@ -438,21 +564,21 @@ struct Harness {
         }
         case 6: case 7: case 8: {  // decode step
           std::size_t m = n;
-          if (in.ConsumeIntegralInRange<int>(0, 7) == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer.cap + 1);
-          const std::vector<float> x = pick_floats(in, s.n_q * m);
+          if (in.ConsumeIntegralInRange<int>(0, 7) == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+          const std::vector<float> x = pick_floats(in, s().n_q * m);
           const int ptrs = in.ConsumeIntegralInRange<int>(0, 7);
-          const std::vector<float> z = ptrs == 1 ? pick_floats(in, s.n_q * m) : std::vector<float>();
+          const std::vector<float> z = ptrs == 1 ? pick_floats(in, s().n_q * m) : std::vector<float>();
           const std::int64_t new_pos = m >= 1 && m <= n ? kv.head_positions(0)[m - 1] : 0;
           const std::size_t before = managed;
-          const bool ok = call("decode_step", [&] {
-            s.cache->decode_step(ptrs == 0 ? nullptr : x.data(), m, z.empty() ? nullptr : z.data());
+          const bool ok = call("decode_step", [&](Layer<T>&, CI& c) {
+            c.decode_step(ptrs == 0 ? nullptr : x.data(), m, z.empty() ? nullptr : z.data());
           });
           if (ok) {
             KVFUZZ_CHECK(prefilled && m == before + 1 && m == n, where(), ": decode_step(n = ", m,
                          ") accepted with ", before, " managed slots, view length ", n);
             KVFUZZ_CHECK(accepted.empty() || new_pos > accepted.back(), where(), ": decode accepted position ",
                          new_pos, " after ", accepted.back());
-            const std::size_t k = s.cache->budget();
+            const std::size_t k = s().cache->budget();
             KVFUZZ_CHECK(kv.lengths[0] == std::min(m, k), where(), ": decode step left ", kv.lengths[0],
                          " slots, expected min(n = ", m, ", k = ", k, ")");
             accepted.push_back(new_pos);
@@ -460,13 +586,13 @@ struct Harness {
           }
           break;
         }
-        case 9: {  // sorts the managed slots (before prefill: all); slots appended since the last step stay
-          const std::vector<std::int64_t> before = layer.pos;
-          const std::size_t sorted = prefilled ? managed : n;
-          if (call("restore_position_order", [&] { s.cache->restore_position_order(); }))
-            for (std::size_t h = 0; h < layer.nkv; ++h) {
+        case 9: {  // sorts the managed slots (before any prompt: all); slots appended since stay
+          const std::vector<std::int64_t> before = layer().pos;
+          const std::size_t sorted = prefilled || chunking ? managed : n;
+          if (call("restore_position_order", [&](Layer<T>&, CI& c) { c.restore_position_order(); }))
+            for (std::size_t h = 0; h < layer().nkv; ++h) {
               const std::int64_t* p = kv.head_positions(h);
-              const std::int64_t* q = before.data() + h * layer.cap;
+              const std::int64_t* q = before.data() + h * layer().cap;
               KVFUZZ_CHECK(std::is_sorted(p, p + sorted), where(), ": restore_position_order left head ", h,
                            " unsorted");
               KVFUZZ_CHECK(std::equal(p + sorted, p + n, q + sorted), where(),
@@ -474,19 +600,77 @@ struct Harness {
             }
           break;
         }
-        case 10:
-          call("reset", [&] { s.cache->reset(in.ConsumeIntegral<std::uint64_t>()); });
-          KVFUZZ_CHECK(kv.lengths[0] == 0 && s.cache->step() == 0 && s.cache->budget() == 0, where(),
+        case 10: {
+          const std::uint64_t seed = in.ConsumeIntegral<std::uint64_t>();
+          call("reset", [&](Layer<T>&, CI& c) { c.reset(seed); });
+          KVFUZZ_CHECK(kv.lengths[0] == 0 && s().cache->step() == 0 && s().cache->budget() == 0, where(),
                        ": reset left state behind");
-          accepted.clear();
-          managed = 0;
-          prefilled = false;
+          forget();
           break;
+        }
+        case 11: case 12: {  // a chunk of the prompt, materialised: usually every slot appended since
+          std::size_t C = n >= managed ? n - managed : 0, m = n;
+          if (in.ConsumeIntegralInRange<int>(0, 5) == 0) C = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+          if (in.ConsumeIntegralInRange<int>(0, 7) == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+          const std::vector<float> x = pick_floats(in, s().n_q * C * m);
+          const int ptrs = in.ConsumeIntegralInRange<int>(0, 7);
+          const std::vector<float> z = ptrs == 1 ? pick_floats(in, s().n_q * C * m) : std::vector<float>();
+          const std::vector<std::int64_t> fresh(kv.head_positions(0) + std::min(managed, n), kv.head_positions(0) + n);
+          const bool ok = call("prefill_chunk", [&](Layer<T>&, CI& c) {
+            c.prefill_chunk(ptrs == 0 ? nullptr : x.data(), C, m, z.empty() ? nullptr : z.data());
+          });
+          if (ok) {
+            took_chunk(C, m, fresh);
+            if (!chunks.empty() && chunks.front().z.empty() != z.empty()) replayable = false;
+            chunks.push_back(Chunk{C, m, x, z});
+          }
+          break;
+        }
+        case 13: {  // a chunk scored from Q and K, with the cache's query-head count or another one
+          std::size_t C = n >= managed ? n - managed : 0, nq = s().n_q;
+          if (in.ConsumeIntegralInRange<int>(0, 5) == 0) C = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+          switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+            case 0: nq = 2 * s().n_q; break;
+            case 1: nq = std::max<std::size_t>(1, s().n_q / 2); break;
+            case 2: nq = in.ConsumeIntegralInRange<std::size_t>(0, 9); break;
+            default: break;
+          }
+          std::vector<float> q(C * nq * layer().hd);
+          for (float& f : q) f = static_cast<float>(in.ConsumeIntegralInRange<int>(-16, 16)) / 8.0f;
+          const std::size_t scratch_cap = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? std::max<std::size_t>(1, n / 2)
+                                                                                     : layer().cap;
+          const float scale = in.ConsumeBool() ? 0.5f : 1.0f;
+          const std::vector<std::int64_t> fresh(kv.head_positions(0) + std::min(managed, n), kv.head_positions(0) + n);
+          const bool ok = call("prefill_chunk_qk", [&](Layer<T>& L, CI& c) {
+            QKChunkScratch scratch(scratch_cap, L.hd);
+            prefill_chunk_qk(c, L.view, q.empty() ? nullptr : q.data(), C, nq, scale, scratch);
+          });
+          if (ok) {
+            KVFUZZ_CHECK(nq == s().n_q, where(), ": prefill_chunk_qk accepted n_q_heads = ", nq, " for a cache of ",
+                         s().n_q);
+            took_chunk(C, n, fresh);
+            replayable = false;  // its logits are computed inside (GEMM): no one-shot replay
+          }
+          break;
+        }
+        case 14: {  // finish_prefill
+          if (call("finish_prefill", [&](Layer<T>&, CI& c) { c.finish_prefill(); })) {
+            KVFUZZ_CHECK(chunking && !prefilled, where(), ": finish_prefill succeeded without a chunked prompt");
+            const std::size_t k = s().cache->budget();
+            KVFUZZ_CHECK(k >= 1 && kv.lengths[0] == std::min(k, managed), where(), ": finish_prefill kept ",
+                         kv.lengths[0], " of ", managed, " slots with k = ", k);
+            managed = kv.lengths[0];
+            prefilled = true;
+            chunking = false;
+            if (!config().bounded_prefill) compare_with_one_shot();
+          }
+          break;
+        }
         default: {  // queries, including an out-of-range head
-          const std::size_t h = in.ConsumeIntegralInRange<std::size_t>(0, layer.nkv);
-          call("retained_positions", [&] {
-            const std::vector<std::int64_t> r = s.cache->retained_positions(h);
-            KVFUZZ_CHECK(h < layer.nkv && r.size() == kv.lengths[h] && std::is_sorted(r.begin(), r.end()), where(),
+          const std::size_t h = in.ConsumeIntegralInRange<std::size_t>(0, layer().nkv);
+          call("retained_positions", [&](Layer<T>& L, CI& c) {
+            const std::vector<std::int64_t> r = c.retained_positions(h);
+            KVFUZZ_CHECK(h < L.nkv && r.size() == L.view.lengths[h] && std::is_sorted(r.begin(), r.end()), where(),
                          ": retained_positions(", h, ")");
           });
           break;
@@ -495,30 +679,70 @@ struct Harness {
       check_common();
     }
   }
+
+  CacheConfig config_;
+  const CacheConfig& config() const { return config_; }
 };
 
-template <class T>
-void fuzz_one(FuzzedDataProvider& in) {
-  const std::size_t nkv = in.ConsumeIntegralInRange<std::size_t>(1, 4);
-  const std::size_t cap = in.ConsumeIntegralInRange<std::size_t>(1, kMaxCapacity);
-  const std::size_t hd = in.ConsumeIntegralInRange<std::size_t>(1, 8);
-  const bool slot_major = in.ConsumeBool();
-  const std::size_t pad = in.ConsumeIntegralInRange<std::size_t>(0, 2);
-  Layer<T> layer(nkv, cap, hd, slot_major, pad);
-  if (in.ConsumeIntegralInRange<int>(0, 31) == 0) layer.append(0);  // not empty at construction: must throw
+kvexample::ThreadPool& real_threads() {
+  static kvexample::ThreadPool pool(3);
+  return pool;
+}
 
-  Subject subject;
+/// The layer's geometry and the harness options, the first draws of an input after the element type.
+struct Geometry {
+  std::size_t nkv = 1, cap = 1, hd = 1, pad = 0;
+  bool slot_major = false, with_twin = false, not_empty = false;
+};
+Geometry draw_geometry(FuzzedDataProvider& in) {
+  Geometry g;
+  g.nkv = in.ConsumeIntegralInRange<std::size_t>(1, 4);
+  // Rarely more than 512 slots: a decode step then splits rows into chunk ranges on the executors
+  // that claim more workers than there are KV heads (the path where a huge workers() wrapped).
+  g.cap = in.ConsumeIntegralInRange<int>(0, 31) == 0 ? in.ConsumeIntegralInRange<std::size_t>(513, 540)
+                                                     : in.ConsumeIntegralInRange<std::size_t>(1, kMaxCapacity);
+  g.hd = in.ConsumeIntegralInRange<std::size_t>(1, 8);
+  g.slot_major = in.ConsumeBool();
+  g.pad = in.ConsumeIntegralInRange<std::size_t>(0, 2);
+  g.with_twin = in.ConsumeIntegralInRange<int>(0, 3) == 0;
+  g.not_empty = in.ConsumeIntegralInRange<int>(0, 31) == 0;
+  return g;
+}
+int draw_type(FuzzedDataProvider& in) { return in.ConsumeIntegralInRange<int>(0, 2); }
+
+template <class T>
+void fuzz_one(const std::uint8_t* data, std::size_t size) {
+  FuzzedDataProvider in(data, size);
+  (void)draw_type(in);
+  const Geometry g = draw_geometry(in);
+  const auto to_config = [](FuzzedDataProvider& p) {  // the same draws again, on a fresh provider
+    (void)draw_type(p);
+    (void)draw_geometry(p);
+  };
+  Side<T> main{Layer<T>(g.nkv, g.cap, g.hd, g.slot_major, g.pad), {}};
+  if (g.not_empty) main.layer.append(0);  // not empty at construction: must throw
+
+  CacheConfig config;
   try {
-    const CacheConfig config = pick_config(in, nkv, cap);
-    subject = make_subject(in, config, layer.view);
+    config = pick_config(in, g.nkv, g.cap);
+    main.s = make_subject(in, config, main.layer.view);
   } catch (const std::invalid_argument&) {
     return;  // a rejected configuration
   }
-  static const std::size_t workers[] = {1, 2, 3, 7, 16};
-  subject.executor = std::make_unique<OrderExecutor>(OrderExecutor{in.PickValueInArray(workers), in.ConsumeBool()});
-  subject.cache->set_executor(*subject.executor);
-  KVFUZZ_CHECK(layer.view.lengths[0] == 0, "a cache was built over a non-empty view");
-  Harness<T> harness{layer, subject, {}, 0, false};
+  static const std::size_t workers[] = {1, 2, 3, 7, 16, SIZE_MAX};
+  main.s.executor = std::make_unique<OrderExecutor>(OrderExecutor{in.PickValueInArray(workers), in.ConsumeBool()});
+  main.s.cache->set_executor(*main.s.executor);
+  KVFUZZ_CHECK(main.layer.view.lengths[0] == 0, "a cache was built over a non-empty view");
+  std::unique_ptr<Side<T>> twin;
+  if (g.with_twin) {  // the same subject from the same bytes, on three real threads
+    twin.reset(new Side<T>{Layer<T>(g.nkv, g.cap, g.hd, g.slot_major, g.pad), {}});
+    FuzzedDataProvider again(data, size);
+    to_config(again);
+    twin->s = make_subject(again, pick_config(again, g.nkv, g.cap), twin->layer.view);
+    twin->s.cache->set_executor(real_threads());
+    twin->s.name += " (real threads)";
+  }
+  Harness<T> harness{main, twin.get(), to_config, data, size, {}, 0, false, false, true, {}, {}, config};
   harness.run(in);
 }
 
@@ -526,10 +750,10 @@ void fuzz_one(FuzzedDataProvider& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 2)) {
-    case 0: fuzz_one<float>(in); break;
-    case 1: fuzz_one<Eigen::half>(in); break;
-    default: fuzz_one<Eigen::bfloat16>(in); break;
+  switch (draw_type(in)) {
+    case 0: fuzz_one<float>(data, size); break;
+    case 1: fuzz_one<Eigen::half>(data, size); break;
+    default: fuzz_one<Eigen::bfloat16>(data, size); break;
   }
   return 0;
 }

@@ -58,11 +58,16 @@ TAUS = [1.0, 2.0, 0.5, 0.0, -1.0, "nan", "inf", "-inf", 1e-40, 1e-38, "min", 1e-
 
 
 class CacheOps(Encoder):
-    def layer(self, elem=0, nkv=1, cap=9, hd=2, slot_major=False, pad=0):
+    def layer(self, elem=0, nkv=1, cap=9, hd=2, slot_major=False, pad=0, twin=False):
         self.cap = cap
-        self.int_in(elem, 0, 2).int_in(nkv, 1, 4).int_in(cap, 1, 40).int_in(hd, 1, 8)
-        self.boolean(slot_major).int_in(pad, 0, 2).int_in(1, 0, 31)  # 1: no append before construction
-        return self
+        self.int_in(elem, 0, 2).int_in(nkv, 1, 4)
+        if cap > 512:
+            self.int_in(0, 0, 31).int_in(cap, 513, 540)
+        else:
+            self.int_in(1, 0, 31).int_in(cap, 1, 40)
+        self.int_in(hd, 1, 8).boolean(slot_major).int_in(pad, 0, 2)
+        self.int_in(0 if twin else 1, 0, 3)  # 0: a twin on real threads
+        return self.int_in(1, 0, 31)  # 1: no append before construction
 
     def count(self, v):  # pick_count
         special = {SIZE_MAX: 0, 2**53: 1, 2**53 + 1: 2, 2**63: 3, SIZE_MAX - 1: 4}
@@ -72,8 +77,14 @@ class CacheOps(Encoder):
             return self.int_in(6, 0, 9).int_in(v, 0, self.cap + 3)
         return self.int_in(5, 0, 9).int_in(v, 0, 255)
 
-    def config(self, g=1, k=None, k_ratio=None, w=None, w_ratio=None, shared=False, seed=0):
-        self.int_in(g, 1, 3).int_in(1, 0, 31)  # 1: no n_q override
+    def config(self, g=1, k=None, k_ratio=None, w=None, w_ratio=None, shared=False, seed=0, bounded=False,
+               max_chunk=0, huge_q=None):
+        self.int_in(g, 1, 3)
+        if huge_q is None:
+            self.int_in(1, 0, 31)  # 1: no n_q override
+        else:
+            self.int_in(0, 0, 31).boolean(False).pick(huge_q, 3)
+        self.bounded, self.max_chunk = bounded, max_chunk
         if k is not None:
             self.boolean(True).count(k)
         else:
@@ -84,22 +95,31 @@ class CacheOps(Encoder):
             self.boolean(False).int_in(7, 0, 11)
         else:
             self.boolean(False).int_in(8, 0, 11).int_in(int(w_ratio * 64), 0, 160)
-        return self.boolean(shared).u64(seed)
+        self.boolean(shared).u64(seed).int_in(0 if bounded else 1, 0, 3)
+        if max_chunk == 0:
+            return self.boolean(True)
+        return self.boolean(False).int_in(max_chunk, 0, self.cap + 2)
 
-    def keyformer_linear(self, tau_init_index, tau_end_index, horizon, noise=False):
+    def executor(self, workers_index=0, backwards=False):  # workers {1, 2, 3, 7, 16, SIZE_MAX}
+        return self.pick(workers_index, 6).boolean(backwards)
+
+    def keyformer_linear(self, tau_init_index, tau_end_index, horizon, noise=False, workers=0):
         return self.int_in(0, 0, 7).boolean(noise).pick(tau_init_index, 16).pick(tau_end_index, 16) \
-            .boolean(True).int_in(horizon, 0, 5)
+            .boolean(True).int_in(horizon, 0, 5).executor(workers)
 
-    def h2o(self):
-        return self.int_in(3, 0, 7).boolean(False)
+    def h2o(self, workers=0):
+        return self.int_in(3, 0, 7).boolean(False).executor(workers)
 
-    def streaming(self, sinks):
-        return self.int_in(5, 0, 7).boolean(False).boolean(True).int_in(sinks, 0, 6)
+    def streaming(self, sinks, workers=0):
+        return self.int_in(5, 0, 7).boolean(False).boolean(True).int_in(sinks, 0, 6).executor(workers)
 
     def append_next(self, times=1):
         for _ in range(times):
-            self.int_in(0, 0, 11).int_in(6, 0, 15)
+            self.int_in(0, 0, 15).int_in(1, 0, 31).int_in(6, 0, 15)
         return self
+
+    def append_run(self, count):  # `count` tokens at the next positions, one op
+        return self.int_in(0, 0, 15).int_in(0, 0, 31).int_in(count, 1, self.cap)
 
     def logits(self, values):
         """Clean-mode floats: None = -inf, else (b - 100) / 8."""
@@ -111,15 +131,30 @@ class CacheOps(Encoder):
         return self
 
     def prefill(self, values, null=False):
-        self.int_in(4, 0, 11).int_in(1, 0, 7).logits(values)
+        self.int_in(4, 0, 15).int_in(1, 0, 7).logits(values)
         return self.int_in(0 if null else 2, 0, 7)
 
     def decode(self, values, null=False):
-        self.int_in(6, 0, 11).int_in(1, 0, 7).logits(values)
+        self.int_in(6, 0, 15).int_in(1, 0, 7).logits(values)
         return self.int_in(0 if null else 2, 0, 7)
 
     def restore(self):
-        return self.int_in(9, 0, 11)
+        return self.int_in(9, 0, 15)
+
+    def chunk(self, values):
+        """prefill_chunk of every slot appended since the last chunk, logits `values`, no noise."""
+        self.int_in(11, 0, 15).int_in(1, 0, 5).int_in(1, 0, 7).logits(values)
+        return self.int_in(2, 0, 7)
+
+    def chunk_qk(self, q_values, nq_mode=3):
+        """prefill_chunk_qk of every slot appended since; nq_mode 0: twice the cache's n_q_heads."""
+        self.int_in(13, 0, 15).int_in(1, 0, 5).int_in(nq_mode, 0, 7)
+        for v in q_values:
+            self.int_in(v, -16, 16)
+        return self.int_in(1, 0, 7).boolean(True)
+
+    def finish(self):
+        return self.int_in(14, 0, 15)
 
 
 def cache_ops_seeds():
@@ -166,6 +201,33 @@ def cache_ops_seeds():
     for _ in range(3):
         e.append_next().decode([0.125] * 4)
     write("cache_ops", "keyformer-noise-ratio", e.bytes())
+
+    # Chunked prefill (3 + 4 + 2 rows) then finish: equals a one-shot prefill bit for bit (H2O, GQA).
+    e = CacheOps().layer(nkv=2, cap=12, hd=2).config(g=2, k=5, w=1).h2o()
+    held = 0
+    for C in (3, 4, 2):
+        e.append_next(C).chunk([((i * 7) % 13 - 6) / 4 for i in range(4 * C * (held + C))])
+        held += C
+    write("cache_ops", "chunked-h2o-equals-one-shot", e.finish().decode([0.5] * 40).bytes())
+    # Bounded chunked prefill, Keyformer with noise: chunks of 4 over k = 5, max_prefill_chunk 4.
+    e = CacheOps().layer(cap=12, hd=1).config(k=5, w=1, bounded=True, max_chunk=4).keyformer_linear(0, 1, 3, True)
+    n = 0
+    for _ in range(3):
+        e.append_next(4).chunk([0.25] * (4 * (n + 4)))
+        n = min(n + 4, 5)
+    write("cache_ops", "bounded-keyformer-chunks", e.finish().bytes())
+    # Issue 25.5: prefill_chunk_qk with twice the cache's n_q_heads read q with the wrong stride.
+    e = CacheOps().layer(nkv=1, cap=8, hd=2).config(g=2, k=3, w=1).h2o()
+    write("cache_ops", "regression-qk-wider-n-q-heads", e.append_next(4).chunk_qk([1] * (4 * 4 * 2), 0).bytes())
+    # Issue 25.4: 2 KV heads, rows of 514 slots, an executor claiming SIZE_MAX workers, a twin on real
+    # threads: (W + n_kv - 1) / n_kv wrapped to 0 and no slot of the step was scored.
+    e = CacheOps().layer(nkv=2, cap=520, hd=1, twin=True).config(g=1, k=515, w=1).h2o(workers=5)
+    e.append_run(513).prefill([0] * (2 * 513 * 513))
+    write("cache_ops", "regression-size-max-workers-long-rows",
+          e.append_next().decode([(i % 5) / 4 for i in range(2 * 514)]).bytes())
+    # Issue 25.10: n_q_heads = 2^40 + 1 threw std::bad_alloc before the check that names it.
+    e = CacheOps().layer(cap=8, hd=1).config(k=3, w=1, huge_q=0).h2o()
+    write("cache_ops", "regression-n-q-heads-2pow40", e.bytes())
 
 
 # ---------------------------------------------------------------- select_keep
@@ -367,6 +429,83 @@ def raw_seed(body):
             return e.bytes(body)
     raise AssertionError("no consistent length encoding")
 
+# ---------------------------------------------------------------- helpers (see helpers.cpp)
+HUGE_K = [SIZE_MAX, 2**53, 2**53 + 1, 2**63 + 3, 2**26, 2**40]
+HOSTILE = [0.0, -1.0, 1e-300, 1e300, -1e300, 1e-320, "inf", "-inf", "nan", 1e150, 0.5, 1e6]
+
+
+class Helpers(Encoder):
+    def usual(self, x):  # pick_double's usual branch: usual * x / 8
+        return self.int_in(1, 0, 3).int_in(x, -40, 40)
+
+    def hostile(self, value):
+        return self.int_in(0, 0, 3).pick(HOSTILE.index(value), len(HOSTILE))
+
+    def view(self, nkv, cap, hd, n, values=0):
+        """DrawnView: head-major, no padding, strides as drawn, every head holding n, no null."""
+        self.int_in(nkv, 0, 4).int_in(cap, 0, 8).int_in(hd, 0, 5).boolean(False).int_in(0, 0, 2)
+        self.int_in(1, 0, 7).int_in(1, 0, 7).int_in(n, 0, cap + 4)
+        for _ in range(max(nkv, 1)):
+            self.int_in(1, 0, 7)
+        need = (nkv - 1) * cap * hd + (cap - 1) * hd + hd if nkv and cap and hd else 1
+        for i in range(need):
+            self.int_in((i % 9) - 4, -8, 8)
+        return self.int_in(0, 0, 15)
+
+    def budgets(self, n_layers, k_huge=None, k=None):
+        self.int_in(2, 0, 2).int_in(n_layers, 0, 40)
+        if k_huge is not None:
+            return self.int_in(0, 0, 3).pick(HUGE_K.index(k_huge), len(HUGE_K))
+        return self.int_in(1, 0, 3).int_in(k, 0, 300)
+
+
+def helpers_seeds():
+    # layer_budgets: PyramidKV with k = SIZE_MAX (UBSan, a spin in round_to_total), beta 20, reserved 0.
+    e = Helpers().budgets(4, k_huge=SIZE_MAX).int_in(1, 0, 2).usual(8).int_in(0, 0, 40)
+    write("helpers", "regression-pyramid-k-size-max", e.boolean(True).boolean(True).bytes())
+    # weights 1,1 with k = 2^63 + 3: n_layers * k wrapped and returned 3 3.
+    e = Helpers().budgets(2, k_huge=2**63 + 3).int_in(2, 0, 2).boolean(True)
+    for _ in range(2):
+        e.int_in(1, 0, 9).int_in(1, 0, 4)
+    write("helpers", "regression-weights-k-2pow63", e.boolean(True).boolean(True).bytes())
+    # weights 1,0,0,0 with floor k / 2 at k = 2^26: O(floor * n) floor pass.
+    e = Helpers().budgets(4, k_huge=2**26).int_in(2, 0, 2).boolean(True)
+    for w in (1, 0, 0, 0):
+        e.int_in(1, 0, 9).int_in(w, 0, 4)
+    write("helpers", "regression-floor-half-k-2pow26", e.boolean(False).boolean(True).boolean(True).bytes())
+    # ties of the floor pass: weights 1,1,0 over 3 layers, k = 2 -> 3 2 1.
+    e = Helpers().budgets(3, k=2).int_in(2, 0, 2).boolean(True)
+    for w in (1, 1, 0):
+        e.int_in(1, 0, 9).int_in(w, 0, 4)
+    write("helpers", "regression-floor-ties-110", e.boolean(True).boolean(True).bytes())
+    # attention_logits on a view with n_kv_heads = 0 (SIGFPE inside its own check), n_q_heads 1.
+    e = Helpers().int_in(0, 0, 2).view(0, 8, 2, 0).int_in(1, 0, 9)
+    for _ in range(2 + 4):
+        e.int_in(4, -8, 8)
+    write("helpers", "regression-attention-zero-kv-heads", e.int_in(0, 0, 5).int_in(2, -4, 4).bytes())
+    # attention_logits on lengths 12 > capacity 8 (read past K).
+    e = Helpers().int_in(0, 0, 2).view(1, 8, 2, 12).int_in(1, 0, 9)
+    for _ in range(2 + 4):
+        e.int_in(4, -8, 8)
+    write("helpers", "regression-attention-length-above-capacity", e.int_in(0, 0, 5).int_in(2, -4, 4).bytes())
+    # attention_logits with bias == out (the logits doubled): 1 KV head, 4 slots, 3 live, head_dim 1.
+    e = Helpers().int_in(0, 0, 2).view(1, 4, 1, 3).int_in(1, 0, 9)
+    for _ in range(3 + 3 + 1 + 4):
+        e.int_in(8, -8, 8)
+    write("helpers", "regression-attention-bias-is-out", e.int_in(2, 0, 5).int_in(2, -4, 4).bytes())
+    # rope_rotate_keys on lengths 12 > capacity 8 (heap overflow at rope.hpp:73), theta 10000, delta 7.
+    e = Helpers().int_in(1, 0, 2).view(1, 8, 4, 12).boolean(True).usual(8).usual(8).int_in(0, 0, 2)
+    write("helpers", "regression-rope-length-above-capacity", e.int_in(0, 0, 4).int_in(0, 0, 9).bytes())
+    # rope_rotate_keys with theta = 1e-300, delta = 1e300: the angle overflowed, NaN written into K.
+    e = Helpers().int_in(1, 0, 2).view(1, 2, 4, 1).boolean(True).hostile(1e-300).hostile(1e300).int_in(0, 0, 2)
+    write("helpers", "regression-rope-infinite-angle", e.int_in(0, 0, 4).int_in(0, 0, 9).bytes())
+
+
+def trace_json_duplicate_seeds():
+    write("trace_json", "regression-duplicate-key", b'{"prompt_len": 1, "logits": [[[0]]], "prompt_len": 2}')
+    write("trace_json", "regression-duplicate-meta-key",
+          b'{"prompt_len": 1, "meta": {"a": 1, "a": 2}, "logits": [[[0]]]}')
+
 
 if __name__ == "__main__":
     cache_ops_seeds()
@@ -376,3 +515,5 @@ if __name__ == "__main__":
     npy_seeds()
     llama2_seeds()
     tokenizer_seeds()
+    helpers_seeds()
+    trace_json_duplicate_seeds()

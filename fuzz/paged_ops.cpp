@@ -1,11 +1,14 @@
 // kvevict fuzzing — paged_ops: several sequences sharing one PagePool, each with a PagedCache.
 // SPDX-License-Identifier: Apache-2.0
 //
-// Input bytes choose one layer's page pool (1–24 pages of 1–6 slots, 1–3 KV heads, head_dim 1–4,
-// NHD or HND, float or Eigen::half) and up to three sequences on it, each with a page table of
-// 1–10 entries and a PagedCache (every policy through make_paged_cache or the aliases; token or
-// page unit; start_pages 0–2; sum or mean page score; budgets and windows as counts including 0,
-// > capacity and huge, or ratios; GQA group 1–3). A construction that throws invalid_argument leaves
+// Input bytes choose one layer's page pool (1–24 pages of 1–6 slots or 64, 1–3 KV heads, head_dim 1–4,
+// NHD or HND, float or Eigen::half) — its own free list, or an engine's allocate / release
+// callbacks whose allocate may return no page while it has some, an id out of range, an id in
+// use, or throw, and whose (noexcept) release records every page — and up to three sequences on it,
+// each with a page table of 1–10 entries and a PagedCache (every policy through make_paged_cache or
+// the aliases; token or page unit; start_pages 0–2; sum or mean page score; budgets and windows as
+// counts including 0, > capacity and huge, or ratios; GQA group 1–3; SnapKV with both decode rules;
+// an executor claiming 1, 2, 3, 7 or SIZE_MAX workers). A construction that throws invalid_argument leaves
 // the sequence without a cache (its storage is still appended to and released). Then up to 128
 // calls: PagePool::append (valid and invalid positions; an empty pool or a full table must throw
 // length_error), prefill and decode_step with random / NaN / ±inf logits, wrong lengths and a
@@ -13,7 +16,10 @@
 // rejected), restore_position_order, reset / release_sequence, and pages the harness takes with
 // PagePool::allocate and gives back with release_list (duplicates named, sometimes a bad id).
 //
-// Throwing std::invalid_argument or std::length_error is allowed. After every call:
+// Throwing std::invalid_argument or std::length_error is allowed (and the engine's own exception
+// from a failing allocate). After every call:
+//  - engine callbacks: the engine's free pages are exactly the pool's free pages; no page reaches
+//    release twice;
 //  - pool: used_pages() == Σ_sequences ceil(length / page_size) + the harness's own pages; no page
 //    id appears twice in one table, in two tables, or in a table and the harness's list; every
 //    live table entry is in range and in use; every entry past pages_used() is kNoPage;
@@ -76,6 +82,29 @@ std::uint32_t bits(float x) {
   return b;
 }
 
+/// What the engine's allocate callback throws when it fails.
+struct EngineError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// The engine behind a callback pool: its own free list, and faults drawn from the input.
+struct Engine {
+  bool on = false;
+  std::vector<std::int32_t> free;     // pages the engine may hand out (reserved: release never allocates)
+  FuzzedDataProvider* in = nullptr;   // draws the faults of allocate
+  int fault = 0;                      // the last allocate's fault: 0 none, else what it did wrong
+};
+
+/// An executor that claims `w` workers (up to SIZE_MAX) and runs the tasks serially.
+struct ClaimExecutor {
+  std::size_t w = 1;
+  std::size_t workers() const { return w; }
+  template <class F>
+  void parallel_for(std::size_t n_tasks, F&& f) const {
+    for (std::size_t t = 0; t < n_tasks; ++t) f(t);
+  }
+};
+
 /// One sequence of the pool: its page table, length, positions, cache and what the harness knows.
 template <class T>
 struct Sequence {
@@ -83,9 +112,11 @@ struct Sequence {
   std::size_t length = 0;
   std::vector<std::int64_t> positions;
   PagedKVView<T> view;
+  std::unique_ptr<ClaimExecutor> executor;  // outlives `cache`, which refers to it
   std::unique_ptr<PagedCacheInterface> cache;
   std::string name = "no cache";
   bool streaming = false;  // SinkRecentSelection (StreamingLLM, window)
+  bool any_kept = false;   // SnapKV with the window decode rule: no kept-set rule
   std::size_t sinks = 0;
   std::size_t start_pages = 0;
   std::size_t n_q = 1;
@@ -118,14 +149,65 @@ struct Harness {
   std::size_t num_pages, page_size, nkv, hd;
   PageLayout layout;
   std::vector<T> k, v;
+  Engine engine;  // before `pool`, whose callbacks use it
   PagePool pool;
   std::vector<Sequence<T>> seqs;
   std::vector<std::int32_t> strays;  // pages the harness took with allocate()
   std::size_t released_seen = 0;
 
-  Harness(std::size_t pages, std::size_t ps, std::size_t nkv_, std::size_t hd_, PageLayout layout_)
+  Harness(std::size_t pages, std::size_t ps, std::size_t nkv_, std::size_t hd_, PageLayout layout_,
+          FuzzedDataProvider* engine_in)
       : num_pages(pages), page_size(ps), nkv(nkv_), hd(hd_), layout(layout_), k(pages * ps * nkv_ * hd_),
-        v(k.size()), pool(pages) {}
+        v(k.size()), engine(make_engine(pages, engine_in)),
+        pool(engine.on ? PagePool(pages, [this] { return engine_allocate(); },
+                                  [this](std::int32_t p) noexcept { engine_release(p); })
+                       : PagePool(pages)) {}
+  Harness(const Harness&) = delete;
+
+  static Engine make_engine(std::size_t pages, FuzzedDataProvider* in) {
+    Engine e;
+    e.on = in != nullptr;
+    e.in = in;
+    e.free.reserve(pages);
+    if (e.on)  // handed out in a scrambled order: the pool's ids are the engine's, not 0, 1, 2, ...
+      for (std::size_t i = 0; i < pages; ++i) e.free.push_back(static_cast<std::int32_t>((i * 7 + 3) % pages));
+    if (e.on && pages % 7 == 0)
+      for (std::size_t i = 0; i < pages; ++i) e.free[i] = static_cast<std::int32_t>(i);
+    return e;
+  }
+  std::int32_t engine_allocate() {
+    engine.fault = 0;
+    if (engine.in->remaining_bytes() > 0) switch (engine.in->ConsumeIntegralInRange<int>(0, 9)) {
+        case 0:  // claims to have no page although it has
+          engine.fault = 1;
+          return kNoPage;
+        case 1:  // an id out of range
+          engine.fault = 2;
+          return engine.in->ConsumeBool() ? static_cast<std::int32_t>(num_pages) : -2;
+        case 2:  // an id in use (the pool must refuse it)
+          for (std::size_t p = 0; p < num_pages; ++p)
+            if (pool.in_use(static_cast<std::int32_t>(p))) {
+              engine.fault = 3;
+              return static_cast<std::int32_t>(p);
+            }
+          break;
+        case 3:
+          engine.fault = 4;
+          throw EngineError("engine: allocate failed");
+        default:
+          break;
+      }
+    if (engine.free.empty()) return kNoPage;
+    const std::int32_t p = engine.free.back();
+    engine.free.pop_back();
+    return p;
+  }
+  void engine_release(std::int32_t p) noexcept {
+    KVFUZZ_CHECK(std::find(engine.free.begin(), engine.free.end(), p) == engine.free.end(), "engine: page ", p,
+                 " released twice");
+    KVFUZZ_CHECK(!pool.in_use(p), "engine: page ", p, " released while the pool still marks it in use");
+    engine.free.push_back(p);  // reserved: never allocates
+  }
 
   void add_sequence(std::size_t max_pages) {
     seqs.emplace_back();
@@ -227,6 +309,11 @@ struct Harness {
       KVFUZZ_CHECK(pool.in_use(static_cast<std::int32_t>(p)) == (owner[p] != -1), "pool: page ", p,
                    " in use but owned by nobody (a leak)");
     KVFUZZ_CHECK(pool.pages_released() >= released_seen, "pool: pages_released went down");
+    if (engine.on) {
+      KVFUZZ_CHECK(engine.free.size() == pool.free_pages(), "engine: ", engine.free.size(), " free pages, pool ",
+                   pool.free_pages());
+      for (const std::int32_t p : engine.free) KVFUZZ_CHECK(!pool.in_use(p), "engine: free page ", p, " is in use");
+    }
     released_seen = pool.pages_released();
 
     // ---- every sequence's slots and its cache's kept set ----
@@ -258,6 +345,7 @@ struct Harness {
       KVFUZZ_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), where(i),
                    " holds a position twice");
       const std::size_t m = s.managed;
+      if (s.any_kept) continue;
       if (s.streaming && !s.page_unit) {
         const std::size_t first = std::min(s.sinks, m);
         std::vector<std::int64_t> expect(s.accepted.begin(), s.accepted.begin() + static_cast<std::ptrdiff_t>(first));
@@ -287,6 +375,8 @@ struct Harness {
       if (trace) std::fprintf(stderr, "  -> invalid_argument: %s\n", e.what());
     } catch (const std::length_error& e) {
       if (trace) std::fprintf(stderr, "  -> length_error: %s\n", e.what());
+    } catch (const EngineError& e) {
+      if (trace) std::fprintf(stderr, "  -> engine: %s\n", e.what());
     }
     KVFUZZ_CHECK(snapshot() == before, where(i), ": ", op, " threw but changed the state");
     return false;
@@ -353,8 +443,16 @@ void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, Pag
   params.gumbel_noise = in.ConsumeBool();
   params.sinks = in.ConsumeIntegralInRange<std::size_t>(0, 5);
   static const Policy policies[] = {Policy::keyformer, Policy::h2o, Policy::streaming_llm, Policy::window,
-                                    Policy::tova};
+                                    Policy::tova, Policy::snapkv};
   const Policy p = in.PickValueInArray(policies);
+  if (p == Policy::snapkv) {  // L and K including 0, even K and L > k (rejected); both decode rules
+    params.snap_window = in.ConsumeIntegralInRange<std::size_t>(0, 8);
+    params.snap_kernel = in.ConsumeIntegralInRange<std::size_t>(0, 7);
+    params.snap_pooling = in.ConsumeBool() ? Pooling::max : Pooling::avg;
+    params.snap_decode = in.ConsumeBool() ? SnapDecode::h2o : SnapDecode::window;
+  }
+  static const std::size_t workers[] = {1, 2, 3, 7, SIZE_MAX};
+  s.executor = std::make_unique<ClaimExecutor>(ClaimExecutor{in.PickValueInArray(workers)});
   s.n_q = c.n_q_heads;
   s.page_unit = paged.unit == EvictUnit::page;
   s.start_pages = paged.start_pages;
@@ -362,6 +460,7 @@ void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, Pag
     c.budget = budget_tokens ? Budget::tokens(budget_count) : Budget::ratio(budget_ratio);
     c.recent = recent_tokens ? RecentWindow::tokens(recent_count) : RecentWindow::ratio(recent_ratio);
     s.cache = make_paged_cache(p, c, paged, s.view, pool, params);
+    s.cache->set_executor(*s.executor);
   } catch (const std::invalid_argument&) {
     s.cache.reset();
     s.name = "no cache";
@@ -369,17 +468,21 @@ void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, Pag
   }
   s.name = std::string(policy_name(p)) + (s.page_unit ? "/page" : "/token");
   s.streaming = p == Policy::streaming_llm || p == Policy::window;
+  s.any_kept = p == Policy::snapkv && params.snap_decode == SnapDecode::window;
   s.sinks = p == Policy::window ? 0 : params.sinks;
 }
 
 template <class T>
 void run(FuzzedDataProvider& in) {
   const std::size_t pages = in.ConsumeIntegralInRange<std::size_t>(1, 24);
-  const std::size_t ps = in.ConsumeIntegralInRange<std::size_t>(1, 6);
+  // Rarely 64-slot pages (up to 640 slots): rows over 512 slots, split into chunk ranges when an
+  // executor claims more workers than there are KV heads (the path where SIZE_MAX workers wrapped).
+  const std::size_t ps = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? 64 : in.ConsumeIntegralInRange<std::size_t>(1, 6);
   const std::size_t nkv = in.ConsumeIntegralInRange<std::size_t>(1, 3);
   const std::size_t hd = in.ConsumeIntegralInRange<std::size_t>(1, 4);
   const PageLayout layout = in.ConsumeBool() ? PageLayout::HND : PageLayout::NHD;
-  Harness<T> H(pages, ps, nkv, hd, layout);
+  const bool engine = in.ConsumeIntegralInRange<int>(0, 2) == 0;
+  Harness<T> H(pages, ps, nkv, hd, layout, engine ? &in : nullptr);
   const std::size_t n_seqs = in.ConsumeIntegralInRange<std::size_t>(1, 3);
   for (std::size_t i = 0; i < n_seqs; ++i) H.add_sequence(in.ConsumeIntegralInRange<std::size_t>(1, 10));
   H.bind_views();
@@ -401,8 +504,11 @@ void run(FuzzedDataProvider& in) {
           default: break;
         }
         const bool full = n == s.view.capacity() || (n % ps == 0 && H.pool.free_pages() == 0);
+        H.engine.fault = 0;
         const bool ok = H.call("append", i, [&] { H.append(i, p); });
-        KVFUZZ_CHECK(ok != full, H.where(i), ": append ", ok ? "succeeded on a full table or pool" : "failed");
+        const bool faulted = H.engine.fault != 0 && !full;  // only a new page asks the engine
+        KVFUZZ_CHECK(ok != (full || faulted), H.where(i), ": append ",
+                     ok ? "succeeded on a full table or pool, or despite a bad page from the engine" : "failed");
         break;
       }
       case 5: case 6: {  // prefill, sometimes with a wrong length or a corrupted page table
@@ -501,8 +607,10 @@ void run(FuzzedDataProvider& in) {
       case 12: case 13: {  // the harness takes a page
         const bool empty = H.pool.free_pages() == 0;
         std::int32_t got = kNoPage;
+        H.engine.fault = 0;
         const bool ok = H.call("allocate", i, [&] { got = H.pool.allocate(); });
-        KVFUZZ_CHECK(ok != empty, "pool: allocate ", ok ? "succeeded on an empty pool" : "failed with free pages");
+        KVFUZZ_CHECK(ok != (empty || H.engine.fault != 0), "pool: allocate ",
+                     ok ? "succeeded on an empty pool or took a bad page" : "failed with free pages");
         if (ok) H.strays.push_back(got);
         break;
       }

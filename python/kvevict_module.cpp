@@ -170,6 +170,9 @@ kvevict::RecentWindow to_recent(py::handle o) {
 
 DType to_dtype(py::handle o) {
   const py::dtype dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(o));
+  if (!dt.attr("isnative").cast<bool>())  // '>f4' would be stored and read as native float32
+    throw py::value_error("dtype must be a native-endian float32 or float16 (got '" +
+                          dt.attr("str").cast<std::string>() + "', a non-native byte order)");
   if (dt.kind() == 'f' && dt.itemsize() == 4) return DType::float32;
   if (dt.kind() == 'f' && dt.itemsize() == 2) return DType::float16;
   throw py::value_error("dtype must be float32 or float16 (got " + dt.attr("name").cast<std::string>() + ")");
@@ -189,6 +192,18 @@ const char* elem_name(Elem e) {
     case Elem::int64: return "int64";
   }
   return "?";
+}
+
+/// The dtype of `a` for a message: its name ("float32"), with its byte order when that is not
+/// native ("float32 (non-native byte order '>f4')"), so that a big-endian array is not described
+/// as the float32 it was refused for.
+std::string dtype_text(const py::array& a) {
+  const py::dtype dt = a.dtype();
+  std::string name = dt.attr("name").cast<std::string>();
+  if (!dt.attr("isnative").cast<bool>())
+    name += " (non-native byte order '" + dt.attr("str").cast<std::string>() +
+            "'; convert with a.astype(a.dtype.newbyteorder('=')))";
+  return name;
 }
 
 bool has_elem(const py::array& a, Elem e) {
@@ -223,7 +238,7 @@ py::array checked_array(py::handle obj, const std::string& name, Elem e, const s
       throw py::type_error(name + " must be " + expected + ", got " + type_name(obj));
     }
   }
-  const std::string given = a.dtype().attr("name").cast<std::string>() + " array of shape " + array_shape(a);
+  const std::string given = dtype_text(a) + " array of shape " + array_shape(a);
   if (!has_elem(a, e)) throw py::value_error(name + " must be " + expected + ", got a " + given);
   bool same_shape = a.ndim() == static_cast<py::ssize_t>(shape.size());
   for (std::size_t i = 0; same_shape && i < shape.size(); ++i) same_shape = a.shape(static_cast<py::ssize_t>(i)) == shape[i];
@@ -304,7 +319,7 @@ class PyCache {
         dtype_ = DType::float32;
       else
         throw py::value_error("k must be a float32 or float16 array of shape [n_kv_heads, capacity, head_dim], got " +
-                              ka.dtype().attr("name").cast<std::string>());
+                              dtype_text(ka));
       if (const py::object d = get("dtype"); d && to_dtype(d) != dtype_)
         throw py::value_error(std::string("dtype = ") + dtype_name(to_dtype(d)) + " but k is " + dtype_name(dtype_));
       n_kv_heads_ = static_cast<std::size_t>(ka.shape(0));
@@ -316,6 +331,13 @@ class PyCache {
       v_obj_ = checked_array(v, "v", elem_of(dtype_), shape, what + " (the shape of k)", true);
       if (k_obj_.ptr() == v_obj_.ptr() || k_obj_.data() == v_obj_.data())
         throw py::value_error("k and v must be different arrays");
+      {  // views of one buffer (v = k shifted by a row) would make every V write clobber K
+        const auto k0 = reinterpret_cast<std::uintptr_t>(k_obj_.data());
+        const auto v0 = reinterpret_cast<std::uintptr_t>(v_obj_.data());
+        const auto kn = static_cast<std::uintptr_t>(k_obj_.nbytes()), vn = static_cast<std::uintptr_t>(v_obj_.nbytes());
+        if (k0 < v0 + vn && v0 < k0 + kn)
+          throw py::value_error("k and v overlap in memory (views of one buffer); give each its own array");
+      }
       if (n_kv_heads_ == 0 || capacity_ == 0 || head_dim_ == 0)
         throw py::value_error("k must have no zero dimension, got shape " + array_shape(k_obj_));
       k_ptr_ = k_obj_.mutable_data();
@@ -335,7 +357,15 @@ class PyCache {
       std::size_t elements = 0;
       if (__builtin_mul_overflow(n_kv_heads_, capacity_, &elements) ||
           __builtin_mul_overflow(elements, head_dim_, &elements))
-        throw py::value_error("n_kv_heads * capacity * head_dim overflows");
+        throw py::value_error("n_kv_heads * capacity * head_dim = " + std::to_string(n_kv_heads_) + " * " +
+                              std::to_string(capacity_) + " * " + std::to_string(head_dim_) + " overflows");
+      // Bounded before any allocation, so that a huge capacity is named (not std::vector's max_size).
+      const std::size_t max_elements = dtype_ == DType::float32 ? std::vector<float>().max_size()
+                                                                : std::vector<Eigen::half>().max_size();
+      if (elements > max_elements || n_kv_heads_ * capacity_ > std::vector<std::int64_t>().max_size())
+        throw py::value_error("capacity = " + std::to_string(capacity_) + " is too large: n_kv_heads * capacity * "
+                              "head_dim = " + std::to_string(elements) + " elements exceed the largest array (" +
+                              std::to_string(max_elements) + ")");
       if (dtype_ == DType::float32) {
         auto s = std::make_shared<OwnedKV<float>>(elements);
         k_ptr_ = s->k.data();

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <iomanip>
 #include <limits>
 #include <memory>
 #include <random>
@@ -98,9 +100,15 @@ void feed_chunks(Layer& l, const std::vector<float>& x, const std::vector<float>
       if (a.positions(j)[s] != b.positions(j)[s])
         return ::testing::AssertionFailure() << "head " << j << " slot " << s << " position " << a.positions(j)[s]
                                              << " vs " << b.positions(j)[s];
-      const float x = a.scores(j)[s], y = b.scores(j)[s];
-      if (std::abs(x - y) > 1e-6f * std::max(std::abs(x), std::abs(y)))
-        return ::testing::AssertionFailure() << "head " << j << " slot " << s << " score " << x << " vs " << y;
+      // Bit for bit, as the docs promise (a chunked prefill that adds in another order differs in
+      // the last bits, e.g. 9.4826889038085938 vs 9.4826908111572266, and must fail here).
+      std::uint32_t x = 0, y = 0;
+      std::memcpy(&x, a.scores(j) + s, sizeof x);
+      std::memcpy(&y, b.scores(j) + s, sizeof y);
+      if (x != y)
+        return ::testing::AssertionFailure() << "head " << j << " slot " << s << " score "
+                                             << std::setprecision(17) << a.scores(j)[s] << " vs " << b.scores(j)[s]
+                                             << " (bits " << std::hex << x << " vs " << y << ")";
     }
   }
   return ::testing::AssertionSuccess();

@@ -67,3 +67,12 @@ std::size_t instantiate_paged(const kvevict::PagedKVView<float>& kv, kvevict::Pa
   P cache(kvevict::CacheConfig{}, kvevict::PagedEvictionConfig{}, kv, pool);
   return cache.budget();
 }
+
+// The page pool's release callback must be noexcept: a lambda that may throw does not compile.
+kvevict::PagePool make_pool() {
+#if KVEVICT_CONTRACT_CASE == 9
+  return kvevict::PagePool(4, [] { return kvevict::kNoPage; }, [](std::int32_t) {});
+#else
+  return kvevict::PagePool(4, [] { return kvevict::kNoPage; }, [](std::int32_t) noexcept {});
+#endif
+}

@@ -146,10 +146,14 @@ TEST(PrefillChunkQK, RejectsBadArguments) {
             "kvevict::prefill_chunk_qk: q must be non-null");
   EXPECT_EQ(message_of([&] { kvevict::prefill_chunk_qk(*run.cache, run.kv, q.data(), 4, 3, 1.0f, ok); }),
             "kvevict::prefill_chunk_qk: n_q_heads (3) must be a positive multiple of n_kv_heads (2)");
-  // A multiple of n_kv_heads that is not the cache's query-head count: the cache asks for a q_head
-  // beyond q (it used to read past the rows of q).
+  // A multiple of n_kv_heads that is not the cache's query-head count, smaller (rows past q would be
+  // read) or larger (q read with the wrong stride, rows mapped to the wrong KV head): both rejected.
   EXPECT_EQ(message_of([&] { kvevict::prefill_chunk_qk(*run.cache, run.kv, q.data(), 4, kKv, 1.0f, ok); }),
-            "kvevict::prefill_chunk_qk: the cache asks for row 0 of q_head 2 but q holds 4 rows of n_q_heads = 2 "
+            "kvevict::Cache::prefill_chunk: the rows hold n_q_heads = 2 but the cache has n_q_heads = 4 "
+            "(pass the cache's query-head count)");
+  const std::vector<float> q_wide(4 * 2 * kQ * kDim, 0.5f);
+  EXPECT_EQ(message_of([&] { kvevict::prefill_chunk_qk(*run.cache, run.kv, q_wide.data(), 4, 2 * kQ, 1.0f, ok); }),
+            "kvevict::Cache::prefill_chunk: the rows hold n_q_heads = 8 but the cache has n_q_heads = 4 "
             "(pass the cache's query-head count)");
   EXPECT_EQ(message_of([] { kvevict::QKChunkScratch bad(4, kDim, 0); }),
             "kvevict::QKChunkScratch: capacity, head_dim, row_tile and col_tile must be >= 1 (got 4, 16, 0, 128)");

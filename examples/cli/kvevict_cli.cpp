@@ -241,8 +241,9 @@ void EvictionFlags::validate() {
   paged = kv_layout_text == "paged";
   if (!page_size_text.empty()) {
     if (!paged) throw UsageError("--page-size", "needs --kv-layout paged");
-    page_size = parse_count(page_size_text, "--page-size");
-    if (page_size < 1) throw UsageError("--page-size", "must be >= 1 (got " + page_size_text + ")");
+    // Bounded here, so that the page count ceil((seq_len + 1) / page_size) cannot wrap to 0 and a
+    // page's storage cannot exhaust memory (the error names the flag, not the pool's internals).
+    page_size = parse_count(page_size_text, "--page-size", 1, kMaxPageSize);
   }
   if (!evict_unit_text.empty()) {
     if (evict_unit_text != "token" && evict_unit_text != "page")
@@ -325,7 +326,8 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
     app.add_option("--kv-layout", flags.kv_layout_text,
                    "KV storage: contiguous (default) or paged (pages from a per-layer pool, addressed by a page table)")
         ->type_name("contiguous|paged");
-    app.add_option("--page-size", flags.page_size_text, "tokens per page with --kv-layout paged (default 16)")
+    app.add_option("--page-size", flags.page_size_text,
+                   "tokens per page with --kv-layout paged (default 16, at most 4096)")
         ->type_name("N");
     app.add_option("--evict-unit", flags.evict_unit_text,
                    "with --kv-layout paged: token (default; equals --shared-heads on the contiguous layout) or page "

@@ -35,6 +35,8 @@ namespace kvcli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  ///< run-time failure
 inline constexpr int kExitUsage = 2;    ///< usage or input error
+/// The largest --page-size (tokens per page): 2^12, far above the pages engines use (16 to 256).
+inline constexpr std::size_t kMaxPageSize = std::size_t{1} << 12;
 
 /// A bad flag value, file, trace or model. `what()` is `"<flag>: <problem>"`, the line the tool
 /// prints after its name; `flag` is what the user typed (e.g. "--budget") or a file role. An empty
@@ -105,7 +107,7 @@ struct EvictionFlags {
   float tau_end = 2.0f;            ///< --tau-end (Keyformer, > 0, finite)
   std::uint64_t seed = 0;          ///< --seed
   bool paged = false;              ///< --kv-layout paged
-  std::size_t page_size = 16;      ///< --page-size (paged)
+  std::size_t page_size = 16;      ///< --page-size (paged), in [1, kMaxPageSize]
   bool evict_pages = false;        ///< --evict-unit page (paged)
   std::size_t snap_window = 32;    ///< --snap-window (SnapKV observation window L, >= 1)
   bool snap_window_given = false;  ///< false: L = min(32, k) for each budget k

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -49,7 +50,8 @@ void append_float(std::string& out, float x) {
 /// SAX handler that builds the DOM (nlohmann's own DOM builder) and tracks the path of the value
 /// being parsed, so that a number beyond the range of double ("1e400", which nlohmann reports as
 /// out_of_range.406 without saying where) becomes an `InputError` naming the field, e.g.
-/// "logits[0][2][1]". Every other syntax error is rethrown as nlohmann's parse_error.
+/// "logits[0][2][1]", and a key given twice in one object becomes an `InputError` naming it. Every
+/// other syntax error is rethrown as nlohmann's parse_error.
 class PathTrackingSax {
  public:
   explicit PathTrackingSax(json& root) : dom_(root, true) {}
@@ -62,11 +64,14 @@ class PathTrackingSax {
   bool string(json::string_t& s) { return scalar(dom_.string(s)); }
   bool binary(json::binary_t& b) { return scalar(dom_.binary(b)); }
   bool start_object(std::size_t n) {
-    frames_.push_back({false, 0, {}});
+    frames_.push_back({false, 0, {}, {}});
     return dom_.start_object(n);
   }
   bool key(json::string_t& k) {
-    frames_.back().key = k;
+    Frame& f = frames_.back();
+    f.key = k;
+    // nlohmann keeps the last of duplicate keys; a trace with two values for one field is ambiguous.
+    if (!f.keys.insert(k).second) throw InputError(path(), "duplicate key '" + k + "' (each key may appear once)");
     return dom_.key(k);
   }
   bool end_object() {
@@ -74,7 +79,7 @@ class PathTrackingSax {
     return scalar(dom_.end_object());
   }
   bool start_array(std::size_t n) {
-    frames_.push_back({true, 0, {}});
+    frames_.push_back({true, 0, {}, {}});
     return dom_.start_array(n);
   }
   bool end_array() {
@@ -93,6 +98,7 @@ class PathTrackingSax {
     bool array;
     std::size_t index;
     std::string key;
+    std::set<std::string> keys;  // an object's keys so far
   };
   bool scalar(bool ok) {  // a value is complete: the enclosing array moves to its next element
     if (!frames_.empty() && frames_.back().array) ++frames_.back().index;

@@ -77,7 +77,8 @@ class Cache final : public CacheInterface {
   /// Builds a cache over `kv` (lengths must be 0). Allocates
   /// O(n_q_heads · capacity) floats and indices once.
   /// Throws `std::invalid_argument` if the view is invalid or not empty,
-  /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads`, or — when
+  /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads` or above 2^16
+  /// (checked before the allocation, `detail::checked_group`), or — when
   /// the budget is a token count, so that `k` and `w` are known now — the
   /// configuration fails `resolve_budget` (see there: `w > k`, sinks, capacity),
   /// or `bounded_prefill` is set with a ratio budget or a SnapKV score.
@@ -86,12 +87,13 @@ class Cache final : public CacheInterface {
         Selection selection = Selection())
       : config_(config),
         slots_(detail::ErasedKV::from(kv)),
-        scorer_(std::move(score), kv.n_kv_heads, config.n_q_heads / kv.n_kv_heads, kv.capacity, config.seed),
+        // slots_ validated the view; n_q_heads is checked before the scorer allocates for it.
+        scorer_(std::move(score), kv.n_kv_heads,
+                detail::checked_group(config.n_q_heads, kv.n_kv_heads, kv.capacity, "kvevict::Cache"), kv.capacity,
+                config.seed),
         temperature_(std::move(temperature)),
         selection_(std::move(selection)) {
     const std::size_t nkv = kv.n_kv_heads;
-    detail::require(config.n_q_heads >= 1 && config.n_q_heads % nkv == 0, "kvevict::Cache: n_q_heads (",
-                    config.n_q_heads, ") must be a positive multiple of the view's n_kv_heads (", nkv, ")");
     for (std::size_t h = 0; h < nkv; ++h)
       detail::require(kv.lengths[h] == 0, "kvevict::Cache: the view must be empty at construction (lengths[", h,
                       "] = ", kv.lengths[h], ")");
@@ -104,7 +106,8 @@ class Cache final : public CacheInterface {
     if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::Cache");
   }
 
-  // Copying would alias the same view: forbid it; moving is fine.
+  // Copying would alias the same view: forbid it; moving is fine. A moved-from cache owns nothing:
+  // every member of `CacheInterface` (and `reset`) then throws `std::logic_error` (README "Guarantees").
   Cache(const Cache&) = delete;
   Cache& operator=(const Cache&) = delete;
   Cache(Cache&&) noexcept = default;
@@ -133,6 +136,7 @@ class Cache final : public CacheInterface {
   /// (finite, >= FLT_MIN), a null `logits` when scores need it, or a NaN /
   /// `+inf` value of `x + ζ`. Every check runs before any state changes.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
+    live("prefill");
     const std::size_t P = prompt_len;
     detail::require(!prefilled_, "kvevict::Cache::prefill: already prefilled; call reset() for a new sequence");
     detail::require(!chunking_, "kvevict::Cache::prefill: a chunked prefill is in progress; call finish_prefill()");
@@ -167,14 +171,20 @@ class Cache final : public CacheInterface {
   /// `logits` is null when needed, or a value of `x + ζ` is NaN / `+inf`; the
   /// cache and the view are then unchanged.
   void prefill_chunk(const float* logits, std::size_t chunk_len, std::size_t n, const float* gumbel = nullptr) override {
+    live("prefill_chunk");
     if constexpr (Score::kUsesLogits)
       detail::require(logits != nullptr, "kvevict::Cache::prefill_chunk: logits must be non-null");
     MaterializedChunk rows(logits, gumbel, chunk_len, n);
     prefill_chunk(rows, chunk_len, n);
   }
-  /// `prefill_chunk` with rows from `rows` (see `ChunkRows`); same contract.
+  /// `prefill_chunk` with rows from `rows` (see `ChunkRows`); same contract, and throws
+  /// `std::invalid_argument` if `rows.n_q_heads()` is known (not 0) and differs from `config.n_q_heads`.
   void prefill_chunk(ChunkRows& rows, std::size_t chunk_len, std::size_t n) override {
+    live("prefill_chunk");
     const std::size_t C = chunk_len, cap = config_.max_prefill_chunk;
+    detail::require(rows.n_q_heads() == 0 || rows.n_q_heads() == config_.n_q_heads,
+                    "kvevict::Cache::prefill_chunk: the rows hold n_q_heads = ", rows.n_q_heads(),
+                    " but the cache has n_q_heads = ", config_.n_q_heads, " (pass the cache's query-head count)");
     detail::require(!prefilled_, "kvevict::Cache::prefill_chunk: the prompt is finished; call reset() first");
     detail::require(!detail::has_observation_window<Score>, "kvevict::Cache::prefill_chunk: SnapKV scores the last "
                     "L prompt rows, unknown until the prompt ends; use prefill() with the whole prompt");
@@ -200,6 +210,7 @@ class Cache final : public CacheInterface {
   /// chunk was passed, the prompt is already finished, or `resolve_budget`
   /// rejects the budget. O(n_kv_heads · n · head_dim).
   void finish_prefill() override {
+    live("finish_prefill");
     detail::require(!prefilled_, "kvevict::Cache::finish_prefill: the prompt is already finished; call reset()");
     detail::require(chunking_, "kvevict::Cache::finish_prefill: no chunk was passed (call prefill_chunk first)");
     const auto [k, w] = resolve_budget(config_.budget.resolve(prompt_len_), "kvevict::Cache::finish_prefill");
@@ -227,6 +238,7 @@ class Cache final : public CacheInterface {
   /// not larger than the last one, τ_t is not finite and > 0, `logits` is null
   /// when needed, or a logit is NaN / `+inf`; the state is then unchanged.
   void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) override {
+    live("decode_step");
     detail::require(prefilled_, chunking_ ? "kvevict::Cache::decode_step: the chunked prompt is not finished; call "
                                             "finish_prefill() first"
                                           : "kvevict::Cache::decode_step: call prefill() first");
@@ -263,6 +275,7 @@ class Cache final : public CacheInterface {
   /// and sets the noise seed to `seed`. The view's K/V bytes are left as
   /// they are. O(n_kv_heads · capacity).
   void reset(std::uint64_t seed) override {
+    live("reset");
     for (std::size_t h = 0; h < kv().n_kv_heads; ++h) kv().lengths[h] = 0;
     slots_.clear_scores();
     slots_.reset_window(0);
@@ -275,10 +288,22 @@ class Cache final : public CacheInterface {
   }
   void reset() { reset(config_.seed); }  ///< `reset(seed)` with the seed of the configuration.
 
-  std::size_t budget() const override { return k_; }
-  std::size_t recent_window() const override { return w_; }
-  std::size_t step() const override { return step_; }
-  float temperature() const override { return tau_; }
+  std::size_t budget() const override {
+    live("budget");
+    return k_;
+  }
+  std::size_t recent_window() const override {
+    live("recent_window");
+    return w_;
+  }
+  std::size_t step() const override {
+    live("step");
+    return step_;
+  }
+  float temperature() const override {
+    live("temperature");
+    return tau_;
+  }
   std::size_t length(std::size_t h) const override { return kv().lengths[check_head(h, "length")]; }
   const float* scores(std::size_t h) const override { return slots_.scores(check_head(h, "scores")); }
   const std::int64_t* positions(std::size_t h) const override { return kv().pos(check_head(h, "positions")); }
@@ -294,7 +319,10 @@ class Cache final : public CacheInterface {
   /// Slots the engine appended since the last step (between `append` and
   /// `decode_step`) are not moved, so the pending step still sees them at
   /// slot `n`. O(n log n + n · head_dim) per KV head; allocates nothing.
+  /// Throws `std::invalid_argument` (nothing moved) if a length exceeds the view's capacity.
   void restore_position_order() override {
+    live("restore_position_order");
+    if (!prefilled_ && !chunking_) detail::check_lengths(kv(), "kvevict::Cache::restore_position_order");
     for (std::size_t j = 0; j < kv().n_kv_heads; ++j)
       slots_.sort_by_position(j, prefilled_ || chunking_ ? n_ : kv().lengths[j]);
   }
@@ -305,7 +333,10 @@ class Cache final : public CacheInterface {
   /// across KV heads, and across 512-slot chunks of a row when n_kv_heads < workers. Scores,
   /// kept sets and errors are bit-identical for every executor. Allocates the per-task
   /// scratch, O(min(workers, n_q_heads) · capacity) floats, here (never in a step).
-  void set_executor(ExecutorRef executor) override { scorer_.set_executor(executor); }
+  void set_executor(ExecutorRef executor) override {
+    live("set_executor");
+    scorer_.set_executor(executor);
+  }
   std::size_t group_size() const { return group_; }        ///< Query heads per KV head (`g`).
   const CacheConfig& config() const { return config_; }  ///< The configuration (with the latest seed).
   /// The score policy, the temperature schedule and the selection policy in use.
@@ -379,7 +410,10 @@ class Cache final : public CacheInterface {
                     " must be finite and >= 1.17549435e-38 (FLT_MIN) (got ", tau, ")");
     return tau;
   }
+  /// Throws `std::logic_error` naming `method` if this cache was moved from.
+  void live(const char* method) const { live_.check("kvevict::Cache", method); }
   std::size_t check_head(std::size_t h, const char* who) const {
+    live(who);
     detail::require(h < kv().n_kv_heads, "kvevict::Cache::", who, ": KV head ", h, " out of range (n_kv_heads = ",
                     kv().n_kv_heads, ")");
     return h;
@@ -397,6 +431,7 @@ class Cache final : public CacheInterface {
   float tau_ = 0.0f;
   bool prefilled_ = false;      // the prompt is finished (prefill or finish_prefill): decode steps may follow
   bool chunking_ = false;       // some prompt tokens were scored
+  detail::LiveFlag live_;       // false once moved from: every call then throws std::logic_error
 };
 
 }  // namespace kvevict

@@ -92,11 +92,39 @@ inline LayerBudgets parse_layer_budgets(const std::string& text) {
 }
 
 namespace detail {
+/// Removes `d` tokens from `v`, one at a time from the largest value (ties: the highest index), in
+/// closed form: with `L` the least level such that `f(L) = Σ max(0, v[i] − L) <= d`, every value above
+/// `L` becomes `L`, then the `d − f(L)` highest-index values at `L` lose one more — exactly the
+/// token-by-token result, since that never lowers a value below the current maximum minus one.
+/// Values not above `floor` are never touched (requires `Σ max(0, v[i] − floor) >= d`).
+/// O(n · log(max v)).
+inline void take_from_largest(std::vector<std::size_t>& v, std::size_t d, std::size_t floor) {
+  if (d == 0) return;
+  const auto above = [&](std::size_t level) {
+    std::size_t f = 0;
+    for (const std::size_t x : v) f += x > level ? x - level : 0;
+    return f;
+  };
+  std::size_t lo = floor, hi = *std::max_element(v.begin(), v.end());  // f(hi) = 0 <= d
+  while (lo < hi) {  // the least L in [floor, max] with f(L) <= d
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (above(mid) <= d)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  std::size_t rest = d - above(lo);
+  for (std::size_t& x : v) x = std::min(x, lo);
+  for (std::size_t i = v.size(); i-- > 0 && rest > 0;)
+    if (v[i] == lo && lo > floor) --v[i], --rest;
+}
+
 /// Rounds non-negative reals `t` (summing to the integer `total` up to rounding) to integers summing to
 /// `total` exactly: floors, then one more token to the largest fractional parts (ties: the lower
 /// layer). Then raises every value below `floor` to `floor`, taking one token at a time from the
 /// largest value (ties: the higher layer) — so no value ends below `floor` or the sum above `total`.
-/// Requires `t.size() · floor <= total`. O(n log n + n · moved).
+/// The floor pass is computed in closed form (`take_from_largest`), not token by token.
+/// Requires `t.size() · floor <= total <= 2^53`. O(n log n + n · log total).
 inline std::vector<std::size_t> round_to_total(const std::vector<double>& t, std::size_t total, std::size_t floor) {
   const std::size_t n = t.size();
   std::vector<std::size_t> out(n);
@@ -112,14 +140,13 @@ inline std::vector<std::size_t> round_to_total(const std::vector<double>& t, std
     return t[a] - std::floor(t[a]) > t[b] - std::floor(t[b]);
   });
   for (std::size_t r = 0; sum < total; r = (r + 1) % n) ++out[order[r]], ++sum;
+  std::size_t deficit = 0;
   for (std::size_t i = 0; i < n; ++i)
-    while (out[i] < floor) {
-      std::size_t top = 0;  // the largest value, the highest layer among equals
-      for (std::size_t j = 0; j < n; ++j)
-        if (out[j] >= out[top]) top = j;
-      --out[top];
-      ++out[i];
+    if (out[i] < floor) {
+      deficit += floor - out[i];
+      out[i] = floor;
     }
+  take_from_largest(out, deficit, floor);
   return out;
 }
 }  // namespace detail
@@ -136,15 +163,20 @@ inline std::vector<std::size_t> round_to_total(const std::vector<double>& t, std
 ///    or `k >= prompt_len`: uniform (every layer keeps the whole prompt anyway);
 ///  - weights: `n_layers · k · weights[l] / Σ weights`, rounded by `round_to_total`.
 /// Then values below `floor` are raised, the tokens taken from the largest budgets.
-/// Throws `std::invalid_argument` naming the value for `n_layers == 0`, `k == 0`, `floor == 0`,
+/// Throws `std::invalid_argument` naming the value for `n_layers == 0`, `k == 0`, `k > 2^53` or
+/// `n_layers · k > 2^53` (as `Budget::tokens`: exact in double), `floor == 0`,
 /// `n_layers · floor > n_layers · k` (`floor > k`), β < 1 or not finite, `reserved > k`, a weights list
-/// whose size is not `n_layers` or that holds a negative / non-finite value or sums to 0.
-/// O(n_layers²) at worst (the floor pass); allocates the result.
+/// whose size is not `n_layers` or that holds a negative / non-finite value or sums to 0 or to inf.
+/// O(n_layers · log n_layers + n_layers · log k); allocates the result.
 inline std::vector<std::size_t> layer_budgets(const LayerBudgets& schedule, std::size_t n_layers, std::size_t k,
                                               std::size_t prompt_len = 0) {
   const char* who = "kvevict::layer_budgets";
   detail::require(n_layers >= 1, who, ": n_layers must be >= 1 (got 0)");
   detail::require(k >= 1, who, ": budget k must be >= 1 (got 0)");
+  constexpr std::size_t kMax = std::size_t{1} << 53;
+  detail::require(k <= kMax, who, ": budget k = ", k, " exceeds 2^53");
+  detail::require(k <= kMax / n_layers, who, ": n_layers * k = ", n_layers, " * ", k,
+                  " exceeds 2^53 (the total budget must be exact in double)");
   detail::require(schedule.floor >= 1, who, ": floor must be >= 1 (got 0)");
   detail::require(schedule.floor <= k, who, ": floor = ", schedule.floor, " exceeds the budget k = ", k,
           " (the layers could not sum to n_layers * k)");
@@ -176,7 +208,9 @@ inline std::vector<std::size_t> layer_budgets(const LayerBudgets& schedule, std:
       sum += schedule.weights[l];
     }
     detail::require(sum > 0.0, who, ": the weights sum to 0");
-    for (std::size_t l = 0; l < n_layers; ++l) t[l] = static_cast<double>(total) * schedule.weights[l] / sum;
+    detail::require(std::isfinite(sum), who, ": the weights sum to ", sum, " (scale them down)");
+    // The share first (<= 1), then the tokens: total · w overflowed to inf for w near 1e300.
+    for (std::size_t l = 0; l < n_layers; ++l) t[l] = static_cast<double>(total) * (schedule.weights[l] / sum);
   }
   return detail::round_to_total(t, total, schedule.floor);
 }

@@ -332,6 +332,8 @@ std::vector<Case> cases() {
       {"QualityUnknownKvLayout", Q, "--kv-layout blocks", 2, {"--kv-layout: unknown layout 'blocks'"}},
       {"QualityUnknownEvictUnit", Q, "--kv-layout paged --evict-unit slab", 2, {"--evict-unit: unknown unit 'slab'"}},
       {"QualityPageSizeZero", Q, "--kv-layout paged --page-size 0", 2, {"--page-size"}},
+      {"QualityPageSizeWraps", Q, "--kv-layout paged --page-size 18446744073709551615", 2,
+       {"--page-size: expected an integer in [1, 4096], got '18446744073709551615'"}},
       // ---- kvevict-quality: rows and chunked prefill (issue 15), checked before any file ----
       {"QualityPoliciesUnknownRow", Q, "--policies h2o,snap", 2, {"--policies: row 'snap': unknown base 'snap'"}},
       {"QualityPoliciesRowTwice", Q, "--policies h2o,window,h2o", 2, {"--policies: row 'h2o' is given twice"}},
@@ -624,6 +626,15 @@ TEST(CliGenerate, PagedFlagsAreValidatedAndNamed) {
   const ToolRun zero = Workspace::get().run(KVEVICT_GENERATE_BIN, base + "--kv-layout paged --page-size 0");
   EXPECT_EQ(zero.exit_code, 2);
   EXPECT_NE(zero.err.find("--page-size"), std::string::npos) << zero.err;
+  // A page count that wrapped to 0 ("num_pages must be in [1, 2^31 - 1] (got 0)") and a page that
+  // exhausted memory (exit 1) are both usage errors naming the flag now.
+  for (const char* huge : {"18446744073709551615", "4294967297"}) {
+    const ToolRun r = Workspace::get().run(KVEVICT_GENERATE_BIN, base + "--kv-layout paged --page-size " + huge);
+    EXPECT_EQ(r.exit_code, 2) << huge;
+    EXPECT_NE(r.err.find(std::string("--page-size: expected an integer in [1, 4096], got '") + huge + "'"),
+              std::string::npos)
+        << r.err;
+  }
 }
 
 // kvevict-quality takes kvevict-generate's paged flags: the paged token unit reports, number for number,

@@ -264,3 +264,48 @@ def test_replay_errors():
         kvevict.replay(x, 3, budget_ratio=0.5)
     with raises(ValueError, "prompt_len must be >= 0 (got -1)"):
         kvevict.replay(x, -1)
+
+
+def test_overlapping_wrapped_k_and_v_are_rejected():
+    # v = k shifted by one row: every V write would clobber K.
+    buf = np.zeros(2 * 6 * 3 + 3, np.float32)
+    K, V = buf[:36].reshape(2, 6, 3), buf[3:39].reshape(2, 6, 3)
+    with raises(ValueError, "k and v overlap in memory (views of one buffer); give each its own array"):
+        kvevict.Cache("h2o", n_q_heads=2, k=K, v=V)
+    c = kvevict.Cache("h2o", n_q_heads=2, k=buf[:36].reshape(2, 6, 3), v=np.zeros((2, 6, 3), np.float32))
+    assert c.n_q_heads == 2
+
+
+def test_big_endian_arrays_are_named_as_such():
+    K = np.zeros((2, 6, 3), np.float32)
+    swapped = "float32 (non-native byte order '>f4'; convert with a.astype(a.dtype.newbyteorder('=')))"
+    with raises(ValueError, "k must be a float32 or float16 array of shape [n_kv_heads, capacity, head_dim], got "
+                            + swapped):
+        kvevict.Cache("h2o", n_q_heads=2, k=K.astype(">f4"), v=K.copy())
+    c = filled()
+    with raises(ValueError, "k must be a C-contiguous float32 array of shape [n_kv_heads, head_dim] = [2, 3], got a "
+                            + swapped + " array of shape [2, 3]"):
+        c.append(4, rows().astype(">f4"), rows())
+    assert c.lengths == [4, 4]
+    with raises(ValueError, "dtype must be a native-endian float32 or float16 (got '>f4', a non-native byte order)"):
+        kvevict.Cache("h2o", **dict(OWNED, dtype=">f4"))
+
+
+def test_huge_sizes_name_the_argument():
+    with raises(ValueError, "n_kv_heads * capacity * head_dim = 2 * 4611686018427387904 * 3 overflows"):
+        kvevict.Cache("h2o", **dict(OWNED, capacity=2**62))
+    with raises(ValueError, "capacity = 4611686018427387904 is too large: n_kv_heads * capacity * head_dim = "
+                            "4611686018427387904 elements exceed the largest array (2305843009213693951)"):
+        kvevict.Cache("h2o", n_q_heads=1, n_kv_heads=1, capacity=2**62, head_dim=1)
+    with raises(ValueError, "kvevict::Cache: n_q_heads (4611686018427387904) exceeds 2^16 = 65536"):
+        kvevict.Cache("h2o", **dict(OWNED, n_q_heads=2**62))
+
+
+def test_attention_logits_rejects_bias_aliasing_out():
+    c = filled()
+    q = np.ones((4, 3), np.float32)
+    out = np.ones((4, 4), np.float32)
+    with raises(ValueError, "kvevict::attention_logits: out overlaps bias (bias == out is not an in-place add: give "
+                            "out its own array, or add the bias after the call)"):
+        kvevict.attention_logits(c, q, out=out, bias=out)
+    assert (out == 1).all()

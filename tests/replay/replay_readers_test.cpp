@@ -33,6 +33,17 @@ TEST(TraceJsonReader, NumberBeyondDoubleRangeIsAnInputErrorNamingTheEntry) {
             "meta.scale[1]: the number 2e500 is out of range (a float holds at most 3.4028235e+38)");
 }
 
+TEST(TraceJsonReader, ADuplicateKeyIsAnInputErrorNamingIt) {
+  // nlohmann keeps the last value of a duplicate key; the .npy header reader refuses duplicates, so
+  // the JSON reader does too, at any depth.
+  EXPECT_EQ(json_error(R"({"prompt_len": 1, "logits": [[[0]]], "prompt_len": 2})"),
+            "prompt_len: duplicate key 'prompt_len' (each key may appear once)");
+  EXPECT_EQ(json_error(R"({"prompt_len": 1, "meta": {"a": 1, "b": 2, "a": 3}, "logits": [[[0]]]})"),
+            "meta.a: duplicate key 'a' (each key may appear once)");
+  // The same key in two different objects is fine.
+  EXPECT_EQ(json_error(R"({"prompt_len": 1, "meta": {"prompt_len": 1}, "logits": [[[0]]]})"), "");
+}
+
 TEST(TraceJsonReader, NumberBeyondFloatRangeIsAnInputErrorNamingTheEntry) {
   // 1e39 is a double but not a float: converting it would be undefined behaviour.
   EXPECT_EQ(json_error(R"({"prompt_len": 1, "logits": [[[0, null], [1e39, 0]]]})"),

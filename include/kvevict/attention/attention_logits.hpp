@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include <Eigen/Core>
@@ -27,11 +28,16 @@ namespace kvevict {
 /// on the fly (`Eigen::half`, `Eigen::bfloat16`). O(n_q_heads · n · head_dim),
 /// Eigen matrix–vector products, no allocation.
 /// Reads the view only (`KVView<const T>`; a writable `KVView<T>` converts).
-/// Throws `std::invalid_argument` if `n_q_heads` is not a positive multiple of
-/// `kv.n_kv_heads`, a pointer is null or heads hold different lengths.
+/// `out` must not overlap `q` or `bias` (an in-place bias would be overwritten
+/// by the product before it is added): add a bias in place after the call instead.
+/// Throws `std::invalid_argument` (nothing written) if the view fails
+/// `KVView::validate` (e.g. `n_kv_heads == 0`, a length above its capacity),
+/// `n_q_heads` is not a positive multiple of `kv.n_kv_heads`, a pointer is
+/// null, heads hold different lengths, or `out` overlaps `q` or `bias`.
 template <class T>
 void attention_logits(const KVView<const T>& kv, const float* q, std::size_t n_q_heads, float* out, float scale,
                       const float* bias = nullptr) {
+  kv.validate();
   detail::require(n_q_heads >= 1 && n_q_heads % kv.n_kv_heads == 0, "kvevict::attention_logits: n_q_heads (",
                   n_q_heads, ") must be a positive multiple of n_kv_heads (", kv.n_kv_heads, ")");
   detail::require(q != nullptr && out != nullptr, "kvevict::attention_logits: q and out must be non-null");
@@ -39,6 +45,16 @@ void attention_logits(const KVView<const T>& kv, const float* q, std::size_t n_q
   for (std::size_t j = 1; j < kv.n_kv_heads; ++j)
     detail::require(kv.length(j) == n, "kvevict::attention_logits: KV head ", j, " holds ", kv.length(j),
                     " slots, KV head 0 holds ", n);
+  // Byte ranges, compared as integers (pointers into different arrays have no order).
+  const auto overlaps = [&](const float* a, std::size_t a_len, std::size_t b_len) {
+    const auto a0 = reinterpret_cast<std::uintptr_t>(a), b0 = reinterpret_cast<std::uintptr_t>(out);
+    return a0 < b0 + b_len * sizeof(float) && b0 < a0 + a_len * sizeof(float);
+  };
+  detail::require(n == 0 || !overlaps(q, n_q_heads * kv.head_dim, n_q_heads * n),
+                  "kvevict::attention_logits: out overlaps q (give out its own array)");
+  detail::require(n == 0 || bias == nullptr || !overlaps(bias, n_q_heads * n, n_q_heads * n),
+                  "kvevict::attention_logits: out overlaps bias (bias == out is not an in-place add: give out its "
+                  "own array, or add the bias after the call)");
   const std::size_t g = n_q_heads / kv.n_kv_heads;
   const auto rows = static_cast<Eigen::Index>(n), d = static_cast<Eigen::Index>(kv.head_dim);
   using KMat = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,

@@ -75,6 +75,8 @@ class QKChunkRows final : public ChunkRows {
     if (q_head != head_ || i < first_ || i >= first_ + rows_) compute(q_head, i);
     return s_.block_.data() + (i - first_) * s_.capacity_;
   }
+  /// The `n_q_heads` given to `prefill_chunk_qk` (the layout of `q`); the cache checks it is its own.
+  std::size_t n_q_heads() const override { return nq_; }
 
  private:
   using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -141,15 +143,17 @@ class QKChunkRows final : public ChunkRows {
 /// with the default tiles; Eigen's GEMM may allocate its packing buffers when a tile
 /// operand exceeds its 128 KiB stack limit (`row_tile · head_dim` or `col_tile ·
 /// head_dim` above 32768 floats).
-/// Throws `std::invalid_argument` (nothing changed) if `n_q_heads` is not a
+/// Throws `std::invalid_argument` (nothing changed) if the view fails
+/// `KVView::validate` (e.g. a length above its capacity), `n_q_heads` is not a
 /// positive multiple of `kv.n_kv_heads`, `q` is null, heads hold different
 /// lengths, `C == 0` or `C > n`, or the scratch is too small; then whatever
-/// `prefill_chunk` throws, including the cache's request of a q_head at or
-/// beyond `n_q_heads` (`n_q_heads` is not the cache's query-head count).
+/// `prefill_chunk` throws, including an `n_q_heads` that is not the cache's
+/// query-head count (`ChunkRows::n_q_heads`).
 template <class CacheT, class T, class Bias = NoBias>
 void prefill_chunk_qk(CacheT& cache, const KVView<const T>& kv, const float* q, std::size_t chunk_len,
                       std::size_t n_q_heads, float scale, QKChunkScratch& scratch, Bias bias = Bias()) {
   const char* who = "kvevict::prefill_chunk_qk";
+  kv.validate();  // lengths within the capacity: the rows read K up to slot n - 1
   detail::require(kv.n_kv_heads >= 1 && n_q_heads >= 1 && n_q_heads % kv.n_kv_heads == 0, who,
                   ": n_q_heads (", n_q_heads, ") must be a positive multiple of n_kv_heads (", kv.n_kv_heads, ")");
   detail::require(q != nullptr, who, ": q must be non-null");

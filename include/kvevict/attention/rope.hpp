@@ -46,13 +46,21 @@ struct RopeSpec {
 };
 
 namespace detail {
-/// Checks the arguments shared by the rotation helpers; throws
+/// Checks the arguments shared by the rotation helpers — even `head_dim >= 2`, finite `theta > 0`,
+/// finite `delta`, a known style, and every pair's angle `delta · θ^(−2i/d)` finite — and throws
 /// `std::invalid_argument` naming `who`, the argument and the value.
 inline void check_rope(std::size_t head_dim, double delta, const RopeSpec& spec, const char* who) {
   require(head_dim >= 2 && head_dim % 2 == 0, who, ": head_dim must be even and >= 2 (got ", head_dim, ")");
   require(std::isfinite(spec.theta) && spec.theta > 0.0, who, ": theta must be finite and > 0 (got ", spec.theta,
           ")");
   require(std::isfinite(delta), who, ": delta must be finite (got ", delta, ")");
+  // The largest angle, delta · θ^(−2i/d) over the pairs (i = 0 or i = d/2 − 1), must be finite: an
+  // infinite angle (θ = 1e-300, delta = 1e300) has cos and sin NaN, which would be written into K.
+  const double exponent = -static_cast<double>(head_dim - 2) / static_cast<double>(head_dim);
+  const double max_freq = spec.theta >= 1.0 ? 1.0 : std::pow(spec.theta, exponent);
+  require(std::isfinite(max_freq) && std::isfinite(std::fabs(delta) * max_freq), who, ": the angle delta * theta^(-",
+          head_dim - 2, "/", head_dim, ") = ", std::fabs(delta) * max_freq, " is not finite (delta = ", delta,
+          ", theta = ", spec.theta, ")");
   require(spec.style == RopeStyle::interleaved || spec.style == RopeStyle::half_split, who, ": unknown RopeStyle ",
           static_cast<int>(spec.style));
 }
@@ -86,7 +94,8 @@ void rotate_row_unchecked(T* row, std::size_t head_dim, double delta, const Rope
 /// p by `delta = q − p` moves it to position q. `T`: float, double, or a type
 /// convertible to and from float (`Eigen::half`, `Eigen::bfloat16`).
 /// Throws `std::invalid_argument` (row unchanged) if `row` is null, `head_dim`
-/// is odd or 0, `spec.theta` is not finite and > 0, or `delta` is not finite.
+/// is odd or 0, `spec.theta` is not finite and > 0, `delta` is not finite, or an
+/// angle overflows (`|delta| · θ^(−(d−2)/d)` not finite, for θ < 1).
 /// O(head_dim) (one `pow`, `cos` and `sin` per pair); no allocation.
 template <class T>
 void rope_rotate(T* row, std::size_t head_dim, double delta, const RopeSpec& spec = RopeSpec()) {
@@ -98,7 +107,8 @@ void rope_rotate(T* row, std::size_t head_dim, double delta, const RopeSpec& spe
 
 /// Rotates the key of (KV head `h`, slot `s`) of `view` — layout
 /// `[kv_head][slot][head_dim]` or any strides of `KVView` — by `delta`, as
-/// `rope_rotate` does. Throws `std::invalid_argument` (view unchanged) for
+/// `rope_rotate` does. Throws `std::invalid_argument` (view unchanged) for a view
+/// that fails `KVView::validate` (e.g. a length above its capacity),
 /// `h >= view.n_kv_heads`, `s >= view.length(h)`, and what `rope_rotate` rejects.
 /// The view's position IDs are not touched (they stay the tokens' original
 /// positions; the engine tracks where it rotated each key). O(head_dim).
@@ -106,6 +116,7 @@ template <class T>
 void rope_rotate_key(const KVView<T>& view, std::size_t h, std::size_t s, double delta,
                      const RopeSpec& spec = RopeSpec()) {
   static_assert(!KVView<T>::is_read_only, "kvevict::rope_rotate_key: needs a writable KVView");
+  view.validate();
   detail::require(h < view.n_kv_heads, "kvevict::rope_rotate_key: KV head ", h, " out of range (n_kv_heads = ",
                   view.n_kv_heads, ")");
   detail::require(s < view.length(h), "kvevict::rope_rotate_key: slot ", s, " is not live (length ", view.length(h),
@@ -116,11 +127,13 @@ void rope_rotate_key(const KVView<T>& view, std::size_t h, std::size_t s, double
 
 /// Rotates every live key of `view` (every KV head `h`, slots `[0, length(h))`)
 /// by the same `delta` — e.g. shifting a whole cache left by the number of
-/// evicted leading tokens. Throws as `rope_rotate` (view unchanged).
+/// evicted leading tokens. Throws as `rope_rotate`, and for a view that fails
+/// `KVView::validate` (view unchanged).
 /// O(n_kv_heads · length · head_dim).
 template <class T>
 void rope_rotate_keys(const KVView<T>& view, double delta, const RopeSpec& spec = RopeSpec()) {
   static_assert(!KVView<T>::is_read_only, "kvevict::rope_rotate_keys: needs a writable KVView");
+  view.validate();
   detail::check_rope(view.head_dim, delta, spec, "kvevict::rope_rotate_keys");
   for (std::size_t h = 0; h < view.n_kv_heads; ++h)
     for (std::size_t s = 0; s < view.length(h); ++s)

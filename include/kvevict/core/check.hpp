@@ -32,5 +32,33 @@ void require(bool ok, Args&&... args) {
   if (!ok) throw std::invalid_argument(concat(std::forward<Args>(args)...));
 }
 
+/// Whether an object still owns its state: true until it is moved from (the move constructor and
+/// the move assignment hand the flag over and clear the source's), so that a moved-from cache can
+/// refuse every call with a clear error instead of using storage it no longer owns. O(1), no throw
+/// except in `check`.
+class LiveFlag {
+ public:
+  LiveFlag() noexcept = default;
+  LiveFlag(const LiveFlag&) = delete;
+  LiveFlag& operator=(const LiveFlag&) = delete;
+  LiveFlag(LiveFlag&& other) noexcept : live_(other.live_) { other.live_ = false; }
+  LiveFlag& operator=(LiveFlag&& other) noexcept {
+    if (this != &other) {
+      live_ = other.live_;
+      other.live_ = false;
+    }
+    return *this;
+  }
+  /// Throws `std::logic_error` "<cls>::<method>: this cache was moved from (use the object it was
+  /// moved to)" once the owner was moved from.
+  void check(const char* cls, const char* method) const {
+    if (!live_)
+      throw std::logic_error(concat(cls, "::", method, ": this cache was moved from (use the object it was moved to)"));
+  }
+
+ private:
+  bool live_ = true;
+};
+
 }  // namespace detail
 }  // namespace kvevict

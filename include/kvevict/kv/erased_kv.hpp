@@ -54,10 +54,22 @@ struct ErasedKV {
   std::int64_t* pos(std::size_t h) const { return positions + h * capacity; }
 };
 
+/// Every `lengths[h] <= capacity`: the view's lengths are the engine's and may have changed since
+/// `KVView::validate` ran at construction; a length past the capacity would make the scorer and the
+/// slot moves write past the storage. Throws `std::invalid_argument` naming `who`, the head, the
+/// length and the capacity. O(n_kv_heads).
+inline void check_lengths(const ErasedKV& kv, const char* who) {
+  for (std::size_t h = 0; h < kv.n_kv_heads; ++h)
+    require(kv.lengths[h] <= kv.capacity, who, ": the view's lengths[", h, "] = ", kv.lengths[h],
+            " exceeds its capacity ", kv.capacity);
+}
+
 /// The engine protocol at prefill: every KV head holds exactly `P >= 1` slots
-/// with strictly ascending position IDs, identical across heads. Throws
+/// with strictly ascending position IDs, identical across heads (lengths within
+/// the capacity, `check_lengths`). Throws
 /// `std::invalid_argument` naming the head, slot and values. O(n_kv_heads · P).
 inline void check_prompt_view(const ErasedKV& kv, std::size_t P) {
+  check_lengths(kv, "kvevict::Cache::prefill");
   require(P >= 1, "kvevict::Cache::prefill: prompt_len must be >= 1 (got 0)");
   for (std::size_t h = 0; h < kv.n_kv_heads; ++h)
     require(kv.lengths[h] == P, "kvevict::Cache::prefill: prompt_len = ", P, " but the view's lengths[", h,
@@ -81,6 +93,7 @@ inline void check_prompt_view(const ErasedKV& kv, std::size_t P) {
 inline void check_chunk_view(const ErasedKV& kv, std::size_t C, std::size_t n, std::size_t held,
                              std::int64_t last_position) {
   const char* who = "kvevict::Cache::prefill_chunk";
+  check_lengths(kv, who);
   require(C >= 1, who, ": chunk_len must be >= 1 (got 0)");
   require(C <= n, who, ": chunk_len = ", C, " exceeds n = ", n, " live slots");  // so held + C cannot wrap to n
   require(n == held + C, who, ": n = ", n, " but the cache holds ", held, " tokens per KV head and the chunk has ", C,
@@ -105,6 +118,7 @@ inline void check_chunk_view(const ErasedKV& kv, std::size_t C, std::size_t n, s
 /// larger than `last_position`. Returns that position. Throws
 /// `std::invalid_argument` naming the values. O(n_kv_heads).
 inline std::int64_t check_step_view(const ErasedKV& kv, std::size_t n, std::size_t held, std::int64_t last_position) {
+  check_lengths(kv, "kvevict::Cache::decode_step");
   require(n == held + 1, "kvevict::Cache::decode_step: n = ", n, " but the cache holds ", held,
           " tokens per KV head (append exactly one token, then pass n = ", held + 1, ")");
   for (std::size_t h = 0; h < kv.n_kv_heads; ++h)

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -35,11 +36,19 @@ namespace kvevict {
 /// while free, or a callback that returns a page in use (nothing changed).
 /// Thread safety: none; one pool per layer, used by one thread. A `PagedCache`
 /// keeps a pointer to its pool: do not move a pool that caches still use.
+///
+/// The `release` callback must not throw (README "Guarantees"): a cache returns
+/// pages after its own state is updated, where no error can be undone, so the
+/// pool calls `release` from a `noexcept` function and an exception escaping it
+/// ends the program (`std::terminate`) rather than leaving a sequence in a state
+/// no call can leave. A callable whose type says it can throw (not `noexcept`)
+/// is rejected at compile time; a `std::function` cannot say, so it is checked
+/// only at run time. `allocate` may throw: the pool and the caller are then unchanged.
 class PagePool {
  public:
   /// Engine callback handing out a free page id, or `kNoPage` when it has none.
   using AllocateFn = std::function<std::int32_t()>;
-  /// Engine callback taking a page id back.
+  /// Engine callback taking a page id back; must not throw (see above).
   using ReleaseFn = std::function<void(std::int32_t)>;
 
   /// A pool with its own free list over `num_pages` pages, all free.
@@ -49,8 +58,8 @@ class PagePool {
     for (std::size_t i = num_pages; i-- > 0;) free_.push_back(static_cast<std::int32_t>(i));
   }
   /// A pool whose pages come from the engine: `allocate()` returns a free page
-  /// id in `[0, num_pages)` or `kNoPage`, `release(id)` takes one back. The pool
-  /// still checks every id and keeps the in-use flags. Throws
+  /// id in `[0, num_pages)` or `kNoPage`, `release(id)` takes one back and must
+  /// not throw. The pool still checks every id and keeps the in-use flags. Throws
   /// `std::invalid_argument` for a bad `num_pages` or an empty callback.
   PagePool(std::size_t num_pages, AllocateFn allocate, ReleaseFn release)
       : num_pages_(check_count(num_pages)),
@@ -59,6 +68,16 @@ class PagePool {
         release_fn_(std::move(release)) {
     detail::require(static_cast<bool>(allocate_fn_) && static_cast<bool>(release_fn_),
                     "kvevict::PagePool: allocate and release callbacks must both be non-empty");
+  }
+  /// As above, for a `release` callable of any type other than `ReleaseFn` (a lambda, a function
+  /// object): it must be `noexcept`-invocable with a page id, checked at compile time.
+  template <class Release, std::enable_if_t<!std::is_same<std::decay_t<Release>, ReleaseFn>::value &&
+                                                std::is_invocable<Release&, std::int32_t>::value,
+                                            int> = 0>
+  PagePool(std::size_t num_pages, AllocateFn allocate, Release release)
+      : PagePool(num_pages, std::move(allocate), ReleaseFn(std::move(release))) {
+    static_assert(std::is_nothrow_invocable<Release&, std::int32_t>::value,
+                  "kvevict: PagePool's release callback must be `noexcept` (a page cannot be given back half way)");
   }
 
   PagePool(const PagePool&) = delete;
@@ -226,12 +245,15 @@ class PagePool {
     detail::require(in_use_[static_cast<std::size_t>(page)] != 0, "kvevict::PagePool::", who, ": ", arg, " = ",
                     page, " is not in use (freed twice?)");
   }
+  // The engine's release, where a throw cannot be undone: `noexcept`, so a throwing callback ends
+  // the program (std::terminate) instead of leaving pool and caches disagreeing.
+  static void call_release(const ReleaseFn& release, std::int32_t page) noexcept { release(page); }
   void free_one(std::int32_t page) {
     in_use_[static_cast<std::size_t>(page)] = 0;
     --used_;
     ++released_;
     if (release_fn_)
-      release_fn_(page);
+      call_release(release_fn_, page);
     else
       free_.push_back(page);  // capacity num_pages reserved: never allocates
   }

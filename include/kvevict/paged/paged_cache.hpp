@@ -99,16 +99,16 @@ class PagedCache final : public PagedCacheInterface {
         paged_(paged),
         slots_(detail::ErasedPagedKV::from(kv)),
         pool_(&pool),
-        scorer_(std::move(score), kv.n_kv_heads, config.n_q_heads / kv.n_kv_heads, slots_.capacity(), config.seed,
-                "kvevict::PagedCache"),
+        // slots_ validated the view; n_q_heads is checked before the scorer allocates for it.
+        scorer_(std::move(score), kv.n_kv_heads,
+                detail::checked_group(config.n_q_heads, kv.n_kv_heads, slots_.capacity(), "kvevict::PagedCache"),
+                slots_.capacity(), config.seed, "kvevict::PagedCache"),
         temperature_(std::move(temperature)),
         selection_(std::move(selection)),
         pages_(paged, kv.max_pages) {
     const std::size_t nkv = kv.n_kv_heads;
     detail::require(config.shared_heads, "kvevict::PagedCache: config.shared_heads must be true (a page slot holds "
                                          "the token of every KV head, so all KV heads share one selection)");
-    detail::require(config.n_q_heads >= 1 && config.n_q_heads % nkv == 0, "kvevict::PagedCache: n_q_heads (",
-                    config.n_q_heads, ") must be a positive multiple of the view's n_kv_heads (", nkv, ")");
     detail::require(*kv.length == 0, "kvevict::PagedCache: the sequence must be empty at construction (length = ",
                     *kv.length, ")");
     detail::require(kv.num_pages == pool.num_pages(), "kvevict::PagedCache: the view has num_pages = ",
@@ -127,6 +127,8 @@ class PagedCache final : public PagedCacheInterface {
     if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::PagedCache");
   }
 
+  // A moved-from cache owns nothing (its pool pointer and page table now belong to the moved-to
+  // cache): every member of `PagedCacheInterface` (and `reset`) then throws `std::logic_error`.
   PagedCache(const PagedCache&) = delete;
   PagedCache& operator=(const PagedCache&) = delete;
   PagedCache(PagedCache&&) noexcept = default;
@@ -144,6 +146,7 @@ class PagedCache final : public PagedCacheInterface {
   /// `std::invalid_argument` as `Cache::prefill` does (the same budget rules, see `resolve_budget`), for a page table that fails
   /// `PagePool::check_table`, and (page unit) if `k < start_pages · page_size + max(w, 1)`.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
+    live("prefill");
     const std::size_t P = prompt_len, ps = kv().page_size;
     detail::require(!prefilled_, "kvevict::PagedCache::prefill: already prefilled; call reset() for a new sequence");
     detail::require(P >= 1, "kvevict::PagedCache::prefill: prompt_len must be >= 1 (got 0)");
@@ -201,6 +204,7 @@ class PagedCache final : public PagedCacheInterface {
   /// No heap allocation. Throws `std::invalid_argument` as `Cache::decode_step` does and if the
   /// last page of the table is not a page in use of the pool; state unchanged.
   void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) override {
+    live("decode_step");
     const std::size_t ps = kv().page_size;
     detail::require(prefilled_, "kvevict::PagedCache::decode_step: call prefill() first");
     detail::require(n == n_ + 1, "kvevict::PagedCache::decode_step: n = ", n, " but the cache holds ", n_,
@@ -248,6 +252,7 @@ class PagedCache final : public PagedCacheInterface {
   /// `std::invalid_argument` (nothing changed) if the table holds an entry that
   /// is not a page in use. O(capacity).
   void reset(std::uint64_t seed) override {
+    live("reset");
     pages_freed_ += pool_->release_sequence(kv().template typed<unsigned char>());
     slots_.clear_scores();
     slots_.reset_window(0);
@@ -261,10 +266,22 @@ class PagedCache final : public PagedCacheInterface {
   /// `reset(seed)` with the configuration's seed.
   void reset() { reset(config_.seed); }
 
-  std::size_t budget() const override { return k_; }
-  std::size_t recent_window() const override { return w_; }
-  std::size_t step() const override { return step_; }
-  float temperature() const override { return tau_; }
+  std::size_t budget() const override {
+    live("budget");
+    return k_;
+  }
+  std::size_t recent_window() const override {
+    live("recent_window");
+    return w_;
+  }
+  std::size_t step() const override {
+    live("step");
+    return step_;
+  }
+  float temperature() const override {
+    live("temperature");
+    return tau_;
+  }
   std::size_t length(std::size_t h) const override {
     check_head(h, "length");
     return *kv().length;
@@ -287,16 +304,33 @@ class PagedCache final : public PagedCacheInterface {
   /// does; a slot appended since the last step stays where it is. Page unit:
   /// slots are always in position order; nothing to do. O(n log n + n ·
   /// n_kv_heads · head_dim); allocates nothing.
+  /// Throws `std::invalid_argument` (nothing moved) if the length exceeds the view's capacity.
   void restore_position_order() override {
+    live("restore_position_order");
     if (paged_.unit == EvictUnit::page) return;
+    detail::require(prefilled_ || *kv().length <= slots_.capacity(),
+                    "kvevict::PagedCache::restore_position_order: the sequence's length = ", *kv().length,
+                    " exceeds its capacity ", slots_.capacity());
     slots_.sort_by_position(prefilled_ ? n_ : *kv().length);
   }
-  std::size_t pages_in_use() const override { return (*kv().length + kv().page_size - 1) / kv().page_size; }
-  std::size_t pages_freed() const override { return pages_freed_; }
-  EvictUnit evict_unit() const override { return paged_.unit; }
+  std::size_t pages_in_use() const override {
+    live("pages_in_use");
+    return (*kv().length + kv().page_size - 1) / kv().page_size;
+  }
+  std::size_t pages_freed() const override {
+    live("pages_freed");
+    return pages_freed_;
+  }
+  EvictUnit evict_unit() const override {
+    live("evict_unit");
+    return paged_.unit;
+  }
 
   /// As `Cache::set_executor` (prefill and step scoring on `executor`; same bits for any executor).
-  void set_executor(ExecutorRef executor) override { scorer_.set_executor(executor); }
+  void set_executor(ExecutorRef executor) override {
+    live("set_executor");
+    scorer_.set_executor(executor);
+  }
   /// Query heads per KV head (`g`).
   std::size_t group_size() const { return group_; }
   /// The configuration (with the latest seed).
@@ -343,7 +377,10 @@ class PagedCache final : public PagedCacheInterface {
                     " must be finite and >= 1.17549435e-38 (FLT_MIN) (got ", tau, ")");
     return tau;
   }
+  /// Throws `std::logic_error` naming `method` if this cache was moved from.
+  void live(const char* method) const { live_.check("kvevict::PagedCache", method); }
   std::size_t check_head(std::size_t h, const char* who) const {
+    live(who);
     detail::require(h < kv().n_kv_heads, "kvevict::PagedCache::", who, ": KV head ", h,
                     " out of range (n_kv_heads = ", kv().n_kv_heads, ")");
     return h;
@@ -362,6 +399,7 @@ class PagedCache final : public PagedCacheInterface {
   std::size_t k_ = 0, w_ = 0, n_ = 0, step_ = 0, pages_freed_ = 0;
   float tau_ = 0.0f;
   bool prefilled_ = false;
+  detail::LiveFlag live_;          // false once moved from: every call then throws std::logic_error
 };
 
 }  // namespace kvevict

@@ -60,6 +60,10 @@ class ChunkRows {
   /// Whether `row` and `noise` may run concurrently for different query heads
   /// (false by default: the chunk is then scored on the calling thread).
   virtual bool concurrent() const { return false; }
+  /// The query heads the rows were built for, or 0 if the source does not know (the default): a
+  /// cache rejects a known count that differs from its own (rows laid out for another head count
+  /// would be read with the wrong stride and mapped to the wrong KV head).
+  virtual std::size_t n_q_heads() const { return 0; }
 };
 
 /// A chunk's logits materialised by the engine: `logits` is `[q_head][C][n]`

@@ -24,6 +24,24 @@
 namespace kvevict {
 namespace detail {
 
+/// The most query heads a cache accepts (2^16; models have at most a few hundred). A cache allocates
+/// `2 · n_q_heads · capacity` floats of accumulators, so the count is bounded before any allocation.
+inline constexpr std::size_t kMaxQHeads = std::size_t{1} << 16;
+
+/// Checks a cache's query-head count before anything is allocated for it: `1 <= n_q_heads <= 2^16`,
+/// a multiple of `n_kv_heads` (>= 1, the view was validated), and `n_q_heads · capacity` floats
+/// addressable. Returns the group size `g = n_q_heads / n_kv_heads`. Throws `std::invalid_argument`
+/// "<who>: n_q_heads (…) must be …" naming the value. O(1).
+inline std::size_t checked_group(std::size_t n_q_heads, std::size_t n_kv_heads, std::size_t capacity,
+                                 const char* who) {
+  require(n_q_heads >= 1 && n_q_heads % n_kv_heads == 0, who, ": n_q_heads (", n_q_heads,
+          ") must be a positive multiple of the view's n_kv_heads (", n_kv_heads, ")");
+  require(n_q_heads <= kMaxQHeads, who, ": n_q_heads (", n_q_heads, ") exceeds 2^16 = ", kMaxQHeads);
+  require(capacity <= (std::size_t{1} << 62) / sizeof(float) / n_q_heads, who, ": n_q_heads (", n_q_heads,
+          ") * capacity (", capacity, ") floats of score accumulators exceed the address space");
+  return n_q_heads / n_kv_heads;
+}
+
 /// The scoring half of a `Cache` (and of a `PagedCache`): owns the score policy, the noise seed,
 /// the prefill accumulators (one per query head) and the kernel's scratch
 /// (allocated at construction and by `set_executor`), and adds
@@ -203,7 +221,8 @@ class Scorer {
       return;
     }
     // Fewer KV heads than workers: each head's row split into `parts` chunk ranges.
-    const std::size_t parts = std::min(chunks, (W + n_kv_heads_ - 1) / n_kv_heads_);
+    // ceil(W / n_kv_heads) without `W + n_kv_heads − 1`, which wraps for W near SIZE_MAX.
+    const std::size_t parts = std::min(chunks, W / n_kv_heads_ + (W % n_kv_heads_ != 0 ? 1 : 0));
     auto range = [&](std::size_t p) { return std::make_pair(p * chunks / parts, (p + 1) * chunks / parts); };
     executor_.parallel_for(n_kv_heads_ * parts, [&](std::size_t task) noexcept {  // phase 1: e, chunk sums, maxes
       const std::size_t j = task / parts;
