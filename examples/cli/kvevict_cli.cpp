@@ -299,7 +299,8 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
                    "beta 20; snapkv keeps its L in every layer), pyramid:BETA, or one weight per layer (4,2,1,1)")
         ->type_name("uniform|pyramid|LIST");
   if (spec.tau) {
-    app.add_option("--tau-init", flags.tau_init_text, "Keyformer temperature at prefill (default 1)")->type_name("FLOAT");
+    app.add_option("--tau-init", flags.tau_init_text, "Keyformer temperature at prefill (default 1)")
+        ->type_name("FLOAT");
     app.add_option("--tau-end", flags.tau_end_text, "Keyformer temperature after the last step (default 2)")
         ->type_name("FLOAT");
   }
@@ -323,7 +324,8 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
         ->type_name("token|page");
   }
   if (spec.prefill_chunk) {
-    auto* chunk = app.add_option("--prefill-chunk", flags.prefill_chunk_text, spec.prefill_chunk_help)->type_name("INT");
+    auto* chunk =
+        app.add_option("--prefill-chunk", flags.prefill_chunk_text, spec.prefill_chunk_help)->type_name("INT");
     app.add_flag("--bounded-prefill", flags.bounded_prefill,
                  "with --prefill-chunk: evict to the budget after every chunk, so each layer never holds more than "
                  "k + C tokens during the prompt")

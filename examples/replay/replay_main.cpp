@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
       // Keyformer's own flags with another policy: an error, as every unused flag (the default is accepted).
       if (flags.policy != "keyformer") {
         const std::string drop = " (the policy is " + flags.policy + "); drop ";
-        if (noise != "auto") throw kvcli::UsageError("--noise", "only --policy keyformer draws noise" + drop + "--noise");
+        if (noise != "auto")
+          throw kvcli::UsageError("--noise", "only --policy keyformer draws noise" + drop + "--noise");
         if (!gen_steps_text.empty())
           throw kvcli::UsageError("--gen-steps", "only --policy keyformer has a temperature schedule" + drop +
                                                      "--gen-steps");

@@ -229,8 +229,8 @@ std::vector<Case> cases() {
       {"GenRecentPercent", G, kTiny + "--policy keyformer --budget 10 --recent 30% --prompt-ids 1 --print-ids --steps 2", 0, {"[keyformer k=10 w=3 sinks=0]"}},
       {"GenRecentRatioAlias", G, kTiny + "--policy h2o --budget 10 --recent-ratio 0.5 --prompt-ids 1 --print-ids --steps 2", 0, {"[h2o k=10 w=5 sinks=0]"}},
       {"GenBudgetNotANumber", G, kTiny + "--policy h2o --budget lots --prompt-ids 1", 2,
-       {"--budget: expected a token count such as 64, a fraction of the prompt such as 0.5 or a percentage such as 50%, "
-        "got 'lots'"}},
+       {"--budget: expected a token count such as 64, a fraction of the prompt such as 0.5 or a percentage such as "
+        "50%, got 'lots'"}},
       {"GenBudgetNegativePercent", G, kTiny + "--policy h2o --budget -5% --prompt-ids 1", 2,
        {"--budget: expected a token count such as 64, a fraction of the prompt such as 0.5 or a percentage such as 50% "
         "(no sign), got '-5%'"}},
@@ -242,14 +242,17 @@ std::vector<Case> cases() {
       // prompt (k = floor(1.5 * 4) = 6).
       {"GenBudgetFraction", G, kTiny + "--policy h2o --budget 0.5 --prompt-ids 1,2,3,4 --print-ids --steps 2", 0,
        {"[h2o k=2 w=1 sinks=0]"}},
-      {"GenBudgetAbove100Percent", G, kTiny + "--policy h2o --budget 150% --prompt-ids 1,2,3,4 --print-ids --steps 2", 0,
+      {"GenBudgetAbove100Percent", G,
+       kTiny + "--policy h2o --budget 150% --prompt-ids 1,2,3,4 --print-ids --steps 2", 0,
        {"[h2o k=6 w=1 sinks=0]"}},
       {"GenRecentFraction", G, kTiny + "--policy h2o --budget 10 --recent 0.5 --prompt-ids 1 --print-ids --steps 2", 0,
        {"[h2o k=10 w=5 sinks=0]"}},
       {"GenMisspeltFlag", G, kTiny + "--polcy h2o --prompt-ids 1", 2,
        {"kvevict-generate: --polcy: unknown flag; did you mean --policy? (see --help)"}},
-      {"GenMisspeltFlagWithValue", G, kTiny + "--budgte=5 --prompt-ids 1", 2, {"--budgte: unknown flag; did you mean --budget?"}},
-      {"GenUnknownFlagFarFromAny", G, kTiny + "--xyzzy --prompt-ids 1", 2, {"kvevict-generate: --xyzzy: unknown flag (see --help)"}},
+      {"GenMisspeltFlagWithValue", G, kTiny + "--budgte=5 --prompt-ids 1", 2,
+       {"--budgte: unknown flag; did you mean --budget?"}},
+      {"GenUnknownFlagFarFromAny", G, kTiny + "--xyzzy --prompt-ids 1", 2,
+       {"kvevict-generate: --xyzzy: unknown flag (see --help)"}},
       {"GenStepsNegative", G, kTiny + "--steps -1 --prompt-ids 1", 2, {"--steps: expected an integer >= 0, got '-1'"}},
       {"GenSeedNotANumber", G, kTiny + "--seed x --prompt-ids 1", 2, {"--seed: expected an integer >= 0, got 'x'"}},
       {"GenUnknownPolicy", G, kTiny + "--policy lru --prompt-ids 1", 2, {"--policy: unknown policy 'lru'"}},
@@ -330,8 +333,10 @@ std::vector<Case> cases() {
       {"QualitySeedsZero", Q, "--seeds 0", 2, {"--seeds: expected an integer in [1, 1000], got '0'"}},
       {"QualityThreadsZero", Q, "--threads 0", 2, {"--threads: expected an integer in [1, 1024], got '0'"}},
       {"QualityPolicyHint", Q, "--policy h2o", 2,
-       {"kvevict-quality: --policy: unknown flag; this tool runs the rows of --policies (e.g. --policies h2o,keyformer)"}},
-      {"QualityBudgetHint", Q, "--budget 50%", 2, {"--budget: unknown flag; this tool sweeps the budget with --ratios"}},
+       {"kvevict-quality: --policy: unknown flag; this tool runs the rows of --policies (e.g. --policies "
+        "h2o,keyformer)"}},
+      {"QualityBudgetHint", Q, "--budget 50%", 2,
+       {"--budget: unknown flag; this tool sweeps the budget with --ratios"}},
       {"QualityRatioPercentAbove100", Q, "--ratios 50%,150%", 2, {"--ratios: each ratio must be in (0, 1] (got 150%)"}},
       {"QualityRatioTokenCount", Q, "--ratios 64", 2,
        {"--ratios: each ratio must be in (0, 1] (got 64): give a fraction such as 0.5 or a percentage such as 50%"}},
@@ -423,7 +428,8 @@ TEST(CliAll, HelpNamesTheEnvironmentVariablesAndExitCodes) {
     for (const char* needle : {"KVEVICT_SHARED_DIR", "KVEVICT_MODEL_DIR", "Exit codes: 0 success, 2 usage or input error",
                                "--budget INT|FLOAT|N%", "--recent INT|FLOAT|N%", "--sinks INT", "--tau-init FLOAT",
                                "--threads INT", "--seed INT"})
-      if (t != Tool::quality || (std::string(needle).rfind("--budget", 0) != 0 && std::string(needle) != "--seed INT")) {
+      if (t != Tool::quality ||
+          (std::string(needle).rfind("--budget", 0) != 0 && std::string(needle) != "--seed INT")) {
         if (t == Tool::replay && std::string(needle) == "--threads INT") continue;  // replay runs on one thread
         EXPECT_NE(run.out.find(needle), std::string::npos) << binary(t) << " --help lacks " << needle;
       }
