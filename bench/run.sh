@@ -2,7 +2,8 @@
 # Builds and runs kvevict's benchmark suite, then prints the ratio table and draws the plots.
 #
 #   bash bench/run.sh            quick grid (n in {1024, 4096, 32768}, d = 128, g in {1, 4},
-#                                float and half; prefill P in {512, 2048}; parallel steps)
+#                                float and half; prefill P in {512, 2048}; parallel steps): ~5 min on
+#                                2 free cores, 13 min beside other builds (bench/README.md)
 #   bash bench/run.sh --full     the whole grid (n up to 131072, d in {64, 128},
 #                                P up to 8192): a few hours on 2 cores, peak memory ~10 GB
 #   bash bench/run.sh --benchmark_filter=Keyformer   any Google Benchmark flag is passed through;
