@@ -1,6 +1,7 @@
 // kvevict_bench: the Google Benchmark suite (see bench/README.md).
 //
 //   kvevict_bench [--full] [--verify] [--paged] [--parallel] [--steps] [--long-prompt] [Google Benchmark flags...]
+//   kvevict_bench --help   (the suite's flags, then Google Benchmark's)
 //
 // Default: the quick grid (n in {1024, 4096, 32768}, d = 128, g in {1, 4},
 // float and half; prefill P in {512, 2048}, float). --full: the whole grid
@@ -30,7 +31,31 @@
 #define KVEVICT_BENCH_MARCH "portable"
 #endif
 
+namespace {
+
+// The suite's own flags, printed above Google Benchmark's under --help.
+constexpr const char* kSuiteHelp =
+    "kvevict_bench: kvevict's benchmark suite (bench/README.md; bench/run.sh runs it and draws the plots)\n"
+    "\n"
+    "Suite flags (at most one of the selections; default: the quick grid):\n"
+    "  --full          the whole grid: n in {256, ..., 131072}, d in {64, 128}, prefill P up to 8192\n"
+    "  --steps         only the decode-step family (attention + the five policies) at n in {4096, 32768, 131072},\n"
+    "                  d = 128, g = 1, float (bench/run.sh --opt-levels runs it at -O3 and -O2)\n"
+    "  --paged         only the paged decode steps (n in {1024, 4096, 32768}, d = 128, g = 1, float)\n"
+    "  --parallel      only the parallel decode steps (ParallelDecodeStep, W = 1, 2, 4, ... hardware threads)\n"
+    "  --long-prompt   only the long-prompt prefill benchmarks (bench/long_prompt.sh runs each in its own process)\n"
+    "  --verify        only check that the naive comparator keeps what kvevict keeps (exit 1 if not)\n"
+    "\n"
+    "Every other flag goes to Google Benchmark (e.g. --benchmark_filter=Keyformer):\n";
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") == 0) {
+      std::fputs(kSuiteHelp, stdout);
+      std::fflush(stdout);
+    }
   bool full = false, verify = false, paged = false, parallel = false, long_prompt = false, steps = false;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {

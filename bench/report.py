@@ -288,6 +288,7 @@ def main():
     # ---- plot data ----------------------------------------------------------------------------
     gp = ["set terminal pngcairo size 900,600 noenhanced font \",10\"",
           "set grid", "set key left top"]
+    plots, skipped = [], []  # the PNGs plots.gp draws; the ones it does not, and why
     for (typ, d, g), rows in sorted(decode.items()):
         tag = f"{typ}_d{d}_g{g}"
         ns = sorted(rows)
@@ -302,19 +303,40 @@ def main():
                 vals = [f"{rows[n][p]['evict_over_attention']:.6f}" if p in rows[n] else "?" for p in POLICIES]
                 vals.append(f"{rows[n]['Naive']['naive_over_ours']:.3f}" if "Naive" in rows[n] else "?")
                 f.write(f"{n} " + " ".join(vals) + "\n")
-        gp += ["set datafile missing '?'", "set logscale xy", "set xlabel 'retained tokens n'",
-               "set ylabel 'time per decode step (µs)'", f"set output 'decode_time_{tag}.png'",
-               f"set title 'Decode step time, {typ} KV, d={d}, g={g}, 8 KV heads (log-log)'",
-               "plot " + ", ".join(f"'decode_{tag}.dat' using 1:{i + 2} with linespoints title '{c}'"
-                                   for i, c in enumerate(["Attention"] + POLICIES + ["Naive"])),
-               "set logscale x", "unset logscale y", "set logscale y", "set ylabel 'eviction / attention'",
-               f"set output 'ratio_evict_over_attention_{tag}.png'",
-               f"set title 'Eviction / attention, {typ} KV, d={d}, g={g}'",
-               "plot " + ", ".join(f"'ratio_{tag}.dat' using 1:{i + 2} with linespoints title '{p}'"
-                                   for i, p in enumerate(POLICIES)),
-               "set ylabel 'naive / kvevict (Keyformer)'", f"set output 'ratio_naive_over_ours_{tag}.png'",
-               f"set title 'Naive step / kvevict Keyformer step, {typ} KV, d={d}, g={g}'",
-               f"plot 'ratio_{tag}.dat' using 1:{len(POLICIES) + 2} with linespoints title 'naive / ours'"]
+        # Only what ran is drawn: a series without a value (filtered out) is left out of its plot, and a
+        # plot without any series is not written (gnuplot stops on an empty one and leaves a 0-byte PNG).
+        def present(col):
+            return any(col in rows[n] for n in ns)
+
+        time_cols = [(i, c) for i, c in enumerate(["Attention"] + POLICIES + ["Naive"]) if present(c)]
+        ratio_cols = [(i, p) for i, p in enumerate(POLICIES) if present(p)]
+        gp += ["set datafile missing '?'"]
+        if time_cols:
+            gp += ["set logscale xy", "set xlabel 'retained tokens n'",
+                   "set ylabel 'time per decode step (µs)'", f"set output 'decode_time_{tag}.png'",
+                   f"set title 'Decode step time, {typ} KV, d={d}, g={g}, 8 KV heads (log-log)'",
+                   "plot " + ", ".join(f"'decode_{tag}.dat' using 1:{i + 2} with linespoints title '{c}'"
+                                       for i, c in time_cols)]
+            plots.append(f"decode_time_{tag}.png")
+        else:
+            skipped.append(f"decode_time_{tag}.png (no decode step of this shape ran)")
+        if ratio_cols:
+            gp += ["set logscale x", "unset logscale y", "set logscale y", "set ylabel 'eviction / attention'",
+                   f"set output 'ratio_evict_over_attention_{tag}.png'",
+                   f"set title 'Eviction / attention, {typ} KV, d={d}, g={g}'",
+                   "plot " + ", ".join(f"'ratio_{tag}.dat' using 1:{i + 2} with linespoints title '{p}'"
+                                       for i, p in ratio_cols)]
+            plots.append(f"ratio_evict_over_attention_{tag}.png")
+        else:
+            skipped.append(f"ratio_evict_over_attention_{tag}.png (no policy's decode step ran)")
+        if present("Naive"):
+            gp += ["set logscale xy", "set ylabel 'naive / kvevict (Keyformer)'",
+                   f"set output 'ratio_naive_over_ours_{tag}.png'",
+                   f"set title 'Naive step / kvevict Keyformer step, {typ} KV, d={d}, g={g}'",
+                   f"plot 'ratio_{tag}.dat' using 1:{len(POLICIES) + 2} with linespoints title 'naive / ours'"]
+            plots.append(f"ratio_naive_over_ours_{tag}.png")
+        else:
+            skipped.append(f"ratio_naive_over_ours_{tag}.png (NaiveDecodeStep did not run)")
     if prefill:
         with open(os.path.join(outdir, "prefill.dat"), "w") as f:
             f.write("# P attention_ms prefill_ms ratio  (blocks: type d g)\n")
@@ -328,12 +350,20 @@ def main():
                "plot " + ", ".join(
                    f"'< grep \"# {t} d={d} g={g}$\" prefill.dat' using 1:4 with linespoints title '{t} d={d} g={g}'"
                    for t, d, g in series)]
+        plots.append("ratio_prefill.png")
+    else:
+        skipped.append("ratio_prefill.png (KeyformerPrefill did not run)")
     with open(os.path.join(outdir, "plots.gp"), "w") as f:
         f.write("\n".join(gp) + "\n")
+    with open(os.path.join(outdir, "plots.txt"), "w") as f:  # what bench/run.sh reports after gnuplot
+        f.write("".join(f"{p}\n" for p in plots))
+
     text = "\n".join(lines)
     with open(os.path.join(outdir, "report.md"), "w") as f:
         f.write(text + "\n")
     print(text)
+    for why in skipped:
+        print(f"plot skipped: {why}")
 
 
 if __name__ == "__main__":

@@ -2,25 +2,28 @@
 # Builds and runs kvevict's benchmark suite, then prints the ratio table and draws the plots.
 #
 #   bash bench/run.sh            quick grid (n in {1024, 4096, 32768}, d = 128, g in {1, 4},
-#                                float and half; prefill P in {512, 2048}): ~10 min on 2 cores
+#                                float and half; prefill P in {512, 2048}; parallel steps): ~5 min on
+#                                2 free cores, 13 min beside other builds (bench/README.md)
 #   bash bench/run.sh --full     the whole grid (n up to 131072, d in {64, 128},
 #                                P up to 8192): a few hours on 2 cores, peak memory ~10 GB
+#   bash bench/run.sh --benchmark_filter=Keyformer   any Google Benchmark flag is passed through;
+#                                plots are drawn for what ran, and a line names each plot skipped
 #
-# Then the optimisation-level comparison (issue 13): the decode-step family at n in {4096, 32768,
-# 131072}, d = 128, g = 1, float (kvevict_bench --steps), with kvevict_bench (-O3) and with
-# kvevict_bench_o2 (the same sources at -O2, never -march=native), 3 repetitions each (the
-# minimum counts): DIR/steps_O3.json, DIR/steps_O2.json and the table in DIR/opt_levels.md
-# (15-25 min on 2 shared cores, mostly filling n = 131072; --no-opt-levels skips it). For a
-# like-for-like ratio (both binaries portable) run with KVEVICT_BENCH_NATIVE=OFF.
+# --opt-levels adds the optimisation-level comparison (issue 13; off by default, 15-25 min on 2 shared
+# cores, mostly filling n = 131072): the decode-step family at n in {4096, 32768, 131072}, d = 128, g = 1,
+# float (kvevict_bench --steps), with kvevict_bench (-O3) and kvevict_bench_o2 (the same sources at -O2,
+# the same -march: like with like), 3 repetitions each (the minimum counts): DIR/steps_O3.json,
+# DIR/steps_O2.json and the table in DIR/opt_levels.md. --opt-levels-only runs only that comparison.
 #
 # Options: --out DIR (default build-bench/bench-results/<quick|full>), --build-dir DIR
-# (default build-bench), --no-build, --no-opt-levels, --opt-levels-only; anything else is passed
-# to kvevict_bench (e.g. --benchmark_filter=Keyformer). Writes DIR/results.json (Google Benchmark
-# JSON), DIR/report.md (the tables, also printed), DIR/*.dat, DIR/plots.gp and DIR/*.png.
+# (default build-bench), --no-build, --opt-levels, --opt-levels-only (--no-opt-levels: the default,
+# accepted); anything else is passed to kvevict_bench (e.g. --benchmark_filter=Keyformer; kvevict_bench
+# --help lists the suite's own flags). Writes DIR/results.json (Google Benchmark JSON), DIR/report.md
+# (the tables, also printed), DIR/*.dat, DIR/plots.gp, DIR/plots.txt and DIR/*.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-grid=quick build=1 out="" build_dir=build-bench opt_levels=1 suite=1
+grid=quick build=1 out="" build_dir=build-bench opt_levels=0 suite=1
 extra=()
 while (($#)); do
   case "$1" in
@@ -29,7 +32,8 @@ while (($#)); do
     --build-dir) build_dir="$2"; shift ;;
     --no-build) build=0 ;;
     --no-opt-levels) opt_levels=0 ;;
-    --opt-levels-only) suite=0 ;;
+    --opt-levels) opt_levels=1 ;;
+    --opt-levels-only) suite=0; opt_levels=1 ;;
     *) extra+=("$1") ;;
   esac
   shift
@@ -58,10 +62,15 @@ if ((suite)); then
 
   echo
   echo "== report ($out/report.md)"
+  rm -f "$out"/*.png  # only the plots of this run are left (report.py lists them in plots.txt)
   python3 bench/report.py "$out/results.json" "$out"
   (cd "$out" && gnuplot plots.gp)
   echo
-  echo "plots: $(ls "$out"/*.png | tr '\n' ' ')"
+  if [[ -s "$out/plots.txt" ]]; then
+    echo "plots: $(sed "s|^|$out/|" "$out/plots.txt" | tr '\n' ' ')"
+  else
+    echo "plots: none (no decode step or prefill benchmark ran)"
+  fi
 fi
 
 if ((opt_levels)); then

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/amount.hpp"
 #include "replay.hpp"
 #include "trace.hpp"
 
@@ -111,46 +112,36 @@ bool to_bool(py::handle o, const std::string& name) {
   return o.ptr() == Py_True;
 }
 
-/// "50%" -> 0.5; anything else that is not a percentage -> ValueError naming `name`.
-double parse_percent(const std::string& text, const std::string& name, const char* expected) {
-  if (text.size() >= 2 && text.back() == '%') {
-    const std::string number = text.substr(0, text.size() - 1);
-    char* end = nullptr;
-    const double x = std::strtod(number.c_str(), &end);
-    if (end == number.c_str() + number.size() && !number.empty() && number[0] != ' ') return x / 100.0;
-  }
-  throw py::value_error(name + " must be " + expected + " (got '" + text + "')");
-}
+/// An amount given as tokens (int), a fraction (float) or a string in the tools' grammar ("64", "0.5",
+/// "50%"; cli/amount.hpp), with the tools' range checks: ValueError "<name>: <problem>" otherwise.
+using kvcli::Amount;
+using kvcli::AmountKind;
 
-/// An amount given as tokens (int), a fraction (float) or a percentage ("50%").
-struct Amount {
-  bool is_ratio = false;
-  std::size_t tokens = 0;
-  double ratio = 0.0;
-};
-
-Amount to_amount(py::handle o, const std::string& name, const char* expected) {
+Amount to_amount(py::handle o, const std::string& name, AmountKind kind) {
+  const char* expected = kind == AmountKind::budget
+                             ? "an int (tokens), a float (fraction of the prompt) or a string such as '64', '0.5' "
+                               "or '50%'"
+                             : "an int (tokens), a float (fraction of the budget) or a string such as '8', '0.3' "
+                               "or '30%'";
   Amount a;
+  std::string problem;
   if (py::isinstance<py::str>(o)) {
-    a.is_ratio = true;
-    a.ratio = parse_percent(o.cast<std::string>(), name, expected);
+    problem = kvcli::parse_amount_text(o.cast<std::string>(), kind, a);
   } else if (!PyBool_Check(o.ptr()) && PyIndex_Check(o.ptr())) {
     a.tokens = to_size(o, name);
+    a.text = text(o);  // a count's range is the library's to check (its message names the argument's value)
   } else if (PyFloat_Check(o.ptr())) {
-    a.is_ratio = true;
-    a.ratio = PyFloat_AsDouble(o.ptr());
+    problem = kvcli::check_amount_fraction(PyFloat_AsDouble(o.ptr()), kind, text(o), a);
   } else {
     throw py::type_error(name + " must be " + expected + ", got " + type_name(o) + " " + text(o));
   }
+  if (!problem.empty()) throw py::value_error(name + ": " + problem);
   return a;
 }
 
-constexpr const char* kBudgetForms = "an int (tokens), a float (fraction of the prompt) or a percentage such as '50%'";
-constexpr const char* kRecentForms = "an int (tokens), a float (fraction of the budget) or a percentage such as '30%'";
-
 /// `budget`: k tokens, or k = floor(r * P). The library's message is kept, prefixed with the argument.
 kvevict::Budget to_budget(py::handle o) {
-  const Amount a = to_amount(o, "budget", kBudgetForms);
+  const Amount a = to_amount(o, "budget", AmountKind::budget);
   try {
     return a.is_ratio ? kvevict::Budget::ratio(a.ratio) : kvevict::Budget::tokens(a.tokens);
   } catch (const std::invalid_argument& e) {
@@ -160,7 +151,7 @@ kvevict::Budget to_budget(py::handle o) {
 
 /// `recent`: w tokens, or w = floor(q * k).
 kvevict::RecentWindow to_recent(py::handle o) {
-  const Amount a = to_amount(o, "recent", kRecentForms);
+  const Amount a = to_amount(o, "recent", AmountKind::recent);
   try {
     return a.is_ratio ? kvevict::RecentWindow::ratio(a.ratio) : kvevict::RecentWindow::tokens(a.tokens);
   } catch (const std::invalid_argument& e) {
@@ -169,7 +160,13 @@ kvevict::RecentWindow to_recent(py::handle o) {
 }
 
 DType to_dtype(py::handle o) {
-  const py::dtype dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(o));
+  py::dtype dt;
+  try {
+    dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(o));
+  } catch (const py::error_already_set&) {  // NumPy's own TypeError for a name it does not know ('bfloat16')
+    throw py::value_error("dtype must be float32 or float16 (got " + text(o) + ", which NumPy does not know; "
+                          "bfloat16 K/V is supported in C++ only)");
+  }
   if (!dt.attr("isnative").cast<bool>())  // '>f4' would be stored and read as native float32
     throw py::value_error("dtype must be a native-endian float32 or float16 (got '" +
                           dt.attr("str").cast<std::string>() + "', a non-native byte order)");
@@ -297,7 +294,7 @@ class PyCache {
                               "')");
     };
     only_for("sinks", policy_ == kvevict::Policy::streaming_llm, "'streaming'");
-    for (const char* key : {"tau_init", "tau_end", "horizon", "noise"}) only_for(key, keyformer, "'keyformer'");
+    for (const char* key : {"tau_init", "tau_end", "horizon", "noise", "seed"}) only_for(key, keyformer, "'keyformer'");
     for (const char* key : {"snap_window", "snap_kernel", "snap_pooling", "snap_decode"})
       only_for(key, policy_ == kvevict::Policy::snapkv, "'snapkv'");
 
@@ -384,15 +381,24 @@ class PyCache {
     // ---- configuration ----
     if (!get("n_q_heads")) throw py::value_error("n_q_heads is required (query heads of the layer)");
     config_.n_q_heads = to_size(get("n_q_heads"), "n_q_heads");
-    if (get("budget")) config_.budget = to_budget(get("budget"));
-    if (get("recent")) config_.recent = to_recent(get("recent"));
+    // The tools' defaults (cli/amount.hpp): budget 50%, recent 30% for the policies with a recent window,
+    // seed 42, snap_window min(32, k).
+    config_.budget = get("budget") ? to_budget(get("budget")) : kvevict::Budget::ratio(0.5);
+    const bool has_recent = policy_ == kvevict::Policy::keyformer || policy_ == kvevict::Policy::h2o ||
+                            policy_ == kvevict::Policy::snapkv;
+    config_.recent = get("recent") ? to_recent(get("recent"))
+                                   : has_recent ? kvevict::RecentWindow::ratio(0.3) : kvevict::RecentWindow::none();
+    config_.seed = kvcli::defaults::kSeed;
     if (get("shared_heads")) config_.shared_heads = to_bool(get("shared_heads"), "shared_heads");
     if (get("seed")) config_.seed = to_u64(get("seed"), "seed");
     if (get("sinks")) params_.sinks = to_size(get("sinks"), "sinks");
     if (get("tau_init")) params_.tau_init = static_cast<float>(to_double(get("tau_init"), "tau_init"));
     if (get("tau_end")) params_.tau_end = static_cast<float>(to_double(get("tau_end"), "tau_end"));
     if (get("noise")) params_.gumbel_noise = to_bool(get("noise"), "noise");
-    if (get("snap_window")) params_.snap_window = to_size(get("snap_window"), "snap_window");
+    if (get("snap_window"))
+      params_.snap_window = to_size(get("snap_window"), "snap_window");
+    else if (!config_.budget.is_ratio())  // a fraction resolves at prefill: L stays 32 there
+      params_.snap_window = kvcli::default_snap_window(config_.budget.token_count());
     if (get("snap_kernel")) params_.snap_kernel = to_size(get("snap_kernel"), "snap_kernel");
     auto choice = [&](const char* key) {
       if (!py::isinstance<py::str>(get(key)))
@@ -414,10 +420,14 @@ class PyCache {
     uses_logits_ = policy_ != kvevict::Policy::streaming_llm && policy_ != kvevict::Policy::window;
     seed_ = config_.seed;
 
-    if (dtype_ == DType::float32)
-      cache_ = kvevict::make_cache(policy_, config_, view<float>(), params_);
-    else
-      cache_ = kvevict::make_cache(policy_, config_, view<Eigen::half>(), params_);
+    try {
+      if (dtype_ == DType::float32)
+        cache_ = kvevict::make_cache(policy_, config_, view<float>(), params_);
+      else
+        cache_ = kvevict::make_cache(policy_, config_, view<Eigen::half>(), params_);
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(name_snap_window(e.what()));
+    }
   }
 
   PyCache(const PyCache&) = delete;
@@ -464,7 +474,13 @@ class PyCache {
     }
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mutex_);
-    cache_->prefill(lp, P, gp);
+    try {
+      cache_->prefill(lp, P, gp);
+    } catch (const std::invalid_argument& e) {
+      const std::string m = name_snap_window(e.what());
+      py::gil_scoped_acquire gil;
+      throw py::value_error(m);
+    }
   }
 
   void decode_step(py::handle logits, py::handle gumbel) {
@@ -586,6 +602,10 @@ class PyCache {
     std::lock_guard<std::mutex> lock(mutex_);
     return cache_->budget();
   }
+  bool budget_resolved() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cache_->budget_resolved();
+  }
   std::size_t recent_window() {
     std::lock_guard<std::mutex> lock(mutex_);
     return cache_->recent_window();
@@ -611,12 +631,29 @@ class PyCache {
     std::ostringstream os;
     os << "kvevict.Cache(policy='" << policy_name_ << "', n_kv_heads=" << n_kv_heads_ << ", n_q_heads="
        << config_.n_q_heads << ", capacity=" << capacity_ << ", head_dim=" << head_dim_ << ", dtype=" << dtype_name(dtype_)
-       << ", budget=" << budget() << ", recent_window=" << recent_window() << ", lengths=" << py::repr(lengths()).cast<std::string>()
+       << ", budget=" << (budget_resolved() ? std::to_string(budget()) : unresolved_budget())
+       << ", recent_window=" << recent_window() << ", lengths=" << py::repr(lengths()).cast<std::string>()
        << (owned_ ? "" : ", wrapping caller arrays") << ")";
     return os.str();
   }
 
  private:
+  /// "unresolved (50% of the prompt)": a fraction budget before prefill (budget reads 0 until then).
+  std::string unresolved_budget() const {
+    std::ostringstream os;
+    if (config_.budget.is_ratio())
+      os << "unresolved (" << config_.budget.ratio_value() * 100.0 << "% of the prompt)";
+    else
+      os << "unresolved (" << config_.budget.token_count() << " tokens at prefill)";
+    return os.str();
+  }
+  /// The library's "SnapKV observation window L = … exceeds budget k = …" in the Python argument's terms.
+  std::string name_snap_window(const std::string& message) const {
+    if (message.find("SnapKV observation window L") == std::string::npos) return message;
+    return "snap_window = " + std::to_string(params_.snap_window) + ": " + message +
+           "; pass snap_window <= k (its default is min(32, k) for an int budget, 32 for a fraction, which is "
+           "resolved only at prefill)";
+  }
   /// KV head index `h` in [0, n_kv_heads), else IndexError (the library's message for h too large).
   std::size_t head(py::handle h, const char* who) const {
     const std::int64_t j = to_i64(h, "h");
@@ -727,14 +764,19 @@ py::list run_replay(py::handle logits, py::handle prompt_len, const py::kwargs& 
   // Every option is set here (the Python defaults), independent of replay::Options' defaults.
   replay::Options o;
   o.policy = get("policy") ? get("policy").cast<std::string>() : std::string("keyformer");
-  const Amount budget = get("budget") ? to_amount(get("budget"), "budget", kBudgetForms) : Amount{true, 0, 0.5};
+  Amount budget;
+  (void)kvcli::parse_amount_text(kvcli::defaults::kBudget, AmountKind::budget, budget);
+  if (get("budget")) budget = to_amount(get("budget"), "budget", AmountKind::budget);
   o.budget.reset();
   o.budget_ratio.reset();
   if (budget.is_ratio)
     o.budget_ratio = budget.ratio;
   else
     o.budget = budget.tokens;
-  const Amount recent = get("recent") ? to_amount(get("recent"), "recent", kRecentForms) : Amount{false, 0, 0.0};
+  Amount recent;  // the tools' default: 30% for keyformer, h2o and snapkv, 0 for the others
+  const bool has_recent = o.policy == "keyformer" || o.policy == "h2o" || o.policy == "snapkv";
+  (void)kvcli::parse_amount_text(has_recent ? kvcli::defaults::kRecent : "0", AmountKind::recent, recent);
+  if (get("recent")) recent = to_amount(get("recent"), "recent", AmountKind::recent);
   o.recent.reset();
   o.recent_ratio.reset();
   if (recent.is_ratio)
@@ -747,7 +789,12 @@ py::list run_replay(py::handle logits, py::handle prompt_len, const py::kwargs& 
   o.gen_steps.reset();
   if (get("gen_steps")) o.gen_steps = to_size(get("gen_steps"), "gen_steps");
   const std::string noise = get("noise") ? get("noise").cast<std::string>() : std::string("auto");
-  o.seed = get("seed") ? to_u64(get("seed"), "seed") : 0;
+  o.seed = get("seed") ? to_u64(get("seed"), "seed") : kvcli::defaults::kSeed;
+  if (o.policy != "keyformer")  // an option the policy does not use is an error, as in kvevict-replay
+    for (const char* key : {"tau_init", "tau_end", "gen_steps", "noise", "gumbel", "seed"})
+      if (get(key))
+        throw py::value_error(std::string(key) + " is used only by policy 'keyformer' (got policy '" + o.policy +
+                              "')");
   o.shared_heads = get("shared_heads") ? to_bool(get("shared_heads"), "shared_heads") : false;
 
   std::string lines;
@@ -807,9 +854,9 @@ thread while that cache's prefill or decode_step moves rows.)doc";
 
 constexpr const char* kCacheDoc = R"doc(One transformer layer's evicting KV cache (kvevict::make_cache over a KVView).
 
-Cache(policy, *, n_q_heads, budget=0.5, recent=0, n_kv_heads=None, capacity=None, head_dim=None,
+Cache(policy, *, n_q_heads, budget='50%', recent='30%', n_kv_heads=None, capacity=None, head_dim=None,
       dtype='float32', k=None, v=None, sinks=None, tau_init=None, tau_end=None, horizon=None,
-      noise=None, seed=0, shared_heads=False, snap_window=None, snap_kernel=None,
+      noise=None, seed=42, shared_heads=False, snap_window=None, snap_kernel=None,
       snap_pooling=None, snap_decode=None)
 
 policy      'keyformer', 'h2o', 'streaming', 'window', 'tova' or 'snapkv' (or use the subclasses
@@ -886,7 +933,11 @@ the cache is then unchanged.)doc")
       .def_property_readonly("v", [](PyCache& self) { return self.storage(false); },
                              "Values, same layout and lifetime as k.")
       .def_property_readonly("lengths", &PyCache::lengths, "Live slots per KV head, a list of n_kv_heads ints.")
-      .def_property_readonly("budget", &PyCache::budget, "Resolved budget k (0 before the first prefill).")
+      .def_property_readonly("budget", &PyCache::budget,
+                             "Resolved budget k; 0 until the first prefill resolves it (see budget_resolved).")
+      .def_property_readonly("budget_resolved", &PyCache::budget_resolved,
+                             "Whether the budget is resolved (after prefill): before, budget reads 0, which does not "
+                             "mean 'keep nothing'.")
       .def_property_readonly("recent_window", &PyCache::recent_window,
                              "Resolved recent window w (0 before the first prefill).")
       .def_property_readonly("step", &PyCache::step, "Decode steps done since prefill.")

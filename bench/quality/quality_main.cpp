@@ -107,12 +107,15 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_path,
                  "validation text, paragraphs separated by blank lines (default: "
                  "$KVEVICT_SHARED_DIR/data/tinystories-val/tinystories_val.txt)");
-  app.add_option("--windows", windows_opt, "number of windows from the start of the text, or 'all' (default 32)");
-  app.add_option("--window", window_text, "tokens per window, >= 4 (default 512)");
-  app.add_option("--prompt", prompt_text, "prompt tokens prefilled at full attention, <= --window - 2 (default 256)");
+  app.add_option("--windows", windows_opt, "number of windows from the start of the text, or 'all' (default 32)")
+      ->type_name("INT|all");
+  app.add_option("--window", window_text, "tokens per window, >= 4 (default 512)")->type_name("INT");
+  app.add_option("--prompt", prompt_text, "prompt tokens prefilled at full attention, <= --window - 2 (default 256)")
+      ->type_name("INT");
   app.add_option("--ratios", ratio_texts,
-                 "budget fractions r of the prompt, in (0, 1]: k = max(1, floor(r * prompt)) (default "
-                 "0.1,0.2,0.3,0.5,0.7,0.9)")
+                 "budget fractions r of the prompt, in (0, 1], as fractions (0.5) or percents (50%): "
+                 "k = max(1, floor(r * prompt)) (default 0.1,0.2,0.3,0.5,0.7,0.9)")
+      ->type_name("FLOAT|N%")
       ->delimiter(',');
   kvcli::ToolSpec spec;
   spec.policy = false;  // every policy is run
@@ -124,16 +127,16 @@ int main(int argc, char** argv) {
   spec.prefill_chunk_help = "every policy prefills the prompt in chunks of C tokens (README \"Long prompts\"); "
                             "default: one shot. The full-cache reference always prefills in one shot";
   kvcli::add_eviction_options(app, flags, spec);
-  app.add_option("--seeds", seeds_text, "Keyformer seeds (noise on): 1..S (default 5)");
+  app.add_option("--seeds", seeds_text, "Keyformer seeds (noise on): 1..S (default 5)")->type_name("INT");
   app.add_option("--policies", labels, kvquality::row_spec_help())
       ->delimiter(',');
   app.add_option("--threads", threads_text,
                  "windows evaluated at once, one worker thread each, >= 1 (default: the number of hardware threads)")
-      ->type_name("N");
+      ->type_name("INT");
   app.add_option("--step-threads", step_threads_text,
                  "workers inside each engine's step and prefill (attention heads, the caches' scoring; kvevict's "
                  "executor), per --threads worker, >= 1 (default 1); the results are the same for every value")
-      ->type_name("M");
+      ->type_name("INT");
   app.add_option("--out", out_prefix,
                  "output prefix: PREFIX.csv, PREFIX_summary.csv, PREFIX_plot.dat, PREFIX.gp (default quality); its "
                  "folder must exist; each file is written whole or not at all");
@@ -177,10 +180,19 @@ int main(int argc, char** argv) {
     const bool any_oracle =
         std::any_of(rows.begin(), rows.end(), [](const RowSpec& r) { return r.policy == "oracle"; });
     std::vector<double> ratios;
-    for (const std::string& t : ratio_texts) {
-      const float r = kvcli::parse_float(t, "--ratios");
-      if (!(r > 0.0f && r <= 1.0f)) throw kvcli::UsageError("--ratios", "each ratio must be in (0, 1] (got " + t + ")");
-      ratios.push_back(std::strtod(t.c_str(), nullptr));
+    for (const std::string& t : ratio_texts) {  // fractions ("0.5", also "1") and percents ("50%"), as every tool
+      kvcli::Amount a;
+      const bool percent = !t.empty() && t.back() == '%';
+      if (!percent) {
+        kvcli::parse_float(t, "--ratios");  // the syntax: a number
+        a.is_ratio = true;
+        a.ratio = std::strtod(t.c_str(), nullptr);
+      }
+      const std::string problem = percent ? kvcli::parse_amount_text(t, kvcli::AmountKind::budget, a) : "";
+      if (!problem.empty() || !(a.ratio > 0.0 && a.ratio <= 1.0))
+        throw kvcli::UsageError("--ratios", "each ratio must be in (0, 1] (got " + t + "): give a fraction such as "
+                                            "0.5 or a percentage such as 50%");
+      ratios.push_back(a.ratio);
     }
     if (ratios.empty()) throw kvcli::UsageError("--ratios", "give at least one ratio, e.g. 0.5");
     std::size_t n_windows_wanted = 0;  // 0 = all
@@ -533,5 +545,8 @@ int main(int argc, char** argv) {
     std::cerr << "wrote " << out_prefix << ".csv, " << out_prefix << "_summary.csv, " << out_prefix
               << "_plot.dat, " << out_prefix << ".gp\n";
     return kvcli::kExitOk;
-  });
+  }, {{"--policy", "this tool runs the rows of --policies (e.g. --policies h2o,keyformer); see --help"},
+        {"--budget", "this tool sweeps the budget with --ratios (e.g. --ratios 0.5 or --ratios 50%)"},
+        {"--budget-ratio", "this tool sweeps the budget with --ratios (e.g. --ratios 0.5)"},
+        {"--seed", "--seeds S runs Keyformer with the seeds 1..S"}});
 }

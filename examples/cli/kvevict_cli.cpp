@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <new>
 #include <sstream>
 #include <thread>
@@ -39,26 +40,10 @@ std::string typed(const std::string& flag, const Amount& a) { return flag + " " 
 UsageError::UsageError(const std::string& flag, const std::string& problem)
     : std::runtime_error(problem.empty() ? flag : flag + ": " + problem), flag_(flag) {}
 
-Amount parse_amount(const std::string& text, const std::string& flag) {
+Amount parse_amount(const std::string& text, const std::string& flag, AmountKind kind) {
   Amount a;
-  a.text = text;
-  if (!text.empty() && text.back() == '%') {
-    const std::string number = text.substr(0, text.size() - 1);
-    const bool ok = !number.empty() && number.find_first_not_of("0123456789.") == std::string::npos &&
-                    std::count(number.begin(), number.end(), '.') <= 1 && number != ".";
-    if (!ok)
-      throw UsageError(flag, "expected a percentage such as 50%, got '" + text + "'");
-    a.is_ratio = true;
-    a.ratio = std::strtod(number.c_str(), nullptr) / 100.0;
-    if (!std::isfinite(a.ratio)) throw UsageError(flag, "the percentage '" + text + "' is not finite");
-    return a;
-  }
-  if (!all_digits(text))
-    throw UsageError(flag, "expected a non-negative integer, got '" + text +
-                               "' (give a token count such as 64 or a percentage such as 50%)");
-  const double value = std::strtod(text.c_str(), nullptr);
-  if (value > kMaxTokens) throw UsageError(flag, "k = " + text + " exceeds 2^53; give a smaller count");
-  a.tokens = static_cast<std::size_t>(std::strtoull(text.c_str(), nullptr, 10));
+  const std::string problem = parse_amount_text(text, kind, a);
+  if (!problem.empty()) throw UsageError(flag, problem);
   return a;
 }
 
@@ -101,22 +86,18 @@ void EvictionFlags::validate() {
 
   // --budget / --budget-ratio
   if (!budget_ratio_text.empty()) {
-    const float r = parse_float(budget_ratio_text, "--budget-ratio");
-    if (!(r > 0.0f)) throw UsageError("--budget-ratio", "must be finite and > 0 (got " + budget_ratio_text + ")");
-    budget.is_ratio = true;
-    budget.ratio = r;
-    budget.text = budget_ratio_text;
+    parse_float(budget_ratio_text, "--budget-ratio");  // the syntax: a finite number
+    const std::string problem = check_amount_fraction(std::strtod(budget_ratio_text.c_str(), nullptr),
+                                                      AmountKind::budget, budget_ratio_text, budget);
+    if (!problem.empty()) throw UsageError("--budget-ratio", problem);
     budget_given = true;
     budget_flag = "--budget-ratio";
   } else if (!budget_text.empty()) {
-    budget = parse_amount(budget_text, "--budget");
+    budget = parse_amount(budget_text, "--budget", AmountKind::budget);
     budget_given = true;
     budget_flag = "--budget";
-    if (!budget.is_ratio && budget.tokens == 0) throw UsageError("--budget", "must be >= 1 (got 0)");
-    if (budget.is_ratio && !(budget.ratio > 0.0))
-      throw UsageError("--budget", "must be > 0% (got " + budget_text + "); give a percentage such as 50% or a count");
   } else {
-    budget = parse_amount("50%", "--budget");
+    budget = parse_amount(defaults::kBudget, "--budget", AmountKind::budget);
   }
   if (budget_given && !evicts)
     throw UsageError(budget_flag, "--policy full keeps every token and has no budget; drop " + budget_flag +
@@ -125,20 +106,16 @@ void EvictionFlags::validate() {
   // --recent / --recent-ratio
   recent.reset();
   if (!recent_ratio_text.empty()) {
-    const float q = parse_float(recent_ratio_text, "--recent-ratio");
-    if (!(q >= 0.0f && q <= 1.0f))
-      throw UsageError("--recent-ratio", "must be in [0, 1] (got " + recent_ratio_text + ")");
+    parse_float(recent_ratio_text, "--recent-ratio");  // the syntax: a finite number
     Amount a;
-    a.is_ratio = true;
-    a.ratio = q;
-    a.text = recent_ratio_text;
+    const std::string problem = check_amount_fraction(std::strtod(recent_ratio_text.c_str(), nullptr),
+                                                      AmountKind::recent, recent_ratio_text, a);
+    if (!problem.empty()) throw UsageError("--recent-ratio", problem);
     recent = a;
     recent_flag = "--recent-ratio";
   } else if (!recent_text.empty()) {
-    recent = parse_amount(recent_text, "--recent");
+    recent = parse_amount(recent_text, "--recent", AmountKind::recent);
     recent_flag = "--recent";
-    if (recent->is_ratio && recent->ratio > 1.0)
-      throw UsageError("--recent", "a percentage of the budget must be in [0%, 100%] (got " + recent_text + ")");
   }
   if (recent && !any) {
     const bool zero = recent->is_ratio ? recent->ratio == 0.0 : recent->tokens == 0;
@@ -184,7 +161,13 @@ void EvictionFlags::validate() {
   }
 
   // --seed
-  if (!seed_text.empty()) seed = parse_count(seed_text, "--seed");
+  if (!seed_text.empty()) {
+    const std::uint64_t v = parse_count(seed_text, "--seed");
+    if (seed_keyformer_only && !any && policy != "keyformer" && v != seed)  // the default changes nothing: accepted
+      throw UsageError("--seed", "only --policy keyformer draws random noise (the policy is " + policy +
+                                     "); drop --seed");
+    seed = v;
+  }
 
   // --snap-window, --snap-kernel, --snap-pooling, --snap-decode (SnapKV, issue 14)
   const bool snap = any || policy == "snapkv";
@@ -269,6 +252,7 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
   flags.sweep = !spec.policy;
   flags.policy = spec.default_policy;
   flags.seed = spec.default_seed;
+  flags.seed_keyformer_only = !spec.seed_sampler;
   if (spec.policy)
     app.add_option("--policy", flags.policy_text,
                    std::string("KV-cache policy: keyformer, h2o, streaming, window, tova, snapkv") +
@@ -276,29 +260,33 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
         ->type_name("NAME");
   if (spec.budget) {
     auto* budget = app.add_option("--budget", flags.budget_text,
-                                  "budget k, KV entries kept per KV head: tokens (64) or percent of the prompt "
-                                  "length P (50%: k = max(1, floor(0.5 P))); default 50%, at least sinks + 1 for "
-                                  "streaming")
-                      ->type_name("K|N%");
+                                  "budget k, KV entries kept per KV head: tokens (64), or a fraction (0.5) or percent "
+                                  "(50%) of the prompt length P: k = max(1, floor(0.5 P)); above 100% keeps more than "
+                                  "the prompt; default 50%, at least sinks + 1 for streaming")
+                      ->type_name("INT|FLOAT|N%");
     app.add_option("--budget-ratio", flags.budget_ratio_text, "same as --budget R*100% (e.g. 0.5 = 50%)")
-        ->type_name("R")
+        ->type_name("FLOAT")
         ->excludes(budget);
   }
   auto* recent = app.add_option("--recent", flags.recent_text,
-                                "recent window w (keyformer, h2o, snapkv): tokens (8) or percent of k (30%: w = floor(0.3 k), "
-                                "at least 1 when k >= 2); default 30%; tova: 0; streaming/window have none")
-                     ->type_name("W|N%");
+                                "recent window w (keyformer, h2o, snapkv): tokens (8), or a fraction (0.3) or percent "
+                                "(30%) of k, at most 100%: w = floor(0.3 k), at least 1 when k >= 2; default 30%; "
+                                "tova: 0; streaming/window have none")
+                     ->type_name("INT|FLOAT|N%");
   app.add_option("--recent-ratio", flags.recent_ratio_text, "same as --recent Q*100% (e.g. 0.3 = 30%)")
-      ->type_name("Q")
+      ->type_name("FLOAT")
       ->excludes(recent);
-  app.add_option("--sinks", flags.sinks_text, "attention sinks of --policy streaming (default 4)")->type_name("S");
+  app.add_option("--sinks", flags.sinks_text,
+                 std::string(spec.policy ? "attention sinks of --policy streaming" : "attention sinks of the streaming "
+                             "rows") + " (default " + std::to_string(defaults::kSinks) + ")")
+      ->type_name("INT");
   if (spec.snapkv) {
     app.add_option("--snap-window", flags.snap_window_text,
                    "SnapKV observation window L: the last L prompt queries score the prompt, and those L tokens "
                    "are kept (default 32, or k when k < 32; must be <= k)")
-        ->type_name("L");
+        ->type_name("INT");
     app.add_option("--snap-kernel", flags.snap_kernel_text, "SnapKV pooling kernel K, odd (default 7; 1 = no pooling)")
-        ->type_name("K");
+        ->type_name("INT");
     app.add_option("--snap-pooling", flags.snap_pooling_text, "SnapKV pooling over positions: max (default) or avg")
         ->type_name("max|avg");
     app.add_option("--snap-decode", flags.snap_decode_text,
@@ -312,14 +300,17 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
                    "beta 20; snapkv keeps its L in every layer), pyramid:BETA, or one weight per layer (4,2,1,1)")
         ->type_name("uniform|pyramid|LIST");
   if (spec.tau) {
-    app.add_option("--tau-init", flags.tau_init_text, "Keyformer temperature at prefill (default 1)")->type_name("TAU");
-    app.add_option("--tau-end", flags.tau_end_text, "Keyformer temperature after the last step (default 2)")->type_name("TAU");
+    app.add_option("--tau-init", flags.tau_init_text, "Keyformer temperature at prefill (default 1)")
+        ->type_name("FLOAT");
+    app.add_option("--tau-end", flags.tau_end_text, "Keyformer temperature after the last step (default 2)")
+        ->type_name("FLOAT");
   }
   if (spec.seed)
     app.add_option("--seed", flags.seed_text,
-                   "seed of Keyformer's Gumbel noise (and of the sampler) (default " +
-                       std::to_string(spec.default_seed) + ")")
-        ->type_name("N");
+                   std::string(spec.seed_sampler ? "seed of Keyformer's Gumbel noise and of the sampler"
+                                                 : "seed of Keyformer's Gumbel noise") +
+                       " (default " + std::to_string(spec.default_seed) + ")")
+        ->type_name("INT");
   if (spec.kv_layout) {
     app.add_flag("--shared-heads", flags.shared_heads,
                  "one selection per layer for all KV heads (scores summed over KV heads); implied by --kv-layout paged");
@@ -328,14 +319,15 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
         ->type_name("contiguous|paged");
     app.add_option("--page-size", flags.page_size_text,
                    "tokens per page with --kv-layout paged (default 16, at most 4096)")
-        ->type_name("N");
+        ->type_name("INT");
     app.add_option("--evict-unit", flags.evict_unit_text,
                    "with --kv-layout paged: token (default; equals --shared-heads on the contiguous layout) or page "
                    "(whole pages of the middle go, no K/V moved)")
         ->type_name("token|page");
   }
   if (spec.prefill_chunk) {
-    auto* chunk = app.add_option("--prefill-chunk", flags.prefill_chunk_text, spec.prefill_chunk_help)->type_name("C");
+    auto* chunk =
+        app.add_option("--prefill-chunk", flags.prefill_chunk_text, spec.prefill_chunk_help)->type_name("INT");
     app.add_flag("--bounded-prefill", flags.bounded_prefill,
                  "with --prefill-chunk: evict to the budget after every chunk, so each layer never holds more than "
                  "k + C tokens during the prompt")
@@ -344,7 +336,7 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
 }
 
 void add_threads_option(CLI::App& app, std::string& text) {
-  app.add_option("--threads", text, "worker threads, >= 1 (default: the number of hardware threads)")->type_name("N");
+  app.add_option("--threads", text, "worker threads, >= 1 (default: the number of hardware threads)")->type_name("INT");
 }
 
 unsigned parse_threads(const std::string& text) {
@@ -390,7 +382,7 @@ Resolved resolve(const EvictionFlags& f, std::size_t prompt_len, const std::stri
   }
   if (policy == "tova") return r;  // w = 0
   // keyformer, h2o, snapkv
-  const Amount recent = f.recent ? *f.recent : parse_amount("30%", "--recent");
+  const Amount recent = f.recent ? *f.recent : parse_amount(defaults::kRecent, "--recent", AmountKind::recent);
   if (recent.is_ratio) {
     r.w = static_cast<std::size_t>(std::floor(recent.ratio * static_cast<double>(r.k)));
     if (recent.ratio > 0.0 && r.k >= 2) r.w = std::max<std::size_t>(r.w, 1);
@@ -401,7 +393,7 @@ Resolved resolve(const EvictionFlags& f, std::size_t prompt_len, const std::stri
     throw UsageError(f.recent_flag, "w = " + std::to_string(r.w) + " exceeds the budget k = " + std::to_string(r.k) +
                                         " (" + budget_desc + "); lower " + f.recent_flag + " or raise " + f.budget_flag);
   if (policy == "snapkv") {
-    r.snap_window = f.snap_window_given ? f.snap_window : std::min<std::size_t>(32, r.k);
+    r.snap_window = f.snap_window_given ? f.snap_window : default_snap_window(r.k);
     if (r.snap_window > r.k)
       throw UsageError("--snap-window", "L = " + std::to_string(r.snap_window) + " exceeds the budget k = " +
                                             std::to_string(r.k) + " (" + budget_desc + "); lower --snap-window or "
@@ -595,7 +587,47 @@ std::string strip_origin(const std::string& message) {
   return m;
 }
 
-int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+namespace {
+
+// Levenshtein distance (insertions, deletions, substitutions), O(|a| · |b|).
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string unknown_flag_message(const CLI::App& app, const std::string& typed,
+                                 const std::map<std::string, std::string>& hints) {
+  const std::string name = typed.substr(0, typed.find('='));
+  if (const auto hint = hints.find(name); hint != hints.end()) return name + ": unknown flag; " + hint->second;
+  std::string best;
+  std::size_t best_distance = SIZE_MAX;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const std::string& long_name : opt->get_lnames()) {
+      const std::string candidate = "--" + long_name;
+      const bool prefix = candidate.rfind(name, 0) == 0 || name.rfind(candidate, 0) == 0;
+      const std::size_t d = prefix ? 1 : edit_distance(name, candidate);
+      if (d < best_distance) best_distance = d, best = candidate;
+    }
+  }
+  if (!best.empty() && best_distance <= std::max<std::size_t>(2, name.size() / 3))
+    return name + ": unknown flag; did you mean " + best + "? (see --help)";
+  return name + ": unknown flag (see --help)";
+}
+
+int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body,
+             const std::map<std::string, std::string>& hints) {
   auto report = [&tool](const std::string& message, int code) {
     std::string line = message;
     for (char& c : line)
@@ -606,6 +638,10 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, cons
   app.footer(help_footer());
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    for (const std::string& arg : app.remaining())
+      if (arg.size() > 1 && arg[0] == '-') return report(unknown_flag_message(app, arg, hints), kExitUsage);
+    return report(std::string(e.what()) + " (see --help)", kExitUsage);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     return report(std::string(e.what()) + " (see --help)", kExitUsage);

@@ -12,8 +12,9 @@
 //      flag or file, the value, and the fix)
 //   1  a failure at run time (out of memory, a write error, ...)
 //
-// Syntax shared by all tools: `--budget 64` (tokens per KV head) or `--budget 50%` (of the prompt
-// length P); `--recent 8` (tokens) or `--recent 30%` (of the budget k).
+// Syntax shared by all tools and the Python module (cli/amount.hpp): `--budget 64` (tokens per KV head),
+// `--budget 0.5` or `--budget 50%` (of the prompt length P); `--recent 8` (tokens), `--recent 0.3` or
+// `--recent 30%` (of the budget k).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -21,11 +22,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "cli/amount.hpp"
 #include "kvevict/layer_budgets.hpp"
 #include "kvevict/presets.hpp"
 
@@ -50,17 +53,10 @@ class UsageError : public std::runtime_error {
   std::string flag_;
 };
 
-/// An amount typed as a token count ("64") or a percentage ("50%", "12.5%").
-struct Amount {
-  bool is_ratio = false;   ///< true for "N%"
-  double ratio = 0.0;      ///< the fraction (0.5 for "50%"); 0 for a count
-  std::size_t tokens = 0;  ///< the count; 0 for a percentage
-  std::string text;        ///< as typed, for messages
-};
-
-/// Parses "64" or "50%" for `flag`. Throws `UsageError(flag)` for anything else (signs, empty,
-/// trailing characters, a count above 2^53, a percentage that is not finite or negative).
-Amount parse_amount(const std::string& text, const std::string& flag);
+/// Parses a budget or recent window for `flag` in the one grammar of cli/amount.hpp ("64", "0.5", "50%").
+/// Throws `UsageError(flag)` naming the value and the accepted forms (signs, empty, trailing characters, a
+/// count above 2^53, a budget of 0, a window fraction above 1).
+Amount parse_amount(const std::string& text, const std::string& flag, AmountKind kind);
 
 /// Parses a decimal integer in [min, max] for `flag` (digits only: "-1" is rejected, not wrapped).
 /// Throws `UsageError(flag)` naming the value and the range.
@@ -121,12 +117,14 @@ struct EvictionFlags {
   // ---- set by add_eviction_options ----
   bool allow_full = true;          ///< "--policy full" is accepted
   bool sweep = false;              ///< the tool runs every policy (no --policy): all policy flags apply
+  bool seed_keyformer_only = true; ///< --seed seeds only Keyformer's noise (no sampler): an error elsewhere
 
   /// Checks every value and every combination that does not depend on the prompt length, and fills
   /// the validated fields. Throws `UsageError` naming the flag. Rules:
   ///  - a non-zero --recent with streaming/window (they keep the last k - sinks / k tokens: no separate
   ///    window) or tova is an error; so is a non-default --sinks with a policy other than streaming,
-  ///    and a non-default --tau-init/--tau-end with a policy other than keyformer (an option is never
+  ///    a non-default --tau-init/--tau-end with a policy other than keyformer, and a non-default --seed
+  ///    with a policy other than keyformer in a tool without a sampler (an option is never
   ///    silently ignored; a value that changes nothing, 0 or the default, is accepted so that scripts can
   ///    pass every flag to every policy);
   ///  - a token --recent larger than a token --budget is an error naming both;
@@ -153,7 +151,8 @@ struct ToolSpec {
   std::string default_policy = "full";
   bool budget = true;               ///< declares --budget / --budget-ratio
   bool seed = true;                 ///< declares --seed
-  std::uint64_t default_seed = 0;
+  bool seed_sampler = false;        ///< --seed also seeds the tool's sampler (generate): used by every policy
+  std::uint64_t default_seed = defaults::kSeed;
   bool tau = true;                  ///< declares --tau-init / --tau-end
   bool kv_layout = false;           ///< declares --shared-heads, --kv-layout, --page-size, --evict-unit
   bool snapkv = true;               ///< declares --snap-window, --snap-kernel, --snap-pooling, --snap-decode
@@ -248,10 +247,19 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 /// "kvevict::Budget: "), so that a message reads in the user's terms.
 std::string strip_origin(const std::string& message);
 
-/// Runs a tool: parses `argv` with `app` (after `setup`), then calls `body`. Maps every outcome to
-/// the shared exit codes and prints one line "<tool>: <message>" on stderr:
-///   --help: the help text, 0; CLI11 parse errors, `UsageError`, `std::invalid_argument`,
-///   `std::length_error`, `std::out_of_range`: 2; `std::bad_alloc` and any other exception: 1.
-int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+/// The message for a flag `typed` (e.g. "--polcy" or "--polcy=h2o") that `app` does not declare:
+/// `hints[name]` when the tool has one for it (e.g. kvevict-quality's "--policy": use --policies), else
+/// "did you mean --policy?" naming the declared long flag nearest in edit distance (a prefix of either
+/// counts as 1) when it is at most max(2, length / 3) edits away, else only that the flag is unknown.
+std::string unknown_flag_message(const CLI::App& app, const std::string& typed,
+                                 const std::map<std::string, std::string>& hints = {});
+
+/// Runs a tool: parses `argv` with `app`, then calls `body`. Maps every outcome to the shared exit codes
+/// and prints one line "<tool>: <message>" on stderr:
+///   --help: the help text, 0; an unknown flag: `unknown_flag_message` (with `hints`), 2; other CLI11
+///   parse errors, `UsageError`, `std::invalid_argument`, `std::length_error`, `std::out_of_range`: 2;
+///   `std::bad_alloc` and any other exception: 1.
+int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body,
+             const std::map<std::string, std::string>& hints = {});
 
 }  // namespace kvcli

@@ -76,12 +76,14 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-ids", prompt_ids_text, "prompt as token ids, e.g. 1,403,261 (used as given: include BOS = 1)")
       ->excludes(prompt_opt);
   app.add_option("--steps", steps_text,
-                 "tokens to generate at most (default 256); stops early at the end token (llama2.c: BOS, GGUF: EOS) or when the "
-                 "token predicted at the model's last position is out");
-  app.add_option("--temperature", temperature_text, "sampling temperature, >= 0; 0 = greedy (default 0.8)");
+                 "tokens to generate at most (default 256); stops early at the end token (llama2.c: BOS, GGUF: EOS) "
+                 "or when the token predicted at the model's last position is out")
+      ->type_name("INT");
+  app.add_option("--temperature", temperature_text, "sampling temperature, >= 0; 0 = greedy (default 0.8)")
+      ->type_name("FLOAT");
   kvcli::ToolSpec spec;
   spec.default_policy = "full";
-  spec.default_seed = 42;
+  spec.seed_sampler = true;  // --seed also seeds the sampler, for every policy
   spec.kv_layout = true;
   spec.layer_budgets = true;
   spec.prefill_chunk = true;
@@ -93,12 +95,13 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads_text,
                  "worker threads of the engine's step and prefill (attention heads, the caches' scoring), >= 1 "
                  "(default: the number of hardware threads); the output is the same for every count")
-      ->type_name("N");
+      ->type_name("INT");
   app.add_flag("--print-ids", print_ids, "print the generated token ids, one per line, instead of text");
   auto* dump_opt = app.add_option("--dump-logits", dump_path,
                                   "write block --dump-layer's attention logits for the whole run (full cache) as a "
                                   "kvevict-replay trace: FILE.npy (float32 [H_q, N, N]) or JSON");
   app.add_option("--dump-layer", dump_layer_text, "block whose logits --dump-logits writes (default 0)")
+      ->type_name("INT")
       ->needs(dump_opt);
 
   return kvcli::run_tool("kvevict-generate", app, argc, argv, [&]() -> int {

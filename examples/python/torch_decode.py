@@ -21,6 +21,8 @@ seed; tests/python/test_torch_decode.py checks all six).
       --recent 30% --no-noise --steps 80 --prompt-ids 1,403,407,261
 """
 import argparse
+import os
+import pathlib
 import sys
 
 import numpy as np
@@ -138,11 +140,6 @@ class Llama2:
         return (rmsnorm(x[-1], w["rms_final"], self.eps) @ w["cls"].T).numpy()
 
 
-def amount(text):
-    """'50%' -> '50%' (a percentage, as kvevict takes it), '64' -> 64 tokens."""
-    return text if text.endswith("%") else int(text)
-
-
 def generate(cfg, w, prompt, steps, policy, budget="50%", recent=None, sinks=4, tau_init=1.0, tau_end=2.0,
              noise=True, seed=42):
     """Greedy ids after `prompt`, as kvevict-generate --temperature 0 produces them."""
@@ -156,15 +153,16 @@ def generate(cfg, w, prompt, steps, policy, budget="50%", recent=None, sinks=4, 
         opts = dict(budget=cfg["seq_len"])
         policy = "window"
     else:
-        opts = dict(budget=amount(budget) if isinstance(budget, str) else budget,
-                    recent=amount(recent) if isinstance(recent, str) else recent)
+        # Strings go as typed: kvevict takes the tools' grammar ('64', '0.5', '50%').
+        opts = dict(budget=budget, recent=recent)
         if policy == "streaming":
             opts["sinks"] = sinks
         if policy == "keyformer":
             opts.update(tau_init=tau_init, tau_end=tau_end, horizon=max(steps, 1), noise=noise)
 
-    def make_cache(layer):  # per-layer seeds as kvevict-generate draws them
-        return kvevict.Cache(policy, seed=(seed + 0x9E3779B97F4A7C15 * layer) % 2**64, **common, **opts)
+    def make_cache(layer):  # per-layer seeds as kvevict-generate draws them (only Keyformer draws noise)
+        seeded = dict(seed=(seed + 0x9E3779B97F4A7C15 * layer) % 2**64) if policy == "keyformer" else {}
+        return kvevict.Cache(policy, **seeded, **common, **opts)
 
     model = Llama2(cfg, w, make_cache)
     with torch.no_grad():
@@ -180,15 +178,43 @@ def generate(cfg, w, prompt, steps, policy, budget="50%", recent=None, sinks=4, 
     return out, model
 
 
+def default_model():
+    """Where the tools look: $KVEVICT_MODEL_DIR, else $KVEVICT_SHARED_DIR/models/stories260K, else
+    ../shared/models/stories260K (relative to the working directory)."""
+    shared = os.environ.get("KVEVICT_SHARED_DIR") or "../shared"
+    return os.environ.get("KVEVICT_MODEL_DIR") or os.path.join(shared, "models", "stories260K")
+
+
+def find_checkpoint(path, flag):
+    """The model file of `path`: a file, or a folder holding exactly one llama2.c .bin that is not tok*.bin
+    (or, with none, exactly one .gguf), as the tools choose."""
+    p = pathlib.Path(path)
+    if p.is_dir():
+        found = sorted(f for f in p.glob("*.bin") if not f.name.startswith("tok")) or sorted(p.glob("*.gguf"))
+        if len(found) != 1:
+            raise FileNotFoundError(f"{flag}: the folder '{p}' holds {len(found)} model files "
+                                    f"({', '.join(f.name for f in found) or 'none'}); expected exactly one")
+        return str(found[0])
+    if not p.is_file():
+        raise FileNotFoundError(f"{flag}: '{p}' does not exist; pass --model FILE.bin, or set KVEVICT_MODEL_DIR or "
+                                "KVEVICT_SHARED_DIR (stories260K: Hugging Face karpathy/tinyllamas)")
+    return str(p)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="../shared/models/stories260K/stories260K.bin", help="llama2.c .bin checkpoint or llama-architecture GGUF file")
+    ap.add_argument("--model", default=None,
+                    help="llama2.c .bin checkpoint or llama-architecture GGUF file (the format from its magic), or a "
+                         "folder holding exactly one (default: $KVEVICT_MODEL_DIR, else "
+                         "$KVEVICT_SHARED_DIR/models/stories260K, else ../shared/models/stories260K)")
     ap.add_argument("--prompt-ids", default="1", help="prompt token ids, comma-separated (BOS = 1 included)")
     ap.add_argument("--steps", type=int, default=256, help="tokens to generate at most")
-    ap.add_argument("--policy", default="full", choices=["full", "keyformer", "h2o", "streaming", "window", "tova"])
-    ap.add_argument("--budget", default="50%", help="tokens (64) or percent of the prompt (50%%)")
+    ap.add_argument("--policy", default="full",
+                    choices=["full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv"])
+    ap.add_argument("--budget", default="50%", help="tokens (64), or a fraction (0.5) or percent (50%%) of the prompt")
     ap.add_argument("--recent", default=None,
-                    help="tokens (8) or percent of the budget (30%%); default 30%%, 0 for tova, streaming and window")
+                    help="tokens (8), or a fraction (0.3) or percent (30%%) of the budget; default 30%%, 0 for tova, "
+                         "streaming and window")
     ap.add_argument("--sinks", type=int, default=4, help="StreamingLLM attention sinks")
     ap.add_argument("--tau-init", type=float, default=1.0, help="Keyformer temperature at prefill")
     ap.add_argument("--tau-end", type=float, default=2.0, help="Keyformer temperature after the last step")
@@ -199,9 +225,13 @@ def main(argv=None):
         prompt = [int(t) for t in a.prompt_ids.split(",")]
     except ValueError:
         ap.error(f"--prompt-ids: expected comma-separated integers such as 1,403,261, got '{a.prompt_ids}'")
-    if a.policy != "full" and a.budget.endswith("%") and float(a.budget[:-1]) / 100 * len(prompt) < 1:
-        ap.error(f"--budget {a.budget} of a {len(prompt)}-token prompt keeps no token; give a token count")
-    cfg, w = load_model(a.model)
+    try:
+        model_path = find_checkpoint(a.model, "--model") if a.model else find_checkpoint(
+            default_model(), "$KVEVICT_MODEL_DIR" if os.environ.get("KVEVICT_MODEL_DIR") else "--model (default)")
+    except FileNotFoundError as e:
+        print(f"torch_decode.py: {e}", file=sys.stderr)
+        sys.exit(2)
+    cfg, w = load_model(model_path)
     try:
         ids, model = generate(cfg, w, prompt, a.steps, a.policy, a.budget, a.recent, a.sinks, a.tau_init, a.tau_end,
                               not a.no_noise, a.seed)

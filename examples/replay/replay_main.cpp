@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -22,6 +23,20 @@
 #include "cli/kvevict_cli.hpp"
 #include "replay.hpp"
 #include "trace.hpp"
+
+namespace {
+
+// Whether `path` is a NumPy .npy file (its magic "\x93NUMPY", or the name's extension when it cannot be read):
+// given as the positional JSON trace, it gets a message that says to pass it with --logits.
+bool looks_like_npy(const std::string& path) {
+  if (path == "-") return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[6] = {};
+  if (in.read(magic, sizeof magic)) return std::string(magic, sizeof magic) == "\x93NUMPY";
+  return path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -37,24 +52,38 @@ int main(int argc, char** argv) {
       ->excludes(trace_opt);
   app.add_option("--gumbel", gumbel_path, "Gumbel noise as float32 .npy [H_q, N, N] (with --logits)")
       ->needs(app.get_option("--logits"));
-  app.add_option("--prompt-len", prompt_len_text, "prompt length P (required with --logits; overrides the JSON field)");
-  app.add_option("--q-heads-per-kv", group_text, "query heads per KV head g (default 1; overrides the JSON field)");
+  app.add_option("--prompt-len", prompt_len_text, "prompt length P (required with --logits; overrides the JSON field)")
+      ->type_name("INT");
+  app.add_option("--q-heads-per-kv", group_text, "query heads per KV head g (default 1; overrides the JSON field)")
+      ->type_name("INT");
   kvcli::ToolSpec spec;
   spec.allow_full = false;
   spec.default_policy = "keyformer";
   spec.default_seed = 42;
   kvcli::add_eviction_options(app, flags, spec);
-  app.add_option("--gen-steps", gen_steps_text, "Keyformer horizon T of the temperature schedule (default N - P)");
+  app.add_option("--gen-steps", gen_steps_text, "Keyformer horizon T of the temperature schedule (default N - P)")
+      ->type_name("INT");
   app.add_option("--noise", noise,
                  "Keyformer noise: none, gumbel (seeded generator), trace (the trace's gumbel), "
-                 "auto (trace if the trace has gumbel, else gumbel)")
-      ->capture_default_str();
+                 "auto (default: trace if the trace has gumbel, else gumbel)")
+      ->type_name("none|gumbel|trace|auto");
   app.add_flag("--shared-heads", shared_heads, "one selection per layer instead of one per KV head");
 
   return kvcli::run_tool("kvevict-replay", app, argc, argv, [&]() -> int {
     try {
       // Every flag first, before any file is read.
       flags.validate();
+      // Keyformer's own flags with another policy: an error, as every unused flag (the default is accepted).
+      if (flags.policy != "keyformer") {
+        const std::string drop = " (the policy is " + flags.policy + "); drop ";
+        if (noise != "auto")
+          throw kvcli::UsageError("--noise", "only --policy keyformer draws noise" + drop + "--noise");
+        if (!gen_steps_text.empty())
+          throw kvcli::UsageError("--gen-steps", "only --policy keyformer has a temperature schedule" + drop +
+                                                     "--gen-steps");
+        if (!gumbel_path.empty())
+          throw kvcli::UsageError("--gumbel", "only --policy keyformer reads Gumbel noise" + drop + "--gumbel");
+      }
       replay::Options options;
       options.policy = flags.policy;
       options.noise = replay::parse_noise(noise);
@@ -77,6 +106,9 @@ int main(int argc, char** argv) {
         trace = replay::load_trace_npy(logits_path, gumbel_path);
         if (!prompt_len) throw replay::InputError("--prompt-len", "required with --logits");
       } else if (!trace_path.empty()) {
+        if (looks_like_npy(trace_path))
+          throw replay::InputError("trace", "'" + trace_path + "' is an .npy file, not a JSON trace: pass it with "
+                                            "--logits " + trace_path + " (and --prompt-len P)");
         trace = replay::load_trace_json(trace_path);
       } else {
         throw replay::InputError("trace", "give a JSON trace file (or - for stdin), or --logits FILE.npy");
@@ -88,7 +120,8 @@ int main(int argc, char** argv) {
       // k, w, sinks resolved exactly as kvevict-generate and kvevict-quality do.
       const kvcli::Resolved r = kvcli::resolve(flags, trace.P());
       options.budget = r.k;
-      options.recent = (flags.policy == "keyformer" || flags.policy == "h2o") ? r.w : 0;
+      // snapkv decodes by H2O's rule with the recent window w, as in kvevict-generate.
+      options.recent = (flags.policy == "keyformer" || flags.policy == "h2o" || flags.policy == "snapkv") ? r.w : 0;
       std::ios::sync_with_stdio(false);
       replay::replay(trace, options, std::cout);
       std::cout.flush();

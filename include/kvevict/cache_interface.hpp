@@ -59,8 +59,13 @@ class CacheInterface {
     throw std::logic_error("kvevict::CacheInterface::set_executor: this cache has no parallel scoring");
   }
 
-  /// Resolved budget `k` (0 before the first prefill).
+  /// Resolved budget `k`. Reads 0 until the first prefill (or `finish_prefill`) resolves it, also for a
+  /// token budget, and again after `reset`: 0 means "not resolved yet", never "keep nothing" (a resolved
+  /// `k` is >= 1). See `budget_resolved()`.
   virtual std::size_t budget() const = 0;
+  /// Whether `budget()` is resolved: the prompt has been prefilled since construction or `reset`
+  /// (`budget() != 0`; a ratio budget needs the prompt's length). O(1).
+  bool budget_resolved() const { return budget() != 0; }
   /// Resolved recent window `w` (0 before the first prefill).
   virtual std::size_t recent_window() const = 0;
   /// Decode steps done since prefill.

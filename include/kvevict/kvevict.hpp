@@ -16,8 +16,9 @@
 //   temperature/  τ per step: LinearTemperature, ConstantTemperature, IncrementTemperature
 //   selection/    which tokens stay: select_keep, RecentTopKSelection, SinkRecentSelection,
 //                 TopKThenWindowSelection
-//   attention/    attention_logits (decode) and prefill_chunk_qk (prefill chunks, Q·K by tiles), for
-//                 engines whose attention never materialises the logits; rope_rotate (re-rotating
+//   attention/    attention_logits (decode; paged_attention_logits over a PagedKVView) and
+//                 prefill_chunk_qk (prefill chunks, Q·K by tiles), for engines whose attention never
+//                 materialises the logits; rope_rotate (re-rotating
 //                 cached keys by a position delta, never applied by a Cache)
 //   kv/           KV storage: KVView (non-owning, strided; KVView<const T> read-only), KVBuffer (owning)
 //   core/         argument checks, float bits, fast log/exp, the random generator
@@ -25,6 +26,7 @@
 #pragma once
 
 #include "kvevict/attention/attention_logits.hpp"
+#include "kvevict/attention/paged_attention_logits.hpp"
 #include "kvevict/attention/qk_chunk_logits.hpp"
 #include "kvevict/attention/rope.hpp"
 #include "kvevict/budget.hpp"

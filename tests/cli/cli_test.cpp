@@ -245,9 +245,31 @@ std::vector<Case> cases() {
       {"GenBudgetPercent", G, kTiny + "--policy h2o --budget 50% --prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0, {"[h2o k=4 w=1 sinks=0]"}},
       {"GenRecentPercent", G, kTiny + "--policy keyformer --budget 10 --recent 30% --prompt-ids 1 --print-ids --steps 2", 0, {"[keyformer k=10 w=3 sinks=0]"}},
       {"GenRecentRatioAlias", G, kTiny + "--policy h2o --budget 10 --recent-ratio 0.5 --prompt-ids 1 --print-ids --steps 2", 0, {"[h2o k=10 w=5 sinks=0]"}},
-      {"GenBudgetNotANumber", G, kTiny + "--policy h2o --budget lots --prompt-ids 1", 2, {"--budget: expected a non-negative integer, got 'lots'", "50%"}},
-      {"GenBudgetNegativePercent", G, kTiny + "--policy h2o --budget -5% --prompt-ids 1", 2, {"--budget: expected a percentage"}},
-      {"GenRecentAbove100Percent", G, kTiny + "--policy h2o --recent 150% --prompt-ids 1", 2, {"--recent: a percentage of the budget must be in [0%, 100%]"}},
+      {"GenBudgetNotANumber", G, kTiny + "--policy h2o --budget lots --prompt-ids 1", 2,
+       {"--budget: expected a token count such as 64, a fraction of the prompt such as 0.5 or a percentage such as "
+        "50%, got 'lots'"}},
+      {"GenBudgetNegativePercent", G, kTiny + "--policy h2o --budget -5% --prompt-ids 1", 2,
+       {"--budget: expected a token count such as 64, a fraction of the prompt such as 0.5 or a percentage such as 50% "
+        "(no sign), got '-5%'"}},
+      {"GenRecentAbove100Percent", G, kTiny + "--policy h2o --recent 150% --prompt-ids 1", 2,
+       {"--recent: a fraction of the budget must be in [0, 1], i.e. [0%, 100%] (got '150%')"}},
+      {"GenRecentFractionAboveOne", G, kTiny + "--policy h2o --recent 1.5 --prompt-ids 1", 2,
+       {"--recent: a fraction of the budget must be in [0, 1], i.e. [0%, 100%] (got '1.5')"}},
+      // One grammar (cli/amount.hpp): a fraction is a budget as its percentage is; above 100% keeps more than the
+      // prompt (k = floor(1.5 * 4) = 6).
+      {"GenBudgetFraction", G, kTiny + "--policy h2o --budget 0.5 --prompt-ids 1,2,3,4 --print-ids --steps 2", 0,
+       {"[h2o k=2 w=1 sinks=0]"}},
+      {"GenBudgetAbove100Percent", G,
+       kTiny + "--policy h2o --budget 150% --prompt-ids 1,2,3,4 --print-ids --steps 2", 0,
+       {"[h2o k=6 w=1 sinks=0]"}},
+      {"GenRecentFraction", G, kTiny + "--policy h2o --budget 10 --recent 0.5 --prompt-ids 1 --print-ids --steps 2", 0,
+       {"[h2o k=10 w=5 sinks=0]"}},
+      {"GenMisspeltFlag", G, kTiny + "--polcy h2o --prompt-ids 1", 2,
+       {"kvevict-generate: --polcy: unknown flag; did you mean --policy? (see --help)"}},
+      {"GenMisspeltFlagWithValue", G, kTiny + "--budgte=5 --prompt-ids 1", 2,
+       {"--budgte: unknown flag; did you mean --budget?"}},
+      {"GenUnknownFlagFarFromAny", G, kTiny + "--xyzzy --prompt-ids 1", 2,
+       {"kvevict-generate: --xyzzy: unknown flag (see --help)"}},
       {"GenStepsNegative", G, kTiny + "--steps -1 --prompt-ids 1", 2, {"--steps: expected an integer >= 0, got '-1'"}},
       {"GenSeedNotANumber", G, kTiny + "--seed x --prompt-ids 1", 2, {"--seed: expected an integer >= 0, got 'x'"}},
       {"GenUnknownPolicy", G, kTiny + "--policy lru --prompt-ids 1", 2, {"--policy: unknown policy 'lru'"}},
@@ -301,6 +323,18 @@ std::vector<Case> cases() {
       {"ReplaySinksWithH2O", R, "{W}/t.json --policy h2o --sinks 1", 2, {"--sinks: only --policy streaming"}},
       {"ReplayPolicyFull", R, "{W}/t.json --policy full", 2, {"--policy: 'full' keeps every token"}},
       {"ReplaySeedNegative", R, "{W}/t.json --seed -1", 2, {"--seed: expected an integer >= 0, got '-1'"}},
+      // Keyformer's own flags with another policy are errors, as every unused flag; the default is accepted.
+      {"ReplaySeedWithH2O", R, "{W}/t.json --policy h2o --seed 3", 2,
+       {"kvevict-replay: --seed: only --policy keyformer draws random noise (the policy is h2o); drop --seed"}},
+      {"ReplayDefaultSeedWithH2O", R, "{W}/t.json --policy h2o --budget 3 --seed 42", 0, {"[h2o k=3 w=1 sinks=0]"}},
+      {"ReplayNoiseWithH2O", R, "{W}/t.json --policy h2o --noise none", 2,
+       {"kvevict-replay: --noise: only --policy keyformer draws noise (the policy is h2o); drop --noise"}},
+      {"ReplayGenStepsWithTova", R, "{W}/t.json --policy tova --gen-steps 3", 2,
+       {"--gen-steps: only --policy keyformer has a temperature schedule (the policy is tova); drop --gen-steps"}},
+      {"ReplayNpyAsTrace", R, "{W}/layer.npy --policy h2o", 2,
+       {"kvevict-replay: trace: '{W}/layer.npy' is an .npy file, not a JSON trace: pass it with --logits "
+        "{W}/layer.npy (and --prompt-len P)"}},
+      {"ReplayMisspeltFlag", R, "{W}/t.json --polciy h2o", 2, {"--polciy: unknown flag; did you mean --policy?"}},
       {"ReplayPromptLenNotANumber", R, "{W}/t.json --prompt-len three", 2, {"--prompt-len: expected an integer"}},
       {"ReplayJsonNumberOverflow", R, "{W}/overflow.json --policy h2o --budget 1", 2, {"kvevict-replay: "}},
       {"ReplaySnapKV", R, "{W}/t.json --policy snapkv --budget 2 --snap-kernel 3", 0, {"[snapkv k=2 w=1 sinks=0 L=2]"}},
@@ -315,6 +349,14 @@ std::vector<Case> cases() {
       {"QualityWindowsNegative", Q, "--windows -1", 2, {"--windows: expected a positive integer or 'all', got '-1'"}},
       {"QualitySeedsZero", Q, "--seeds 0", 2, {"--seeds: expected an integer in [1, 1000], got '0'"}},
       {"QualityThreadsZero", Q, "--threads 0", 2, {"--threads: expected an integer in [1, 1024], got '0'"}},
+      {"QualityPolicyHint", Q, "--policy h2o", 2,
+       {"kvevict-quality: --policy: unknown flag; this tool runs the rows of --policies (e.g. --policies "
+        "h2o,keyformer)"}},
+      {"QualityBudgetHint", Q, "--budget 50%", 2,
+       {"--budget: unknown flag; this tool sweeps the budget with --ratios"}},
+      {"QualityRatioPercentAbove100", Q, "--ratios 50%,150%", 2, {"--ratios: each ratio must be in (0, 1] (got 150%)"}},
+      {"QualityRatioTokenCount", Q, "--ratios 64", 2,
+       {"--ratios: each ratio must be in (0, 1] (got 64): give a fraction such as 0.5 or a percentage such as 50%"}},
       {"QualityStepThreadsZero", Q, "--step-threads 0", 2, {"--step-threads: expected an integer in [1, 1024], got '0'"}},
       {"QualityRatioAboveOne", Q, "--ratios 0.5,2", 2, {"--ratios: each ratio must be in (0, 1] (got 2)"}},
       {"QualityPromptTooLong", Q, "--window 64 --prompt 63", 2, {"--prompt: 63 must be at most --window - 2 = 62"}},
@@ -403,10 +445,24 @@ TEST(CliAll, HelpNamesTheEnvironmentVariablesAndExitCodes) {
     const ToolRun run = Workspace::get().run(binary(t), "--help");
     EXPECT_EQ(run.exit_code, 0) << binary(t);
     for (const char* needle : {"KVEVICT_SHARED_DIR", "KVEVICT_MODEL_DIR", "Exit codes: 0 success, 2 usage or input error",
-                               "--budget", "--recent", "--sinks"})
-      if (t != Tool::quality || std::string(needle) != "--budget") {
+                               "--budget INT|FLOAT|N%", "--recent INT|FLOAT|N%", "--sinks INT", "--tau-init FLOAT",
+                               "--threads INT", "--seed INT"})
+      if (t != Tool::quality ||
+          (std::string(needle).rfind("--budget", 0) != 0 && std::string(needle) != "--seed INT")) {
+        if (t == Tool::replay && std::string(needle) == "--threads INT") continue;  // replay runs on one thread
         EXPECT_NE(run.out.find(needle), std::string::npos) << binary(t) << " --help lacks " << needle;
       }
+    // Numeric options show their type, never CLI11's TEXT (file names and names are the only TEXT).
+    for (const char* numeric : {"--steps TEXT", "--temperature TEXT", "--prompt-len TEXT", "--gen-steps TEXT",
+                                "--windows TEXT", "--ratios TEXT", "--seeds TEXT"})
+      EXPECT_EQ(run.out.find(numeric), std::string::npos) << binary(t) << " --help shows " << numeric;
+    if (t == Tool::quality) {
+      EXPECT_NE(run.out.find("--ratios FLOAT|N%"), std::string::npos) << run.out;
+    }
+    if (t == Tool::replay) {  // no sampler in the replay
+      EXPECT_NE(run.out.find("--seed INT                  seed of Keyformer's Gumbel noise (default 42)"),
+                std::string::npos) << run.out;
+    }
   }
 }
 

@@ -248,3 +248,44 @@ def test_snapkv_keeps_the_window_and_the_pooled_top_scores():
         run(snap_pooling="mean")
     with pytest.raises(ValueError, match="snap_window is used only by policy 'snapkv'"):
         small("h2o", snap_window=2)
+
+
+def test_budget_resolved_and_repr_before_prefill():
+    c = kvevict.Cache("h2o", n_q_heads=4, n_kv_heads=2, capacity=8, head_dim=3, budget="50%", recent=1)
+    assert c.budget == 0 and not c.budget_resolved  # 0 means "not resolved yet", not "keep nothing"
+    assert "budget=unresolved (50% of the prompt)" in repr(c)
+    t = kvevict.Cache("h2o", n_q_heads=4, n_kv_heads=2, capacity=8, head_dim=3, budget=3, recent=1)
+    assert "budget=unresolved (3 tokens at prefill)" in repr(t)
+    for p in range(6):
+        c.append(p, rows(float(p)), rows(0.0))
+    c.prefill(np.zeros((4, 6, 6), np.float32))
+    assert c.budget == 3 and c.budget_resolved and "budget=3," in repr(c)
+    c.reset()
+    assert c.budget == 0 and not c.budget_resolved
+
+
+def run_keyformer(**kw):
+    """Kept positions of a Keyformer cache after prefill and 3 steps on fixed logits."""
+    c = kvevict.Cache("keyformer", n_q_heads=2, n_kv_heads=1, capacity=16, head_dim=1, horizon=3, **kw)
+    x = np.arange(100, dtype=np.float32).reshape(10, 10) % 7 * 0.3
+    for p in range(10):
+        c.append(p, np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32))
+    c.prefill(np.stack([np.tril(x), np.tril(x.T)]).astype(np.float32))
+    for p in range(10, 13):
+        c.append(p, np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32))
+        c.decode_step(np.full((2, c.lengths[0]), 0.5, np.float32))
+    return c.retained_positions(0), c.recent_window
+
+
+def test_defaults_are_the_tools_defaults():
+    # budget 50%, recent 30% (w = floor(0.3 * 5) = 1), seed 42: the same as passing them.
+    assert run_keyformer() == run_keyformer(budget="50%", recent="30%", seed=42)
+    assert run_keyformer() == run_keyformer(budget=0.5, recent=0.3, seed=42)
+    assert run_keyformer()[1] == 1
+    # snap_window defaults to min(32, k) for an int budget: k = 4 works without it (it raised "L = 32 exceeds
+    # budget k = 4" before), and keeps the last L = 4 prompt tokens.
+    s = kvevict.Cache("snapkv", n_q_heads=2, n_kv_heads=1, capacity=8, head_dim=1, budget=4)
+    for p in range(6):
+        s.append(p, np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32))
+    s.prefill(np.zeros((2, 6, 6), np.float32))
+    assert s.retained_positions(0) == [2, 3, 4, 5] and s.recent_window == 1

@@ -38,11 +38,23 @@ CONSTRUCTOR_ERRORS = [
     (("h2o",), dict(OWNED, head_dim=-1), ValueError, "head_dim must be >= 0 (got -1)"),
     (("h2o",), dict(OWNED, dtype="int32"), ValueError, "dtype must be float32 or float16 (got int32)"),
     (("h2o",), dict(OWNED, budget=0), ValueError, "budget = 0: kvevict::Budget::tokens: k must be >= 1 (got 0)"),
-    (("h2o",), dict(OWNED, budget=-0.5), ValueError, "budget = -0.5: kvevict::Budget::ratio: r must be finite and > 0"),
+    (("h2o",), dict(OWNED, budget=-0.5), ValueError, "budget: must be above 0 (got -0.5)"),
     (("h2o",), dict(OWNED, budget="half"), ValueError,
-     "budget must be an int (tokens), a float (fraction of the prompt) or a percentage such as '50%' (got 'half')"),
+     "budget: expected a token count such as 64, a fraction of the prompt such as 0.5 or a percentage such as 50%, "
+     "got 'half'"),
+    (("h2o",), dict(OWNED, budget="-50%"), ValueError, "budget: expected a token count such as 64, a fraction of the "
+     "prompt such as 0.5 or a percentage such as 50% (no sign), got '-50%'"),
     (("h2o",), dict(OWNED, budget=True), TypeError, "budget must be an int (tokens)"),
-    (("h2o",), dict(OWNED, recent="150%"), ValueError, "recent = '150%': kvevict::RecentWindow::ratio: q must be in [0, 1]"),
+    (("h2o",), dict(OWNED, recent="150%"), ValueError,
+     "recent: a fraction of the budget must be in [0, 1], i.e. [0%, 100%] (got '150%')"),
+    (("h2o",), dict(OWNED, recent=1.5), ValueError,
+     "recent: a fraction of the budget must be in [0, 1], i.e. [0%, 100%] (got 1.5)"),
+    (("h2o",), dict(OWNED, dtype="bfloat16"), ValueError,
+     "dtype must be float32 or float16 (got 'bfloat16', which NumPy does not know; bfloat16 K/V is supported in C++ "
+     "only)"),
+    (("snapkv",), dict(OWNED, budget=4, snap_window=5), ValueError,
+     "snap_window = 5: kvevict::Cache: SnapKV observation window L = 5 exceeds budget k = 4; pass snap_window <= k"),
+    (("h2o",), dict(OWNED, seed=3), ValueError, "seed is used only by policy 'keyformer' (got policy 'h2o')"),
     (("h2o",), dict(OWNED, sinks=2), ValueError, "sinks is used only by policy 'streaming' (got policy 'h2o')"),
     (("window",), dict(OWNED, tau_end=3.0), ValueError, "tau_end is used only by policy 'keyformer' (got policy 'window')"),
     (("keyformer",), OWNED, ValueError, "horizon (T, the number of tokens to generate) is required for policy 'keyformer'"),
@@ -59,8 +71,9 @@ CONSTRUCTOR_ERRORS = [
      "recent k - sinks = 3 tokens; set the recent window to 0"),
     (("keyformer",), dict(OWNED, horizon=4, noise=1), TypeError, "noise must be True or False, got int 1"),
     (("tova",), dict(OWNED, recent=2), ValueError, "kvevict::make_cache: TOVA has no recent window; set config.recent to 0"),
-    (("h2o",), dict(OWNED, seed=-1), ValueError, "seed must be >= 0 (got -1)"),
-    (("h2o",), dict(OWNED, seed=2**64), OverflowError, "seed = 18446744073709551616 does not fit in 64 bits"),
+    (("keyformer",), dict(OWNED, horizon=4, seed=-1), ValueError, "seed must be >= 0 (got -1)"),
+    (("keyformer",), dict(OWNED, horizon=4, seed=2**64), OverflowError,
+     "seed = 18446744073709551616 does not fit in 64 bits"),
     (("h2o",), dict(OWNED, shared_heads="yes"), TypeError, "shared_heads must be True or False"),
 ]
 

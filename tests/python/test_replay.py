@@ -43,9 +43,11 @@ CASES = [
 
 def cli_records(replay_bin, trace, policy, budget, recent, o):
     args = [replay_bin, "--logits", trace["logits_path"], "--prompt-len", str(P), "--q-heads-per-kv", str(G),
-            "--policy", policy, "--sinks", str(o.get("sinks", 4)), "--tau-init", str(o.get("tau_init", 1.0)),
-            "--tau-end", str(o.get("tau_end", 2.0)), "--gen-steps", str(o.get("gen_steps", N - P)),
-            "--noise", o.get("noise", "none"), "--seed", str(o.get("seed", 0))]
+            "--policy", policy, "--sinks", str(o.get("sinks", 4))]
+    if policy == "keyformer":  # Keyformer's own flags are errors with another policy
+        args += ["--tau-init", str(o.get("tau_init", 1.0)), "--tau-end", str(o.get("tau_end", 2.0)),
+                 "--gen-steps", str(o.get("gen_steps", N - P)), "--noise", o.get("noise", "none"),
+                 "--seed", str(o.get("seed", 0))]
     args += ["--budget", str(budget)] if isinstance(budget, int) else ["--budget-ratio", str(budget)]
     args += ["--recent", str(recent)] if isinstance(recent, int) else ["--recent-ratio", str(recent)]
     if o.get("noise") == "trace":
@@ -59,13 +61,13 @@ def cli_records(replay_bin, trace, policy, budget, recent, o):
 def cache_records(trace, policy, budget, recent, o):
     """The replay driver of examples/replay/replay.cpp, written against the Python Cache."""
     logits, gumbel = trace["logits"], trace["gumbel"]
-    opts = dict(budget=budget, recent=recent, shared_heads=o.get("shared_heads", False), seed=o.get("seed", 0))
+    opts = dict(budget=budget, recent=recent, shared_heads=o.get("shared_heads", False))
     if policy == "streaming":
         opts["sinks"] = o.get("sinks", 4)
     noise = o.get("noise", "none")
     if policy == "keyformer":
         opts.update(tau_init=o.get("tau_init", 1.0), tau_end=o.get("tau_end", 2.0),
-                    horizon=o.get("gen_steps", N - P), noise=noise != "none")
+                    horizon=o.get("gen_steps", N - P), noise=noise != "none", seed=o.get("seed", 0))
     inject = policy == "keyformer" and noise == "trace"
     cache = kvevict.Cache(policy, n_q_heads=H_Q, n_kv_heads=N_KV, capacity=N, head_dim=1, **opts)
     zero = np.zeros((N_KV, 1), np.float32)
@@ -97,8 +99,10 @@ def cache_records(trace, policy, budget, recent, o):
 
 def binding_records(trace, policy, budget, recent, o):
     kw = dict(policy=policy, q_heads_per_kv=G, budget=budget, recent=recent, sinks=o.get("sinks", 4),
-              tau_init=o.get("tau_init", 1.0), tau_end=o.get("tau_end", 2.0), gen_steps=o.get("gen_steps", N - P),
-              noise=o.get("noise", "none"), seed=o.get("seed", 0), shared_heads=o.get("shared_heads", False))
+              shared_heads=o.get("shared_heads", False))
+    if policy == "keyformer":
+        kw.update(tau_init=o.get("tau_init", 1.0), tau_end=o.get("tau_end", 2.0), gen_steps=o.get("gen_steps", N - P),
+                  noise=o.get("noise", "none"), seed=o.get("seed", 0))
     if o.get("noise") == "trace":
         kw["gumbel"] = trace["gumbel"]
     return kvevict.replay(trace["logits"], P, **kw)
@@ -132,8 +136,28 @@ def test_replay_binding_matches_cli(replay_bin, trace, case):
 
 
 def test_replay_percent_strings_and_defaults(replay_bin, trace):
-    # budget '50%' is --budget-ratio 0.5; the Python defaults are recent=0, noise='auto' (generator, seed 0).
+    # budget '50%' is --budget-ratio 0.5 and '0.5'; the defaults are the tool's: budget 50%, recent 30%,
+    # noise 'auto' (the generator), seed 42.
     got = kvevict.replay(trace["logits"], P, policy="h2o", q_heads_per_kv=G, budget="50%", recent="25%")
     assert_same(got, cli_records(replay_bin, trace, "h2o", 0.5, 0.25, {}))
+    assert_same(kvevict.replay(trace["logits"], P, policy="h2o", q_heads_per_kv=G, budget="0.5", recent="0.25"), got)
     got = kvevict.replay(trace["logits"], P, q_heads_per_kv=G, gen_steps=N - P)
-    assert_same(got, cli_records(replay_bin, trace, "keyformer", 0.5, 0, dict(noise="gumbel")))
+    assert_same(got, cli_records(replay_bin, trace, "keyformer", 0.5, 0.3, dict(noise="gumbel", seed=42)))
+
+
+@pytest.mark.parametrize("policy", ["keyformer", "h2o", "streaming", "window", "tova", "snapkv"])
+def test_replay_defaults_are_the_tools_defaults(replay_bin, trace, policy):
+    # No option but the policy on either side: the same records (budget 50%, recent 30% where the policy has a
+    # recent window, 4 sinks, tau 1 -> 2, seed 42, snap_window min(32, k)).
+    args = [replay_bin, "--logits", trace["logits_path"], "--prompt-len", str(P), "--q-heads-per-kv", str(G),
+            "--policy", policy]
+    want = [json.loads(line) for line in subprocess.run(args, check=True, capture_output=True, text=True)
+            .stdout.splitlines()]
+    assert_same(kvevict.replay(trace["logits"], P, policy=policy, q_heads_per_kv=G), want)
+
+
+def test_replay_options_of_another_policy_are_errors():
+    x = np.zeros((G, 4, 4), np.float32)
+    for key, value in [("seed", 3), ("noise", "none"), ("tau_end", 3.0), ("gen_steps", 2)]:
+        with pytest.raises(ValueError, match=f"^{key} is used only by policy 'keyformer' \\(got policy 'h2o'\\)$"):
+            kvevict.replay(x, 2, policy="h2o", q_heads_per_kv=G, **{key: value})

@@ -79,3 +79,21 @@ def test_command_line(model, build_dir):
                           "--budget", "4", "--recent", "2"], capture_output=True, text=True, env=env)
     assert bad.returncode == 1
     assert "torch_decode.py: kvevict::make_cache: TOVA has no recent window; set config.recent to 0" in bad.stderr
+
+
+def test_model_is_found_as_the_tools_find_it(shared_dir, monkeypatch, tmp_path, capsys):
+    # $KVEVICT_MODEL_DIR (a folder with one checkpoint), else $KVEVICT_SHARED_DIR/models/stories260K.
+    monkeypatch.setenv("KVEVICT_MODEL_DIR", str(shared_dir / "models/stories260K"))
+    assert torch_decode.find_checkpoint(torch_decode.default_model(), "x") == str(
+        shared_dir / "models/stories260K/stories260K.bin")
+    monkeypatch.delenv("KVEVICT_MODEL_DIR")
+    monkeypatch.setenv("KVEVICT_SHARED_DIR", str(tmp_path))
+    assert torch_decode.default_model() == str(tmp_path / "models" / "stories260K")
+    # Missing: exit 2 and one line naming where it looked, not a FileNotFoundError traceback.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        torch_decode.main(["--prompt-ids", "1", "--steps", "1"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == (f"torch_decode.py: --model (default): '{tmp_path}/models/stories260K' does not "
+                                       "exist; pass --model FILE.bin, or set KVEVICT_MODEL_DIR or KVEVICT_SHARED_DIR "
+                                       "(stories260K: Hugging Face karpathy/tinyllamas)\n")

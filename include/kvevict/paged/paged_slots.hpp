@@ -22,7 +22,8 @@ namespace kvevict {
 namespace detail {
 
 /// Byte-level access to a `PagedKVView<T>` (the same storage; rows of
-/// `row_bytes = head_dim · sizeof(T)` bytes at `paged_row_offset`), so that the
+/// `row_bytes = head_dim · sizeof(T)` bytes at `paged_row_offset`, pages `page_stride`
+/// elements apart), so that the
 /// paged cache is not templated on the element type. Non-owning, cheap to copy.
 struct ErasedPagedKV {
   unsigned char* k = nullptr;         ///< K page pool
@@ -31,6 +32,7 @@ struct ErasedPagedKV {
   std::size_t* length = nullptr;      ///< the sequence's length
   std::int64_t* positions = nullptr;  ///< `[max_pages · page_size]` position IDs, by logical slot
   std::size_t num_pages = 0, page_size = 0, n_kv_heads = 0, head_dim = 0, max_pages = 0, elem = 0, row_bytes = 0;
+  std::size_t page_stride = 0;        ///< elements from one page to the next (`PagedKVView::page_stride()`)
   PageLayout layout = PageLayout::NHD;
 
   /// Erases `view` after `view.validate()` (throws `std::invalid_argument` as it does).
@@ -51,9 +53,12 @@ struct ErasedPagedKV {
     e.elem = sizeof(T);
     e.row_bytes = view.head_dim * sizeof(T);
     e.layout = view.layout;
+    e.page_stride = view.page_stride();
     return e;
   }
-  /// A typed view over the same memory (for `PagePool` calls, which read only the table and length).
+  /// A typed view over the same memory (for `PagePool` calls, which read only the table and length):
+  /// `head_dim` and the page stride are counted in elements of `T` (bytes for `unsigned char`), so that
+  /// the view's own checks see the pools as they are. `T` must divide a row (`row_bytes % sizeof(T) == 0`).
   template <class T>
   PagedKVView<T> typed() const {
     PagedKVView<T> t;
@@ -62,12 +67,13 @@ struct ErasedPagedKV {
     t.num_pages = num_pages;
     t.page_size = page_size;
     t.n_kv_heads = n_kv_heads;
-    t.head_dim = head_dim;
+    t.head_dim = row_bytes / sizeof(T);
     t.layout = layout;
     t.page_table = table;
     t.max_pages = max_pages;
     t.length = length;
     t.positions = positions;
+    t.page_stride_elements = page_stride * elem / sizeof(T);
     return t;
   }
   /// Tokens the sequence can hold, `max_pages · page_size`.
@@ -80,7 +86,7 @@ struct ErasedPagedKV {
  private:
   std::size_t offset_bytes(std::size_t h, std::size_t s) const {
     const std::size_t p = static_cast<std::size_t>(table[s / page_size]);
-    return paged_row_offset(layout, page_size, n_kv_heads, head_dim, p, h, s % page_size) * elem;
+    return paged_row_offset(layout, page_size, n_kv_heads, head_dim, page_stride, p, h, s % page_size) * elem;
   }
 };
 
