@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds only the libFuzzer targets (fuzz/, clang++, -fsanitize=fuzzer,address,undefined) in
 # build-fuzz/ and runs each for a bounded time with `ctest -L fuzz`; fails on any finding.
-# FUZZ_SECONDS sets the seconds per target (default 40; eight targets).
+# FUZZ_SECONDS sets the seconds per target (default 40; nine targets, two at a time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
