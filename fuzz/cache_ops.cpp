@@ -341,6 +341,8 @@ struct Harness {
   bool replayable = true;              // every chunk so far is materialised with the same noise mode
   std::vector<Chunk> chunks;
   std::string error;                   // the last call's exception message
+  bool reseeded = false;               // reset(seed) since construction: the noise seed is `seed`
+  std::uint64_t seed = 0;
 
   Layer<T>& layer() { return main.layer; }
   const Layer<T>& layer() const { return main.layer; }
@@ -493,6 +495,7 @@ struct Harness {
     FuzzedDataProvider again(data, size);
     to_config(again);
     one.s = make_subject(again, pick_config(again, L.nkv, L.cap), one.layer.view);
+    if (reseeded) one.s.cache->reset(seed);  // the same noise seed as the chunked cache
     for (const std::int64_t p : accepted) one.layer.append(p);
     one.s.cache->prefill(x.data(), P, noisy ? z.data() : nullptr);
     for (std::size_t h = 0; h < L.nkv; ++h) {
@@ -601,8 +604,8 @@ struct Harness {
           break;
         }
         case 10: {
-          const std::uint64_t seed = in.ConsumeIntegral<std::uint64_t>();
-          call("reset", [&](Layer<T>&, CI& c) { c.reset(seed); });
+          const std::uint64_t new_seed = in.ConsumeIntegral<std::uint64_t>();
+          if (call("reset", [&](Layer<T>&, CI& c) { c.reset(new_seed); })) reseeded = true, seed = new_seed;
           KVFUZZ_CHECK(kv.lengths[0] == 0 && s().cache->step() == 0 && s().cache->budget() == 0, where(),
                        ": reset left state behind");
           forget();
@@ -742,7 +745,7 @@ void fuzz_one(const std::uint8_t* data, std::size_t size) {
     twin->s.cache->set_executor(real_threads());
     twin->s.name += " (real threads)";
   }
-  Harness<T> harness{main, twin.get(), to_config, data, size, {}, 0, false, false, true, {}, {}, config};
+  Harness<T> harness{main, twin.get(), to_config, data, size, {}, 0, false, false, true, {}, {}, false, 0, config};
   harness.run(in);
 }
 
