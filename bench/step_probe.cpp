@@ -32,6 +32,15 @@
 #endif
 #if !defined(CALLGRIND_TOGGLE_COLLECT)
 #define CALLGRIND_TOGGLE_COLLECT
+#define CALLGRIND_START_INSTRUMENTATION
+#endif
+
+// Also builds against headers from before the run-time dispatch (bench/instructions.sh --include),
+// to count what each change saved.
+#if __has_include(<kvevict/core/dispatch.hpp>)
+#define PROBE_ISA_NAME kvevict::isa_name(kvevict::active_isa())
+#else
+#define PROBE_ISA_NAME "none"
 #endif
 
 namespace {
@@ -129,6 +138,7 @@ int run(int argc, char** argv) {
   }
 
   double seconds = 0.0;
+  CALLGRIND_START_INSTRUMENTATION;  // with --instr-atstart=no the filling above runs uninstrumented
   for (std::size_t t = 0; t < steps; ++t) {
     kv.append(pos++, k_new.data(), v_new.data());
     const auto t0 = std::chrono::steady_clock::now();
@@ -144,7 +154,7 @@ int run(int argc, char** argv) {
     h = fnv(h, cache->scores(j), cache->length(j) * sizeof(float));
   }
   std::printf("%s n=%zu steps=%zu isa=%s ns_per_elem=%.3f checksum=%016llx\n", argv[1], n, steps,
-              kvevict::isa_name(kvevict::active_isa()),
+              PROBE_ISA_NAME,
               seconds * 1e9 / (static_cast<double>(steps) * kKVHeads * static_cast<double>(n)),
               static_cast<unsigned long long>(h));
   return 0;

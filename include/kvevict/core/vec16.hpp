@@ -331,6 +331,31 @@ KVEVICT_VEC_INLINE void scale_add_body(const float* e, float scale, float* acc, 
   }
 }
 
+/// `row_accepted` (score/softmax_accumulate.hpp): whether every `x[i] (+ zeta[i])` is below `+inf`.
+template <int W>
+KVEVICT_VEC_INLINE bool row_ok_body(const float* x, const float* zeta, std::size_t n) {
+  KVEVICT_NO_CONTRACT_BODY
+  using F = typename V<W>::F;
+  using I = typename V<W>::I;
+  constexpr float kInf = __builtin_huge_valf();
+  I bad = I{};
+  std::size_t i = 0;
+  for (; i + W <= n; i += W) {
+    F v;
+    load(v, x + i);
+    if (zeta != nullptr) {
+      F z;
+      load(z, zeta + i);
+      v = v + z;
+    }
+    bad |= ~(I)(v < kInf);
+  }
+  std::int32_t any = 0;
+  for (int l = 0; l < W; ++l) any |= bad[l];
+  for (; i < n; ++i) any |= static_cast<std::int32_t>(!((zeta != nullptr ? x[i] + zeta[i] : x[i]) < kInf));
+  return any == 0;
+}
+
 /// The lane loop of `RecentTopKSelection::victim` over `len` slots (a multiple of 16): per lane
 /// `l` of 16, the smallest key (`score bits | all ones if recent`), the first slot (relative to
 /// `scores`) where it occurs and how often; `lane_*[16]` are read and updated in place.
@@ -421,6 +446,8 @@ KVEVICT_DISPATCHED(float, exp_sum, (const float* y, float m, float inv_tau, floa
 /// `acc (+)= e · scale`. O(len).
 KVEVICT_DISPATCHED(void, scale_add, (const float* e, float scale, float* acc, std::size_t len, bool assign),
                    (e, scale, acc, len, assign))
+/// `row_accepted`. O(n).
+KVEVICT_DISPATCHED(bool, row_ok, (const float* x, const float* zeta, std::size_t n), (x, zeta, n))
 /// The lane loop of `RecentTopKSelection::victim`. O(len).
 KVEVICT_DISPATCHED(void, victim_lanes,
                    (const float* scores, const std::uint8_t* recent, std::size_t len, std::uint32_t* lane_min,

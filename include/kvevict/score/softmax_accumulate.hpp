@@ -113,8 +113,11 @@ inline constexpr std::size_t chunk_count(std::size_t n) { return (n + kChunk - 1
 /// 16.6 (`fill_gumbel_row`), so `x + ζ` is NaN / `+inf` iff `x` is (finite `x` plus
 /// ζ rounds to at most `FLT_MAX`). Lets a caller check a whole step before it
 /// changes anything, instead of backing its scores up. 16 explicit lanes of
-/// flags (vector code at any optimisation level). O(n) reads, no allocation.
+/// flags (vector code at any optimisation level, on the dispatched path). O(n) reads, no allocation.
 inline bool row_accepted(const float* x, const float* zeta, std::size_t n) {
+#if defined(KVEVICT_VEC16)
+  return vk::row_ok(x, zeta, n);  // dispatched (core/vec16.hpp)
+#else
   constexpr float kInf = std::numeric_limits<float>::infinity();
   std::uint32_t bad[kLanes] = {};
   std::size_t i = 0;
@@ -134,6 +137,7 @@ inline bool row_accepted(const float* x, const float* zeta, std::size_t n) {
   std::uint32_t any = 0;
   for (std::size_t l = 0; l < kLanes; ++l) any |= bad[l];
   return any == 0;
+#endif
 }
 
 /// `y = x + ζ` of chunk `[c0, c0 + len)` of a row: a pointer into `x` when
