@@ -78,12 +78,6 @@ KVEVICT_VEC_INLINE void store_part(float* p, const T& v, std::size_t r) {
   std::memcpy(t, &v, sizeof v);
   std::memcpy(p, t, r * sizeof(float));
 }
-/// Lane-wise `mask ? yes : no` on bits.
-template <class U, class I>
-KVEVICT_VEC_INLINE void select_u(U& out, const I& mask, const U& yes, const U& no) {
-  out = (yes & (U)(mask)) | (no & ~(U)(mask));
-}
-
 /// `log_positive` (core/fast_math.hpp), lane-wise, the same operations in the same order.
 template <int W>
 KVEVICT_VEC_INLINE void log_positive(typename V<W>::F& x) {
@@ -115,11 +109,9 @@ KVEVICT_VEC_INLINE void exp_nonpositive(typename V<W>::F& x) {
   KVEVICT_NO_CONTRACT_BODY
   using F = typename V<W>::F;
   using U = typename V<W>::U;
-  using I = typename V<W>::I;
   const U xb = (U)(x);
   const U lim = U{} + 0xc2b00000u;  // -88.0f in every lane
-  U cl;
-  select_u(cl, (I)(lim < xb), lim, xb);
+  const U cl = lim < xb ? lim : xb;  // an unsigned min: one instruction from SSE4.1 on
   const F xc = (F)(cl);
   const float shifter = 12582912.0f;
   const F t = xc * 1.44269504088896341f + shifter;
@@ -225,7 +217,6 @@ KVEVICT_VEC_INLINE void gumbel_from_uniform_body(float* u, std::size_t n) {
 template <int W>
 KVEVICT_VEC_INLINE float max_body(const float* v, std::size_t len) {
   using F = typename V<W>::F;
-  using U = typename V<W>::U;
   using I = typename V<W>::I;
   constexpr int K = 16 / W;
   constexpr float kInf = __builtin_huge_valf();
@@ -242,9 +233,7 @@ KVEVICT_VEC_INLINE float max_body(const float* v, std::size_t len) {
   for (int k = 0; k < K; ++k) {
       F x;
       load(x, v + i + k * W);
-      U sel;
-      select_u(sel, (I)(x > lane[k]), (U)(x), (U)(lane[k]));
-      lane[k] = (F)(sel);
+      lane[k] = x > lane[k] ? x : lane[k];  // the scalar rule, one maxps
       nan[k] |= (I)(x != x);
     }
   }
@@ -338,20 +327,24 @@ KVEVICT_VEC_INLINE bool row_ok_body(const float* x, const float* zeta, std::size
   using F = typename V<W>::F;
   using I = typename V<W>::I;
   constexpr float kInf = __builtin_huge_valf();
-  I bad = I{};
+  I good = ~I{};  // all ones while every lane is below +inf
   std::size_t i = 0;
-  for (; i + W <= n; i += W) {
-    F v;
-    load(v, x + i);
-    if (zeta != nullptr) {
-      F z;
-      load(z, zeta + i);
-      v = v + z;
+  if (zeta == nullptr) {
+    for (; i + W <= n; i += W) {
+      F v;
+      load(v, x + i);
+      good &= (I)(v < kInf);
     }
-    bad |= ~(I)(v < kInf);
+  } else {
+    for (; i + W <= n; i += W) {
+      F v, z;
+      load(v, x + i);
+      load(z, zeta + i);
+      good &= (I)(v + z < kInf);
+    }
   }
   std::int32_t any = 0;
-  for (int l = 0; l < W; ++l) any |= bad[l];
+  for (int l = 0; l < W; ++l) any |= ~good[l];
   for (; i < n; ++i) any |= static_cast<std::int32_t>(!((zeta != nullptr ? x[i] + zeta[i] : x[i]) < kInf));
   return any == 0;
 }
@@ -364,7 +357,6 @@ KVEVICT_VEC_INLINE void victim_lanes_body(const float* scores, const std::uint8_
                                           std::uint32_t* lane_min, std::uint32_t* lane_first,
                                           std::uint32_t* lane_count) {
   using U = typename V<W>::U;
-  using I = typename V<W>::I;
   constexpr int K = 16 / W;
   U mn[K], first[K], count[K], rel[K], byte_of_lane = U{}, iota = U{};
   for (int l = 0; l < W; ++l) {
@@ -393,9 +385,7 @@ KVEVICT_VEC_INLINE void victim_lanes_body(const float* scores, const std::uint8_
       const U lower = (U)(key < mn[k]);
       first[k] = (first[k] & ~lower) | (rel[k] & lower);
       count[k] = ((count[k] - (U)(key == mn[k])) & ~lower) | (1u & lower);
-      U sel;
-      select_u(sel, (I)(lower), key, mn[k]);
-      mn[k] = sel;
+      mn[k] = key < mn[k] ? key : mn[k];  // an unsigned min
       rel[k] += 16u;
     }
   }
