@@ -35,9 +35,9 @@ inline const char* isa_name(Isa isa) {
 
 namespace detail {
 
-/// Whether the kernels are compiled for more than the baseline (x86-64 with g++ or clang++).
+/// Whether the kernels are compiled for more than the baseline (x86-64 with g++ or clang++, not nvcc).
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(__CUDA_ARCH__)
+    !defined(__CUDACC__)
 inline constexpr bool kIsaDispatch = true;
 #define KVEVICT_X86_DISPATCH 1
 #else

@@ -26,7 +26,9 @@
 #include "kvevict/core/dispatch.hpp"
 #include "kvevict/core/no_contract.hpp"
 
-#if defined(__GNUC__) || defined(__clang__)
+// Not under nvcc (its front end does not take these vector extensions): a CUDA translation unit's
+// host code runs the portable loops of the kernels' headers, which give the same bits.
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #define KVEVICT_VEC16 1
 #endif
 
