@@ -21,7 +21,8 @@
 //                 materialises the logits; rope_rotate (re-rotating
 //                 cached keys by a position delta, never applied by a Cache)
 //   kv/           KV storage: KVView (non-owning, strided; KVView<const T> read-only), KVBuffer (owning)
-//   core/         argument checks, float bits, fast log/exp, the random generator
+//   core/         argument checks, float bits, fast log/exp, the random generator, the run-time
+//                 choice of instruction set (dispatch.hpp) and the kernels compiled per path (vec16.hpp)
 //   paged/        page-table storage: PagedKVView (NHD/HND), PagePool, PagedCache (token or page unit)
 #pragma once
 
@@ -34,6 +35,7 @@
 #include "kvevict/cache_config.hpp"
 #include "kvevict/cache_interface.hpp"
 #include "kvevict/concepts.hpp"
+#include "kvevict/core/dispatch.hpp"
 #include "kvevict/kv/kv_buffer.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/paged/page_pool.hpp"

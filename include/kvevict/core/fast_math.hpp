@@ -3,7 +3,8 @@
 //
 // core/fast_math.hpp — the element-wise log and exp of the score kernels,
 // restricted to the ranges the kernels feed them, written as branch-free scalar
-// code that g++ and clang++ vectorise (SSE2, AVX2/FMA with -march=native).
+// code; core/vec16.hpp repeats them on vectors, operation for operation. Never
+// contracted into FMAs (core/no_contract.hpp), so the bits do not depend on flags.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "kvevict/core/bits.hpp"
 #include "kvevict/core/hd.hpp"
+#include "kvevict/core/no_contract.hpp"
 
 namespace kvevict {
 namespace detail {
@@ -21,7 +23,8 @@ namespace detail {
 /// bits, then `log(m) = f − f²/2 + f³ P(f)`, `f = m − 1`, degree-8 `P`. Relative
 /// error below 1.1e-7 (about 1 ulp) over the whole range, in particular near
 /// `x = 1` where `log x ≈ x − 1` is tiny. About 20 operations, vectorisable.
-KVEVICT_HD inline float log_positive(float x) {
+KVEVICT_NO_CONTRACT_FN KVEVICT_HD inline float log_positive(float x) {
+  KVEVICT_NO_CONTRACT_BODY
   const std::uint32_t ix = float_bits(x) - 0x3f3504f3u;  // bits of √½: m lands in [√½, √2)
   const float e = static_cast<float>(static_cast<std::int32_t>(ix) >> 23);
   const float f = bits_float((ix & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
@@ -45,7 +48,8 @@ KVEVICT_HD inline float log_positive(float x) {
 /// -87.7 the result is flushed to 0 (the true value is under 1.2e-38, the
 /// smallest normal float), and in between it may be a denormal. Positive `x` or
 /// NaN give meaningless results. About 15 operations, vectorisable.
-KVEVICT_HD inline float exp_nonpositive(float x) {
+KVEVICT_NO_CONTRACT_FN KVEVICT_HD inline float exp_nonpositive(float x) {
+  KVEVICT_NO_CONTRACT_BODY
   // Clamp to >= -88 (then n = -127 and the scale is +0: -inf and underflow give
   // 0). Done on the bits: for x <= 0 larger magnitude means larger bits; a float
   // compare would let the compiler split the loop into branches and not vectorise.

@@ -12,6 +12,7 @@
 #include "kvevict/core/hd.hpp"
 #include "kvevict/core/random.hpp"
 #include "kvevict/core/simd.hpp"
+#include "kvevict/core/vec16.hpp"
 
 namespace kvevict {
 
@@ -43,8 +44,12 @@ inline void fill_uniform_open(Xoshiro256pp& gen, float* out, std::size_t n) {
 /// optimisation level (`KVEVICT_SIMD`; element-wise, so the same bits whatever
 /// the vector width). O(n).
 inline void gumbel_from_uniform(float* u, std::size_t n) {
+#if defined(KVEVICT_VEC16)
+  vk::gumbel_from_uniform(u, n);  // dispatched (core/vec16.hpp), the same bits
+#else
   KVEVICT_SIMD
   for (std::size_t i = 0; i < n; ++i) u[i] = -log_positive(-log_positive(u[i]));
+#endif
 }
 /// SplitMix64's output function for state `z` (Steele, Lea & Flood, 2014):
 /// adds the golden-ratio increment, then mixes; a bijection of 64-bit words.
@@ -107,12 +112,16 @@ inline void uniform_row(std::uint64_t key, std::size_t first_slot, float* out, s
 /// wrap-around), `j = x >> 9` (23 bits), `U = (j + 0.5) · 2^-23` (exact, strictly
 /// inside (0, 1), as `fill_gumbel`), `ζ = −log(−log U)` with
 /// `detail::log_positive`, so ζ lies in [−2.77, 16.6]. For a fixed key the map
-/// slot → `x` is a bijection. One vector loop of 32-bit integer operations
-/// (`KVEVICT_SIMD`), then one for the two logs (faster than one fused loop on
-/// g++ 12, by 1.4x at -O3 -march=native). O(n); no allocation.
+/// slot → `x` is a bijection. One loop of 16-lane vectors (hash, uniform, both logs), on the
+/// path `active_isa()` chose (core/vec16.hpp); every path gives the same bits, also without
+/// `-ffp-contract=off`. O(n); no allocation.
 inline void fill_gumbel_row(std::uint64_t key, std::size_t first_slot, float* out, std::size_t n) {
+#if defined(KVEVICT_VEC16)
+  detail::vk::gumbel_row(key, static_cast<std::uint32_t>(first_slot), nullptr, out, n);
+#else
   detail::uniform_row(key, first_slot, out, n);
   detail::gumbel_from_uniform(out, n);
+#endif
 }
 
 namespace detail {
@@ -121,9 +130,13 @@ namespace detail {
 /// (the noisy logits of a Keyformer row), with the add in the loop of the two
 /// logs. `out` must not alias `x`. O(n); no allocation.
 inline void add_gumbel_row(std::uint64_t key, std::size_t first_slot, const float* x, float* out, std::size_t n) {
+#if defined(KVEVICT_VEC16)
+  vk::gumbel_row(key, static_cast<std::uint32_t>(first_slot), x, out, n);  // one fused, dispatched loop
+#else
   uniform_row(key, first_slot, out, n);
   KVEVICT_SIMD
   for (std::size_t i = 0; i < n; ++i) out[i] = -log_positive(-log_positive(out[i])) + x[i];
+#endif
 }
 }  // namespace detail
 

@@ -14,6 +14,7 @@
 
 #include "kvevict/core/fast_math.hpp"
 #include "kvevict/core/simd.hpp"
+#include "kvevict/core/vec16.hpp"
 #include "kvevict/score/gumbel.hpp"
 
 namespace kvevict {
@@ -47,6 +48,9 @@ inline constexpr std::size_t kLanes = 16;
 /// would depend on the order), and the lane loop is vector code at any
 /// optimisation level (`KVEVICT_SIMD` on the 16 lanes). O(len), no allocation.
 inline float max_propagate_nan(const float* v, std::size_t len) {
+#if defined(KVEVICT_VEC16)
+  return vk::max(v, len);  // dispatched (core/vec16.hpp): the same lanes, the same bits
+#else
   constexpr float kInf = std::numeric_limits<float>::infinity();
   float lane[kLanes];
   std::uint32_t nan[kLanes] = {};
@@ -73,6 +77,7 @@ inline float max_propagate_nan(const float* v, std::size_t len) {
     any_nan |= static_cast<std::uint32_t>(v[i] != v[i]);
   }
   return any_nan != 0 ? std::numeric_limits<float>::quiet_NaN() : m;
+#endif
 }
 
 /// Σ v[0, len) in one fixed order: 16 lane sums (`lane[i % 16] += v[i]`, which
@@ -84,6 +89,9 @@ inline float max_propagate_nan(const float* v, std::size_t len) {
 /// cache) rely on. The lane loop is vector code at any optimisation level
 /// (`KVEVICT_LANES`: the lanes in registers, never a reordering `reduction`). O(len), no allocation.
 inline float sum_fixed_order(const float* v, std::size_t len) {
+#if defined(KVEVICT_VEC16)
+  return vk::sum(v, len);  // dispatched (core/vec16.hpp): the same lanes, the same bits
+#else
   float lane[kLanes] = {};
   std::size_t i = 0;
   for (; i + kLanes <= len; i += kLanes) {
@@ -94,6 +102,7 @@ inline float sum_fixed_order(const float* v, std::size_t len) {
   for (std::size_t l = 0; l < kLanes; ++l) total += lane[l];
   for (; i < len; ++i) total += v[i];
   return total;
+#endif
 }
 /// Chunks of `kChunk` elements in a row of `n` (the last one may be shorter). O(1).
 inline constexpr std::size_t chunk_count(std::size_t n) { return (n + kChunk - 1) / kChunk; }
@@ -104,8 +113,11 @@ inline constexpr std::size_t chunk_count(std::size_t n) { return (n + kChunk - 1
 /// 16.6 (`fill_gumbel_row`), so `x + ζ` is NaN / `+inf` iff `x` is (finite `x` plus
 /// ζ rounds to at most `FLT_MAX`). Lets a caller check a whole step before it
 /// changes anything, instead of backing its scores up. 16 explicit lanes of
-/// flags (vector code at any optimisation level). O(n) reads, no allocation.
+/// flags (vector code at any optimisation level, on the dispatched path). O(n) reads, no allocation.
 inline bool row_accepted(const float* x, const float* zeta, std::size_t n) {
+#if defined(KVEVICT_VEC16)
+  return vk::row_ok(x, zeta, n);  // dispatched (core/vec16.hpp)
+#else
   constexpr float kInf = std::numeric_limits<float>::infinity();
   std::uint32_t bad[kLanes] = {};
   std::size_t i = 0;
@@ -125,6 +137,7 @@ inline bool row_accepted(const float* x, const float* zeta, std::size_t n) {
   std::uint32_t any = 0;
   for (std::size_t l = 0; l < kLanes; ++l) any |= bad[l];
   return any == 0;
+#endif
 }
 
 /// `y = x + ζ` of chunk `[c0, c0 + len)` of a row: a pointer into `x` when
@@ -172,9 +185,13 @@ bool softmax_pass(const float* x, Noise noise, std::size_t n, float inv_tau, std
       sum[c] = 0.0f;
       continue;
     }
+#if defined(KVEVICT_VEC16)
+    sum[c] = vk::exp_sum(y, m, inv_tau, ec, len);  // the loop below and its sum, dispatched
+#else
     KVEVICT_SIMD
     for (std::size_t i = 0; i < len; ++i) ec[i] = exp_nonpositive((y[i] - m) * inv_tau);  // -inf -> 0
     sum[c] = sum_fixed_order(ec, len);  // chunk sum, >= 1
+#endif
   }
   return ok;
 }
@@ -189,9 +206,10 @@ inline bool softmax_bad(const float* mx, std::size_t chunks) {
 /// Phase 2 of `softmax_chunks`, over all `chunks` of a row whose `softmax_pass`
 /// succeeded: the fixed-order combine. In place, `f[c] = sum[c] · exp((m_c −
 /// max m) · inv_tau) / Σ_c' (sum[c'] · exp((m_c' − max m) · inv_tau))` (c'
-/// ascending), `f = 0` for a fully masked row; `mx` becomes the scales.
-/// O(chunks), no allocation.
-inline void softmax_combine(float* f, float* mx, std::size_t chunks, float inv_tau) {
+/// ascending), `f = 0` for a fully masked row; `mx` becomes the scales. Never
+/// contracted into FMAs (core/no_contract.hpp). O(chunks), no allocation.
+KVEVICT_NO_CONTRACT_FN inline void softmax_combine(float* f, float* mx, std::size_t chunks, float inv_tau) {
+  KVEVICT_NO_CONTRACT_BODY
   constexpr float kInf = std::numeric_limits<float>::infinity();
   float row_max = -kInf;
   for (std::size_t c = 0; c < chunks; ++c) row_max = std::max(row_max, mx[c]);
@@ -236,6 +254,9 @@ inline void add_chunks(const float* e, const float* f, std::size_t n, float* acc
     const float scale = f[c];
     const float* ec = e + c0;
     float* ac = acc + c0;
+#if defined(KVEVICT_VEC16)
+    vk::scale_add(ec, scale, ac, len, assign);  // the loops below, dispatched
+#else
     if (assign) {
       KVEVICT_SIMD
       for (std::size_t i = 0; i < len; ++i) ac[i] = ec[i] * scale;
@@ -243,6 +264,7 @@ inline void add_chunks(const float* e, const float* f, std::size_t n, float* acc
       KVEVICT_SIMD
       for (std::size_t i = 0; i < len; ++i) ac[i] += ec[i] * scale;
     }
+#endif
   }
 }
 

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Instructions per element of each policy's decode step, counted by valgrind's callgrind: the
+# noise-free figure (the same binary and input give the same count to the instruction, while wall
+# and CPU times on a shared 2-core machine move by up to 2x between runs).
+#
+#   bash bench/instructions.sh [--n N] [--steps S] [--include DIR] [--out DIR] [--builds LIST]
+#
+# Builds bench/step_probe.cpp (8 KV heads, g = 1, d = 128, float; see there) the way a consumer
+# compiles the headers, for each build of LIST (default "gcc_O2 gcc_O3_native"; also clang_O2,
+# clang_O3_native, gcc_O2_cmake = -O2 with the CMake target's flags), runs STEPS (default 4)
+# decode steps at n = N (default 8192) under callgrind for every policy and every dispatched path
+# this CPU runs (KVEVICT_ISA), counting only the steps (client requests), and prints a markdown
+# table of instructions per (query head × token) = Ir / (STEPS · 8 · N), with the CPU's model
+# name. --include DIR measures the headers under DIR instead of include/ (e.g. an older commit:
+# `git archive COMMIT include | tar -x -C /tmp/old`, then --include /tmp/old/include; headers
+# without the dispatch run once, path "none"). Needs valgrind (Debian: valgrind).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+n=8192 steps=4 inc=include out=build-instructions builds="gcc_O2 gcc_O3_native"
+while (($#)); do
+  case "$1" in
+    --n) n="$2"; shift ;;
+    --steps) steps="$2"; shift ;;
+    --include) inc="$2"; shift ;;
+    --out) out="$2"; shift ;;
+    --builds) builds="$2"; shift ;;
+    *) echo "instructions.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+command -v valgrind >/dev/null || { echo "instructions.sh: valgrind not found (apt-get install valgrind)" >&2; exit 2; }
+mkdir -p "$out"
+
+flags_of() {
+  case "$1" in
+    gcc_O2) echo "g++ -O2" ;;
+    gcc_O3_native) echo "g++ -O3 -march=native" ;;
+    gcc_O2_cmake) echo "g++ -O2 -ffp-contract=off -fopenmp-simd -DKVEVICT_OMP_SIMD" ;;
+    clang_O2) echo "clang++ -O2" ;;
+    clang_O3_native) echo "clang++ -O3 -march=native" ;;
+    *) echo "instructions.sh: unknown build '$1'" >&2; exit 2 ;;
+  esac
+}
+for b in $builds; do
+  $(flags_of "$b") -std=c++17 -I"$inc" -isystem /usr/include/eigen3 bench/step_probe.cpp -o "$out/probe_$b"
+done
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+isa_flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -x -E 'avx2|fma|f16c|avx512f|avx512bw|avx512dq|avx512vl' | tr '\n' ' ')
+cpu="$cpu ($(nproc) cores; ${isa_flags% })"
+echo "CPU: $cpu; n = $n, d = 128, g = 1, float, $steps steps; headers: $inc"
+echo "instructions per (query head × token) of decode_step (callgrind Ir / (steps · 8 · n))"
+echo
+header="| policy |" sep="|---|"
+declare -a cols=()
+for b in $builds; do
+  probe="$out/probe_$b"
+  if "$probe" window 64 1 | grep -q 'isa=none'; then
+    cols+=("$b|none")
+  else
+    for isa in baseline avx2 avx512; do
+      if KVEVICT_ISA=$isa "$probe" window 64 1 >/dev/null 2>&1; then cols+=("$b|$isa"); fi
+    done
+  fi
+done
+for c in "${cols[@]}"; do header+=" ${c%%|*} ${c#*|} |"; sep+="---|"; done
+echo "$header"
+echo "$sep"
+for policy in keyformer h2o streamingllm window tova; do
+  row="| $policy |"
+  for c in "${cols[@]}"; do
+    b="${c%%|*}" isa="${c#*|}"
+    cg="$out/cg.$b.$isa.$policy"
+    env_isa=()
+    [[ $isa != none ]] && env_isa=(env KVEVICT_ISA="$isa")
+    "${env_isa[@]}" valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no --callgrind-out-file="$cg" \
+      "$out/probe_$b" "$policy" "$n" "$steps" >/dev/null 2>"$cg.log"
+    ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\).*/\1/p' "$cg.log")
+    row+=" $(awk -v ir="$ir" -v s="$steps" -v n="$n" 'BEGIN{printf "%.1f", ir / (s * 8 * n)}') |"
+  done
+  echo "$row"
+done
