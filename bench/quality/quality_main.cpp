@@ -538,8 +538,10 @@ int main(int argc, char** argv) {
       return kvcli::kExitOk;
     }
 
+    std::size_t n_tokens = ids.size();
+    for (const std::vector<int>& d : doc_ids) n_tokens += d.size();
     std::cerr << "kvevict-quality: " << (doc_mode ? std::to_string(doc_ids.size()) + " documents, " : std::string())
-              << ids.size() << " tokens, " << n_windows << " of " << available
+              << n_tokens << " tokens, " << n_windows << " of " << available
               << " windows of " << window << " (prompt " << prompt << "), " << runs.size() << " runs per window, "
               << threads << " threads x " << step_threads << " step threads\n";
 
