@@ -366,21 +366,19 @@ int main(int argc, char** argv) {
       throw std::logic_error("kvevict-quality: no row '" + label + "'");
     };
     // One engine per run, for windows with `horizon` decode steps (`future`: the oracle rows' view).
-    auto make_engines = [&](kvquality::FutureAttention& future, std::size_t horizon, kvexample::ThreadPool* step_pool) {
-        std::vector<std::unique_ptr<llama2::Engine>> engines;
-        for (const Run& run : runs) {
+    auto make_engine_for = [&](const Run& run, kvquality::FutureAttention& future, std::size_t horizon,
+                               kvexample::ThreadPool* step_pool) -> std::unique_ptr<llama2::Engine> {
           const RowSpec& row = *run.row;
           if (row.policy == "oracle") {
             kvevict::CacheConfig config;
             config.n_q_heads = model.config().n_heads;
             config.budget = kvevict::Budget::tokens(run.kws.k);
             config.recent = kvevict::RecentWindow::tokens(run.kws.w);
-            engines.push_back(std::make_unique<llama2::Engine>(
+            return std::make_unique<llama2::Engine>(
                 model, [config, &future](std::size_t layer,
                                          const kvevict::KVView<float>& view) -> std::unique_ptr<kvevict::CacheInterface> {
                   return std::make_unique<kvquality::OracleCache>(config, view, future, layer);
-                }));
-            continue;
+                });
           }
           llama2::EvictionSettings s;
           s.policy = row.policy;
@@ -400,10 +398,19 @@ int main(int argc, char** argv) {
           s.prefill_chunk = row.bounded_chunk != 0 ? row.bounded_chunk : prefill_chunk;
           s.bounded_prefill = row.bounded_chunk != 0 || bounded_prefill;
           s.reindex_positions = row.reindexed;
-          engines.push_back(llama2::make_engine(model, s));
-          engines.back()->set_pool(step_pool);
-        }
-        return engines;
+          std::unique_ptr<llama2::Engine> e = llama2::make_engine(model, s);
+          e->set_pool(step_pool);
+          return e;
+    };
+    // Every run's engine, built once per worker (--data FILE: small models). With documents (a GGUF model's
+    // KV buffers span its whole context, e.g. 8192 positions) each run's engine is built when it runs and
+    // freed after, so a worker holds two engines instead of one per run; the results are the same.
+    const bool lazy_engines = doc_mode;
+    auto make_engines = [&](kvquality::FutureAttention& future, std::size_t horizon, kvexample::ThreadPool* step_pool) {
+      std::vector<std::unique_ptr<llama2::Engine>> engines;
+      if (!lazy_engines)
+        for (const Run& run : runs) engines.push_back(make_engine_for(run, future, horizon, step_pool));
+      return engines;
     };
     if (retrieval_n > 0) {
       // ---- the retrieval task: every run (and the full cache) answers every prompt greedily ----
@@ -453,7 +460,10 @@ int main(int argc, char** argv) {
           std::vector<std::unique_ptr<llama2::Engine>> engines = make_engines(unused, answer_tokens, step_pool.get());
           for (std::size_t i; (i = next_item.fetch_add(1)) < items.size();) {
             answers[0][i] = answer(full, items[i].prompt);
-            for (std::size_t r = 0; r < runs.size(); ++r) answers[r + 1][i] = answer(*engines[r], items[i].prompt);
+            for (std::size_t r = 0; r < runs.size(); ++r)
+              answers[r + 1][i] = answer(lazy_engines ? *make_engine_for(runs[r], unused, answer_tokens, step_pool.get())
+                                                      : *engines[r],
+                                         items[i].prompt);
             const std::size_t d = ++items_done;
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             std::lock_guard<std::mutex> lock(mu);
@@ -549,7 +559,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<WindowResult>> results(runs.size(), std::vector<WindowResult>(n_windows));
     std::vector<double> full_nll(n_windows);
     std::vector<std::vector<double>> full_token_nll(n_windows);
-    std::atomic<std::size_t> next{0}, done{0};
+    std::atomic<std::size_t> next{0}, done{0}, runs_done{0};
     std::mutex err_mutex;
     std::exception_ptr first_error;  // rethrown whole: a bad paged configuration stays an input error (exit 2)
     const auto t0 = std::chrono::steady_clock::now();
@@ -570,7 +580,20 @@ int main(int argc, char** argv) {
               kvquality::full_reference(full, tokens, prompt, any_oracle ? &future : nullptr);
           full_nll[w] = ref.nll;
           full_token_nll[w] = ref.token_nll;
-          for (std::size_t r = 0; r < runs.size(); ++r) results[r][w] = evaluate(*engines[r], tokens, prompt, ref);
+          for (std::size_t r = 0; r < runs.size(); ++r) {
+            results[r][w] = evaluate(lazy_engines ? *make_engine_for(runs[r], future, window - prompt - 1, step_pool.get())
+                                                  : *engines[r],
+                                     tokens, prompt, ref);
+            if (doc_mode) {  // long windows: a line per run too (runs done over all windows, ETA)
+              const std::size_t d = ++runs_done;
+              const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              const std::size_t total = n_windows * runs.size();
+              std::lock_guard<std::mutex> lock(err_mutex);
+              std::cerr << "  run " << d << "/" << total << " (window " << w + 1 << ": " << runs[r].label << " r "
+                        << runs[r].ratio << ")  " << fmt(secs, 1) << " s, ETA "
+                        << fmt(secs / static_cast<double>(d) * static_cast<double>(total - d), 0) << " s\n";
+            }
+          }
           const std::size_t d = ++done;
           const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           std::lock_guard<std::mutex> lock(err_mutex);

@@ -30,22 +30,27 @@ q="$build/bench/quality/kvevict-quality"
 rows="window,streaming,h2o,keyformer,keyformer@recent=0.5,keyformer-nonoise,tova,snapkv,snapkv+pyramid"
 out=bench/quality/results/smollm2
 mkdir -p "$out"
+# PARTS=retrieval or PARTS=windows runs one part (its Markdown stays in $out for the assembly below).
+parts=${PARTS:-retrieval,windows}
 start=$(date +%s)
-"$q" --model "$model" --data "$data" --retrieval "$retrieval" --prompt "$rprompt" --window "$((rprompt + 2))" \
+[[ $parts == *retrieval* ]] && "$q" --model "$model" --data "$data" --retrieval "$retrieval" --prompt "$rprompt" --window "$((rprompt + 2))" \
   --ratios 0.1,0.2 --policies "$rows" --seeds "$seeds" --threads "$threads" --out "$out/smollm2" "$@" \
   >"$out/retrieval.md"
 mid=$(date +%s)
-"$q" --model "$model" --data "$data" --windows "$windows" --prompt "$prompt" --window "$((prompt + predict + 1))" \
+[[ $parts == *retrieval* ]] && echo $((mid - start)) >"$out/retrieval.secs"
+[[ $parts == *windows* ]] && "$q" --model "$model" --data "$data" --windows "$windows" --prompt "$prompt" --window "$((prompt + predict + 1))" \
   --ratios 0.1,0.2,0.5 --policies "$rows,oracle" --seeds "$seeds" --threads "$threads" --out "$out/smollm2" "$@" \
   >"$out/windows.md"
 end=$(date +%s)
+[[ $parts == *windows* ]] && echo $((end - mid)) >"$out/windows.secs"
 gnuplot "$out/smollm2.gp"
 {
   echo "# Quality on a real model at long context: SmolLM2-135M-Instruct on python-howto"
   echo
   echo "Produced by \`WINDOWS=$windows PROMPT=$prompt PREDICT=$predict RETRIEVAL=$retrieval RPROMPT=$rprompt"
-  echo "THREADS=$threads SEEDS=$seeds bash bench/quality/run_smollm2.sh $*\`: retrieval $((mid - start)) s, windows"
-  echo "$((end - mid)) s wall on $(nproc) cores ($(uname -m)), model $(basename "$model")."
+  echo "THREADS=$threads SEEDS=$seeds bash bench/quality/run_smollm2.sh $*\`: wall time retrieval"
+  echo "$(cat "$out/retrieval.secs") s, windows $(cat "$out/windows.secs") s, on $(nproc) cores ($(uname -m)), model"
+  echo "$(basename "$model")."
   echo "Rows: \`keyformer\` = Keyformer (Gumbel noise, tau 1 -> 2, w = 0.3 k, $seeds seed(s)); \`@recent=0.5\`: w = 0.5 k;"
   echo "\`snapkv\`: SnapKV prefill (L = min(32, k), K = 7, max pooling), H2O decode; \`+pyramid\`: PyramidKV"
   echo "per-layer budgets (same total); \`oracle\`: evicts what the full cache attends least over the rest of the"
@@ -60,5 +65,4 @@ gnuplot "$out/smollm2.gp"
   echo
   cat "$out/windows.md"
 } >"$out/smollm2.md"
-rm -f "$out/retrieval.md" "$out/windows.md"
 echo "wrote $out/smollm2.md ($((end - start)) s)" >&2
