@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace kvquality {
 namespace {
@@ -65,6 +67,59 @@ std::vector<int> window_tokens(const std::vector<int>& ids, std::size_t w, std::
                           ids.begin() + static_cast<std::ptrdiff_t>((w + 1) * len));
 }
 
+std::vector<std::string> list_documents(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> paths;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) throw std::runtime_error("cannot list the folder '" + dir + "': " + ec.message());
+  for (const fs::directory_entry& e : it) {
+    const std::string ext = e.path().extension().string();
+    if (e.is_regular_file() && (ext == ".rst" || ext == ".txt")) paths.push_back(e.path().string());
+  }
+  if (paths.empty()) throw std::runtime_error("the folder '" + dir + "' holds no *.rst or *.txt document");
+  std::sort(paths.begin(), paths.end(), [](const std::string& a, const std::string& b) {
+    return fs::path(a).filename().string() < fs::path(b).filename().string();
+  });
+  return paths;
+}
+
+std::vector<DocWindow> document_windows(const std::vector<std::size_t>& doc_lengths, std::size_t len,
+                                        std::size_t max_windows) {
+  if (len == 0) throw std::invalid_argument("kvquality::document_windows: len must be >= 1 (got 0)");
+  std::vector<DocWindow> out;
+  std::size_t most = 0;
+  for (std::size_t n : doc_lengths) most = std::max(most, n / len);
+  for (std::size_t i = 0; i < most; ++i)
+    for (std::size_t d = 0; d < doc_lengths.size(); ++d) {
+      if (i >= doc_lengths[d] / len) continue;
+      if (max_windows != 0 && out.size() == max_windows) return out;
+      out.push_back({d, i * len});
+    }
+  return out;
+}
+
+std::vector<Recurrence> recurrence_classes(const std::vector<int>& tokens, std::size_t prompt,
+                                           std::size_t far_from) {
+  if (prompt + 2 > tokens.size())
+    throw std::invalid_argument("kvquality::recurrence_classes: prompt + 2 must be <= the window's " +
+                                std::to_string(tokens.size()) + " tokens (prompt " + std::to_string(prompt) + ")");
+  std::unordered_map<int, std::size_t> last;  // token -> its latest position so far
+  for (std::size_t j = 0; j <= prompt; ++j) last[tokens[j]] = j;
+  std::vector<Recurrence> out;
+  for (std::size_t t = prompt; t + 1 < tokens.size(); ++t) {
+    const auto it = last.find(tokens[t + 1]);
+    if (it == last.end()) {
+      out.push_back(Recurrence::none);
+    } else {
+      const std::size_t d = t + 1 - it->second;
+      out.push_back(d < 64 ? Recurrence::near : d <= far_from ? Recurrence::mid : Recurrence::far);
+    }
+    last[tokens[t + 1]] = t + 1;
+  }
+  return out;
+}
+
 Reference full_reference(llama2::Engine& engine, const std::vector<int>& tokens, std::size_t prompt,
                          FutureAttention* future) {
   Reference ref;
@@ -82,6 +137,7 @@ Reference full_reference(llama2::Engine& engine, const std::vector<int>& tokens,
   for (std::size_t t = prompt; t + 1 < tokens.size(); ++t) {
     log_softmax(engine.step(tokens[t]), vocab, lp);
     ref.nll -= lp[static_cast<std::size_t>(tokens[t + 1])];
+    ref.token_nll.push_back(-static_cast<double>(lp[static_cast<std::size_t>(tokens[t + 1])]));
     ref.argmax.push_back(argmax(lp));
     ref.logp.push_back(lp);
   }
@@ -104,6 +160,7 @@ WindowResult evaluate(llama2::Engine& engine, const std::vector<int>& tokens, st
   for (std::size_t t = prompt; t + 1 < tokens.size(); ++t, ++i) {
     log_softmax(engine.step(tokens[t]), vocab, lq);
     r.nll -= lq[static_cast<std::size_t>(tokens[t + 1])];
+    r.token_nll.push_back(-static_cast<double>(lq[static_cast<std::size_t>(tokens[t + 1])]));
     double kl = 0.0;
     const auto& lp = ref.logp[i];
     for (std::size_t v = 0; v < vocab; ++v) kl += std::exp(static_cast<double>(lp[v])) * (lp[v] - lq[v]);

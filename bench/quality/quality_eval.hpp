@@ -16,6 +16,7 @@ namespace kvquality {
 /// Per-window result of one run (means over the window's predictions).
 struct WindowResult {
   double nll = 0.0, kl = 0.0, top1 = 0.0;
+  std::vector<double> token_nll;  ///< [prediction] -log q(target), nats
 };
 
 /// Full-cache reference for one window: log-probabilities of each prediction.
@@ -23,6 +24,7 @@ struct Reference {
   std::vector<std::vector<float>> logp;  ///< [prediction][vocab]
   std::vector<int> argmax;               ///< [prediction]
   double nll = 0.0;                      ///< mean NLL of the targets (nats/token)
+  std::vector<double> token_nll;         ///< [prediction] -log p(target), nats
 };
 
 /// Mean and standard error of the mean.
@@ -39,6 +41,40 @@ std::vector<int> tokenize_corpus(const llama2::Tokenizer& tok, const std::string
 
 /// Window `w` of `len` tokens: ids[w·len, (w+1)·len).
 std::vector<int> window_tokens(const std::vector<int>& ids, std::size_t w, std::size_t len);
+
+/// The documents of a folder: its regular files named `*.rst` or `*.txt` (README, licence and checksum
+/// files are not documents), sorted by file name so that every run sees the same order. Throws
+/// `std::runtime_error` naming `dir` if it cannot be listed or holds no such file.
+std::vector<std::string> list_documents(const std::string& dir);
+
+/// One window of the document mode: `len` tokens of document `doc` from token `offset`.
+struct DocWindow {
+  std::size_t doc = 0, offset = 0;
+  bool operator==(const DocWindow& o) const { return doc == o.doc && offset == o.offset; }
+};
+
+/// The windows of `len` tokens over documents of `doc_lengths[d]` tokens: document `d` is cut into its
+/// `floor(doc_lengths[d] / len)` consecutive windows at offsets `0, len, 2 len, ...` (none crosses the
+/// end of its document, so none crosses into the next one; a document shorter than `len` gives none),
+/// and the windows are taken round-robin over the documents in order — every document's window 0, then
+/// every document's window 1, ... — so that the first `max_windows` (0: all) spread over as many
+/// documents as possible. Deterministic; O(number of windows). Throws `std::invalid_argument` if
+/// `len == 0`.
+std::vector<DocWindow> document_windows(const std::vector<std::size_t>& doc_lengths, std::size_t len,
+                                        std::size_t max_windows);
+
+/// Distance classes of the report's "where the loss comes from" table.
+enum class Recurrence : int { none = 0, near = 1, mid = 2, far = 3 };
+/// Number of `Recurrence` classes.
+inline constexpr std::size_t kRecurrenceClasses = 4;
+
+/// For each prediction of a window (token `t + 1` predicted from tokens `0..t`, `t = prompt .. size-2`):
+/// the distance `d = t + 1 - j` to the target's previous occurrence `j <= t` in the window (the nearest
+/// one), classed as `none` (no previous occurrence), `near` (`d < 64`), `mid` (`64 <= d <= far_from`),
+/// `far` (`d > far_from`; the report uses `far_from = prompt / 2`). Size `tokens.size() - prompt - 1`.
+/// O(window) with a hash map. Throws `std::invalid_argument` unless `prompt + 2 <= tokens.size()`.
+std::vector<Recurrence> recurrence_classes(const std::vector<int>& tokens, std::size_t prompt,
+                                           std::size_t far_from);
 
 /// Runs the window with `engine` (a full cache): prefill `prompt` tokens, then teacher-forced steps.
 /// With `future` (optional) also records the decode steps' attention of every block into it (via

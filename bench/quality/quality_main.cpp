@@ -32,6 +32,14 @@
 // prefill. bench/quality/run_bounded.sh writes bounded.md; bench/quality/run_policies.sh policies.md.
 // The measurement itself (corpus, reference, NLL / KL / top-1, statistics) is quality_eval.cpp.
 //
+// Documents (issue "Quality on a real model at long context"): --data DIR takes the folder's *.rst and
+// *.txt files as documents, each tokenized whole with the model's own tokenizer (BOS first only where the
+// model adds one: LoadedModel::add_bos), cut into windows that never cross a document's end, taken
+// round-robin over the documents (kvquality::document_windows). In this mode the report also lists the
+// windows and splits the paired NLL increase by the distance from each target token to its previous
+// occurrence in the window (kvquality::recurrence_classes). --retrieval N replaces the windows with the
+// needle-retrieval task of retrieval.hpp (N prompts per depth, P = --prompt tokens each, greedy answer).
+//
 // Output: long-format CSV (one row per policy/budget/seed/window), a summary
 // CSV, gnuplot data + script (NLL and KL against budget; bench/quality/run.sh
 // renders the PNG), Markdown tables on stdout; progress on stderr.
@@ -64,6 +72,7 @@
 #include "llama2/tokenizer.hpp"
 #include "oracle.hpp"
 #include "quality_eval.hpp"
+#include "retrieval.hpp"
 #include "rows.hpp"
 
 namespace {
@@ -94,7 +103,9 @@ int main(int argc, char** argv) {
                "against the full KV cache, on consecutive windows of a text."};
   std::string model_path, tokenizer_path, data_path, windows_opt = "32", window_text = "512", prompt_text = "256",
                                                      seeds_text = "5", threads_text, step_threads_text = "1",
-                                                     out_prefix = "quality";
+                                                     out_prefix = "quality", retrieval_text = "0",
+                                                     retrieval_format_text = "plain", retrieval_seed_text = "1",
+                                                     needle_repeats_text = "1", answer_tokens_text = "8";
   std::vector<std::string> labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova", "snapkv"};
   std::vector<std::string> ratio_texts{"0.1", "0.2", "0.3", "0.5", "0.7", "0.9"};
   kvcli::EvictionFlags flags;
@@ -106,7 +117,8 @@ int main(int argc, char** argv) {
                  "beside the checkpoint)");
   app.add_option("--data", data_path,
                  "validation text, paragraphs separated by blank lines (default: "
-                 "$KVEVICT_SHARED_DIR/data/tinystories-val/tinystories_val.txt)");
+                 "$KVEVICT_SHARED_DIR/data/tinystories-val/tinystories_val.txt), or a folder of documents (its "
+                 "*.rst and *.txt files, each tokenized whole; windows never cross a document)");
   app.add_option("--windows", windows_opt, "number of windows from the start of the text, or 'all' (default 32)")
       ->type_name("INT|all");
   app.add_option("--window", window_text, "tokens per window, >= 4 (default 512)")->type_name("INT");
@@ -137,6 +149,19 @@ int main(int argc, char** argv) {
                  "workers inside each engine's step and prefill (attention heads, the caches' scoring; kvevict's "
                  "executor), per --threads worker, >= 1 (default 1); the results are the same for every value")
       ->type_name("INT");
+  app.add_option("--retrieval", retrieval_text,
+                 "needle retrieval instead of windows: N prompts per depth (10/50/90%) of --prompt tokens each, "
+                 "from the documents of --data DIR; greedy answer, digits exact (default 0: off)")
+      ->type_name("INT");
+  app.add_option("--retrieval-format", retrieval_format_text,
+                 "plain (excerpt, then 'Question: ... Answer: ... is') or chat (ChatML user turn, ids 1 and 2; "
+                 "default plain)")
+      ->type_name("plain|chat");
+  app.add_option("--retrieval-seed", retrieval_seed_text, "seed of the retrieval prompts (default 1)")->type_name("INT");
+  app.add_option("--needle-repeats", needle_repeats_text, "copies of the needle line per prompt, >= 1 (default 1)")
+      ->type_name("INT");
+  app.add_option("--answer-tokens", answer_tokens_text, "greedy tokens generated per answer, >= 1 (default 8)")
+      ->type_name("INT");
   app.add_option("--out", out_prefix,
                  "output prefix: PREFIX.csv, PREFIX_summary.csv, PREFIX_plot.dat, PREFIX.gp (default quality); its "
                  "folder must exist; each file is written whole or not at all");
@@ -153,6 +178,18 @@ int main(int argc, char** argv) {
     const unsigned threads = kvcli::parse_threads(threads_text);
     const std::size_t step_threads = kvcli::parse_count(step_threads_text, "--step-threads", 1, 1024);
     const std::size_t prefill_chunk = flags.prefill_chunk;
+    const std::size_t retrieval_n = kvcli::parse_count(retrieval_text, "--retrieval", 0, 100000);
+    kvquality::RetrievalSpec rspec;
+    try {
+      rspec.format = kvquality::parse_retrieval_format(retrieval_format_text);
+    } catch (const std::invalid_argument& e) {
+      throw kvcli::UsageError("--retrieval-format", e.what());
+    }
+    rspec.seed = kvcli::parse_count(retrieval_seed_text, "--retrieval-seed", 0, ~std::size_t{0} >> 1);
+    rspec.needle_repeats = kvcli::parse_count(needle_repeats_text, "--needle-repeats", 1, 100);
+    const std::size_t answer_tokens = kvcli::parse_count(answer_tokens_text, "--answer-tokens", 1, 1024);
+    rspec.prompt = prompt;
+    rspec.per_depth = retrieval_n;
     const bool bounded_prefill = flags.bounded_prefill;
     const std::vector<RowSpec> rows = [&] {
       std::vector<RowSpec> parsed = kvquality::parse_row_specs(labels);
@@ -177,6 +214,11 @@ int main(int argc, char** argv) {
     }();
     labels.clear();
     for (const RowSpec& row : rows) labels.push_back(row.label);
+    if (retrieval_n > 0)
+      for (const RowSpec& row : rows)
+        if (row.policy == "oracle")
+          throw kvcli::UsageError("--policies", "the oracle bound needs the full cache's attention over a "
+                                                "teacher-forced window; leave it out with --retrieval");
     const bool any_oracle =
         std::any_of(rows.begin(), rows.end(), [](const RowSpec& r) { return r.policy == "oracle"; });
     std::vector<double> ratios;
@@ -244,19 +286,63 @@ int main(int argc, char** argv) {
     if (data_path.empty()) data_path = kvcli::shared_dir() + "/data/tinystories-val/tinystories_val.txt";
     std::string text;
     try {
-      text = read_file(data_path);
+      if (!std::filesystem::is_directory(data_path)) text = read_file(data_path);
     } catch (const std::runtime_error& e) {
       throw kvcli::UsageError("--data", e.what());
     }
-    const std::vector<int> ids = tokenize_corpus(tok, text);
-    const std::size_t available = ids.size() / window;
-    if (available == 0)
-      throw kvcli::UsageError("--data", "'" + data_path + "' has " + std::to_string(ids.size()) +
-                                            " tokens, less than one --window of " + std::to_string(window));
-    if (n_windows_wanted > available)
-      throw kvcli::UsageError("--windows", windows_opt + " exceeds the " + std::to_string(available) + " windows of " +
-                                               std::to_string(window) + " tokens in '" + data_path + "'");
-    const std::size_t n_windows = n_windows_wanted == 0 ? available : n_windows_wanted;
+    const bool doc_mode = std::filesystem::is_directory(data_path);
+    if (retrieval_n > 0 && !doc_mode)
+      throw kvcli::UsageError("--retrieval", "needs --data to be a folder of documents (got the file '" + data_path +
+                                                 "')");
+    std::vector<int> ids;                       // --data FILE: the whole text
+    std::vector<std::string> doc_names;         // --data DIR: the documents' file names
+    std::vector<std::vector<int>> doc_ids;      //   and their tokens
+    std::vector<kvquality::DocWindow> doc_wins;  //   and the windows
+    std::size_t available = 0, n_windows = 0;
+    if (!doc_mode) {
+      ids = tokenize_corpus(tok, text);
+      available = ids.size() / window;
+      if (available == 0)
+        throw kvcli::UsageError("--data", "'" + data_path + "' has " + std::to_string(ids.size()) +
+                                              " tokens, less than one --window of " + std::to_string(window));
+      if (n_windows_wanted > available)
+        throw kvcli::UsageError("--windows", windows_opt + " exceeds the " + std::to_string(available) +
+                                                 " windows of " + std::to_string(window) + " tokens in '" + data_path +
+                                                 "'");
+      n_windows = n_windows_wanted == 0 ? available : n_windows_wanted;
+    } else {
+      std::vector<std::size_t> lengths;
+      std::vector<std::string> paths;
+      try {
+        paths = kvquality::list_documents(data_path);
+      } catch (const std::runtime_error& e) {
+        throw kvcli::UsageError("--data", e.what());
+      }
+      for (const std::string& path : paths) {
+        doc_names.push_back(std::filesystem::path(path).filename().string());
+        doc_ids.push_back(tok.encode(read_file(path), files.add_bos));
+        lengths.push_back(doc_ids.back().size());
+      }
+      available = kvquality::document_windows(lengths, window, 0).size();
+      if (retrieval_n == 0) {
+        if (available == 0)
+          throw kvcli::UsageError("--data", "no document in '" + data_path + "' has a --window of " +
+                                                std::to_string(window) + " tokens");
+        if (n_windows_wanted > available)
+          throw kvcli::UsageError("--windows", windows_opt + " exceeds the " + std::to_string(available) +
+                                                   " windows of " + std::to_string(window) + " tokens in the documents of '" +
+                                                   data_path + "'");
+        doc_wins = kvquality::document_windows(lengths, window, n_windows_wanted);
+        n_windows = doc_wins.size();
+      }
+    }
+    // Window w's tokens.
+    auto tokens_of = [&](std::size_t w) {
+      if (!doc_mode) return window_tokens(ids, w, window);
+      const std::vector<int>& d = doc_ids[doc_wins[w].doc];
+      const auto from = d.begin() + static_cast<std::ptrdiff_t>(doc_wins[w].offset);
+      return std::vector<int>(from, from + static_cast<std::ptrdiff_t>(window));
+    };
     const std::string recent_desc = flags.recent ? flags.recent_flag + " " + flags.recent->text : "--recent 30%";
     // The KV layout every policy engine uses, as the flags typed it (for the report's first line).
     const std::string layout_desc =
@@ -294,14 +380,201 @@ int main(int argc, char** argv) {
         if (row.label == label) return row;
       throw std::logic_error("kvevict-quality: no row '" + label + "'");
     };
-    std::cerr << "kvevict-quality: " << ids.size() << " tokens, " << n_windows << " of " << available
+    // One engine per run, for windows with `horizon` decode steps (`future`: the oracle rows' view).
+    auto make_engine_for = [&](const Run& run, kvquality::FutureAttention& future, std::size_t horizon,
+                               kvexample::ThreadPool* step_pool) -> std::unique_ptr<llama2::Engine> {
+          const RowSpec& row = *run.row;
+          if (row.policy == "oracle") {
+            kvevict::CacheConfig config;
+            config.n_q_heads = model.config().n_heads;
+            config.budget = kvevict::Budget::tokens(run.kws.k);
+            config.recent = kvevict::RecentWindow::tokens(run.kws.w);
+            return std::make_unique<llama2::Engine>(
+                model, [config, &future](std::size_t layer,
+                                         const kvevict::KVView<float>& view) -> std::unique_ptr<kvevict::CacheInterface> {
+                  return std::make_unique<kvquality::OracleCache>(config, view, future, layer);
+                });
+          }
+          llama2::EvictionSettings s;
+          s.policy = row.policy;
+          s.budget = kvevict::Budget::tokens(run.kws.k);
+          const kvcli::EvictionFlags f = flags_for(run.ratio, &row);
+          s.recent = kvcli::recent_for(f, run.kws, row.policy);  // per-layer budgets: a ratio of each layer's k
+          s.params = kvcli::policy_params(f, run.kws);
+          s.params.horizon = horizon;
+          s.params.gumbel_noise = row.noise;
+          s.layer_budgets = kvcli::layer_budgets_for(f, run.kws, row.policy);
+          s.prompt_len = prompt;
+          s.seed = run.seed;
+          s.shared_heads = flags.shared_heads || flags.paged || row.shared;
+          s.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
+          s.page_size = flags.page_size;
+          s.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
+          s.prefill_chunk = row.bounded_chunk != 0 ? row.bounded_chunk : prefill_chunk;
+          s.bounded_prefill = row.bounded_chunk != 0 || bounded_prefill;
+          s.reindex_positions = row.reindexed;
+          std::unique_ptr<llama2::Engine> e = llama2::make_engine(model, s);
+          e->set_pool(step_pool);
+          return e;
+    };
+    // Every run's engine, built once per worker (--data FILE: small models). With documents (a GGUF model's
+    // KV buffers span its whole context, e.g. 8192 positions) each run's engine is built when it runs and
+    // freed after, so a worker holds two engines instead of one per run; the results are the same.
+    const bool lazy_engines = doc_mode;
+    auto make_engines = [&](kvquality::FutureAttention& future, std::size_t horizon, kvexample::ThreadPool* step_pool) {
+      std::vector<std::unique_ptr<llama2::Engine>> engines;
+      if (!lazy_engines)
+        for (const Run& run : runs) engines.push_back(make_engine_for(run, future, horizon, step_pool));
+      return engines;
+    };
+    if (retrieval_n > 0) {
+      // ---- the retrieval task: every run (and the full cache) answers every prompt greedily ----
+      if (prompt + answer_tokens > model.config().seq_len)
+        throw kvcli::UsageError("--prompt", std::to_string(prompt) + " + --answer-tokens " +
+                                                std::to_string(answer_tokens) + " exceeds the model's context of " +
+                                                std::to_string(model.config().seq_len) + " positions");
+      std::vector<kvquality::RetrievalItem> items;
+      try {
+        items = kvquality::make_retrieval_items(
+            doc_ids, [&](const std::string& t) { return tok.encode(t, false); }, rspec);
+      } catch (const std::invalid_argument& e) {
+        throw kvcli::UsageError("--prompt", e.what());
+      }
+      // answers[run + 1][item]; answers[0]: the full cache.
+      std::vector<std::vector<std::string>> answers(runs.size() + 1, std::vector<std::string>(items.size()));
+      std::atomic<std::size_t> next_item{0}, items_done{0};
+      std::mutex mu;
+      std::exception_ptr error;
+      const auto start = std::chrono::steady_clock::now();
+      const int end_id = files.end_id;
+      auto answer = [&](llama2::Engine& e, const std::vector<int>& p) {
+        e.reset();
+        const llama2::RowMatrix& lp = e.prefill(p);
+        const std::size_t vocab = model.config().vocab_size;
+        const float* logits = lp.data() + (p.size() - 1) * vocab;
+        std::vector<int> out;
+        for (std::size_t i = 0; i < answer_tokens; ++i) {
+          const int id = static_cast<int>(std::max_element(logits, logits + vocab) - logits);
+          if (id == end_id || id == rspec.im_end) break;
+          out.push_back(id);
+          const std::string text = tok.decode(out);
+          // Stop once a run of digits has ended (the score reads only the first run).
+          const std::string digits = kvquality::first_digits(text);
+          if (!digits.empty() && text.find(digits) + digits.size() < text.size()) break;
+          if (i + 1 < answer_tokens) logits = e.step(id);
+        }
+        return tok.decode(out);
+      };
+      auto rworker = [&] {
+        try {
+          std::unique_ptr<kvexample::ThreadPool> step_pool;
+          if (step_threads > 1) step_pool = std::make_unique<kvexample::ThreadPool>(step_threads);
+          llama2::Engine full(model);
+          full.set_pool(step_pool.get());
+          kvquality::FutureAttention unused;
+          std::vector<std::unique_ptr<llama2::Engine>> engines = make_engines(unused, answer_tokens, step_pool.get());
+          for (std::size_t i; (i = next_item.fetch_add(1)) < items.size();) {
+            answers[0][i] = answer(full, items[i].prompt);
+            for (std::size_t r = 0; r < runs.size(); ++r)
+              answers[r + 1][i] = answer(lazy_engines ? *make_engine_for(runs[r], unused, answer_tokens, step_pool.get())
+                                                      : *engines[r],
+                                         items[i].prompt);
+            const std::size_t d = ++items_done;
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            std::lock_guard<std::mutex> lock(mu);
+            std::cerr << "  prompt " << d << "/" << items.size() << "  " << fmt(secs, 1) << " s, ETA "
+                      << fmt(secs / static_cast<double>(d) * static_cast<double>(items.size() - d), 0) << " s\n";
+          }
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!error) error = std::current_exception();
+          next_item = items.size();
+        }
+      };
+      std::cerr << "kvevict-quality: retrieval, " << items.size() << " prompts of " << prompt << " tokens ("
+                << retrieval_format_text << "), " << runs.size() + 1 << " runs each, " << threads << " threads\n";
+      std::vector<std::thread> rpool;
+      for (unsigned i = 0; i < threads; ++i) rpool.emplace_back(rworker);
+      for (auto& t : rpool) t.join();
+      if (error) std::rethrow_exception(error);
+      auto correct = [&](std::size_t a, std::size_t i) { return kvquality::first_digits(answers[a][i]) == items[i].code; };
+      auto quoted = [](const std::string& t) {
+        std::string q = "\"";
+        for (char c : t) {
+          if (c == '"') q += "\"\"";
+          else if (c == '\n') q += "\\n";
+          else q += c;
+        }
+        return q + "\"";
+      };
+      std::ostringstream csv;
+      csv << "policy,ratio,k,seed,prompt,document,offset,depth,code,answer,correct\n";
+      for (std::size_t a = 0; a <= runs.size(); ++a)
+        for (std::size_t i = 0; i < items.size(); ++i) {
+          if (a == 0) csv << "full,1," << prompt << ",0,";
+          else csv << runs[a - 1].label << "," << runs[a - 1].ratio << "," << runs[a - 1].kws.k << "," << runs[a - 1].seed << ",";
+          csv << i << "," << doc_names[items[i].doc] << "," << items[i].offset << "," << items[i].depth << ","
+              << items[i].code << "," << quoted(answers[a][i]) << "," << (correct(a, i) ? 1 : 0) << "\n";
+        }
+      // Markdown: accuracy per row and ratio, by depth and overall (seeded rows: over seeds and prompts).
+      std::cout << "Retrieval: " << items.size() << " prompts (" << retrieval_n << " per depth) of " << prompt
+                << " tokens, format " << retrieval_format_text << ", needle x" << rspec.needle_repeats << ", seed "
+                << rspec.seed << ", greedy answer of at most " << answer_tokens
+                << " tokens; correct = its first run of digits equals the code.\n\n| row | r | k |";
+      for (unsigned d : rspec.depths) std::cout << " depth " << d << "% |";
+      std::cout << " all |\n|---|---|---|";
+      for (std::size_t i = 0; i <= rspec.depths.size(); ++i) std::cout << "---|";
+      std::cout << "\n";
+      auto row_line = [&](const std::string& label, const std::string& r, std::size_t k,
+                          const std::vector<std::size_t>& which) {
+        std::cout << "| " << label << " | " << r << " | " << k << " |";
+        std::size_t all_ok = 0, all_n = 0;
+        for (unsigned d : rspec.depths) {
+          std::size_t ok = 0, n = 0;
+          for (std::size_t a : which)
+            for (std::size_t i = 0; i < items.size(); ++i)
+              if (items[i].depth == d) ok += correct(a, i) ? 1 : 0, ++n;
+          all_ok += ok, all_n += n;
+          std::cout << " " << ok << "/" << n << " |";
+        }
+        std::cout << " " << all_ok << "/" << all_n << " (" << fmt(100.0 * static_cast<double>(all_ok) /
+                                                               static_cast<double>(all_n), 0) << "%) |\n";
+      };
+      row_line("full", "1", prompt, {0});
+      for (double r : ratios)
+        for (const RowSpec& row : rows) {
+          std::vector<std::size_t> which;
+          std::size_t k = 0;
+          for (std::size_t a = 0; a < runs.size(); ++a)
+            if (runs[a].row == &row && runs[a].ratio == r) which.push_back(a + 1), k = runs[a].kws.k;
+          std::ostringstream rt;
+          rt << r;
+          row_line(row.label, rt.str(), k, which);
+        }
+      std::cout << "\nPrompts (document @ excerpt offset, depth, code):";
+      for (std::size_t i = 0; i < items.size(); ++i)
+        std::cout << (i ? "; " : " ") << doc_names[items[i].doc] << "@" << items[i].offset << " " << items[i].depth
+                  << "% " << items[i].code;
+      std::cout << "\n";
+      kvcli::write_file_atomically(out_prefix + "_retrieval.csv", csv.str());
+      std::cout.flush();
+      if (!std::cout) throw std::runtime_error("stdout: write error");
+      std::cerr << "wrote " << out_prefix << "_retrieval.csv\n";
+      return kvcli::kExitOk;
+    }
+
+    std::size_t n_tokens = ids.size();
+    for (const std::vector<int>& d : doc_ids) n_tokens += d.size();
+    std::cerr << "kvevict-quality: " << (doc_mode ? std::to_string(doc_ids.size()) + " documents, " : std::string())
+              << n_tokens << " tokens, " << n_windows << " of " << available
               << " windows of " << window << " (prompt " << prompt << "), " << runs.size() << " runs per window, "
               << threads << " threads x " << step_threads << " step threads\n";
 
     // results[run][window]; full_nll[window].
     std::vector<std::vector<WindowResult>> results(runs.size(), std::vector<WindowResult>(n_windows));
     std::vector<double> full_nll(n_windows);
-    std::atomic<std::size_t> next{0}, done{0};
+    std::vector<std::vector<double>> full_token_nll(n_windows);
+    std::atomic<std::size_t> next{0}, done{0}, runs_done{0};
     std::mutex err_mutex;
     std::exception_ptr first_error;  // rethrown whole: a bad paged configuration stays an input error (exit 2)
     const auto t0 = std::chrono::steady_clock::now();
@@ -315,52 +588,32 @@ int main(int argc, char** argv) {
         const llama2::Config& mc = model.config();
         future.reset(mc.n_layers, mc.n_kv_heads, mc.n_heads / mc.n_kv_heads, window - prompt - 1, window);
         full.set_pool(step_pool.get());
-        std::vector<std::unique_ptr<llama2::Engine>> engines;
-        for (const Run& run : runs) {
-          const RowSpec& row = *run.row;
-          if (row.policy == "oracle") {
-            kvevict::CacheConfig config;
-            config.n_q_heads = model.config().n_heads;
-            config.budget = kvevict::Budget::tokens(run.kws.k);
-            config.recent = kvevict::RecentWindow::tokens(run.kws.w);
-            engines.push_back(std::make_unique<llama2::Engine>(
-                model, [config, &future](std::size_t layer,
-                                         const kvevict::KVView<float>& view) -> std::unique_ptr<kvevict::CacheInterface> {
-                  return std::make_unique<kvquality::OracleCache>(config, view, future, layer);
-                }));
-            continue;
-          }
-          llama2::EvictionSettings s;
-          s.policy = row.policy;
-          s.budget = kvevict::Budget::tokens(run.kws.k);
-          const kvcli::EvictionFlags f = flags_for(run.ratio, &row);
-          s.recent = kvcli::recent_for(f, run.kws, row.policy);  // per-layer budgets: a ratio of each layer's k
-          s.params = kvcli::policy_params(f, run.kws);
-          s.params.horizon = window - prompt - 1;
-          s.params.gumbel_noise = row.noise;
-          s.layer_budgets = kvcli::layer_budgets_for(f, run.kws, row.policy);
-          s.prompt_len = prompt;
-          s.seed = run.seed;
-          s.shared_heads = flags.shared_heads || flags.paged || row.shared;
-          s.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
-          s.page_size = flags.page_size;
-          s.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
-          s.prefill_chunk = row.bounded_chunk != 0 ? row.bounded_chunk : prefill_chunk;
-          s.bounded_prefill = row.bounded_chunk != 0 || bounded_prefill;
-          s.reindex_positions = row.reindexed;
-          engines.push_back(llama2::make_engine(model, s));
-          engines.back()->set_pool(step_pool.get());
-        }
+        std::vector<std::unique_ptr<llama2::Engine>> engines = make_engines(future, window - prompt - 1, step_pool.get());
         for (std::size_t w; (w = next.fetch_add(1)) < n_windows;) {
-          const auto tokens = window_tokens(ids, w, window);
+          const auto tokens = tokens_of(w);
           const kvquality::Reference ref =
               kvquality::full_reference(full, tokens, prompt, any_oracle ? &future : nullptr);
           full_nll[w] = ref.nll;
-          for (std::size_t r = 0; r < runs.size(); ++r) results[r][w] = evaluate(*engines[r], tokens, prompt, ref);
+          full_token_nll[w] = ref.token_nll;
+          for (std::size_t r = 0; r < runs.size(); ++r) {
+            results[r][w] = evaluate(lazy_engines ? *make_engine_for(runs[r], future, window - prompt - 1, step_pool.get())
+                                                  : *engines[r],
+                                     tokens, prompt, ref);
+            if (doc_mode) {  // long windows: a line per run too (runs done over all windows, ETA)
+              const std::size_t d = ++runs_done;
+              const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              const std::size_t total = n_windows * runs.size();
+              std::lock_guard<std::mutex> lock(err_mutex);
+              std::cerr << "  run " << d << "/" << total << " (window " << w + 1 << ": " << runs[r].label << " r "
+                        << runs[r].ratio << ")  " << fmt(secs, 1) << " s, ETA "
+                        << fmt(secs / static_cast<double>(d) * static_cast<double>(total - d), 0) << " s\n";
+            }
+          }
           const std::size_t d = ++done;
           const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           std::lock_guard<std::mutex> lock(err_mutex);
-          std::cerr << "  window " << d << "/" << n_windows << "  " << fmt(secs, 1) << " s\n";
+          std::cerr << "  window " << d << "/" << n_windows << "  " << fmt(secs, 1) << " s, ETA "
+                    << fmt(secs / static_cast<double>(d) * static_cast<double>(n_windows - d), 0) << " s\n";
         }
       } catch (...) {
         std::lock_guard<std::mutex> lock(err_mutex);
@@ -505,6 +758,72 @@ int main(int argc, char** argv) {
       std::cout << "\n";
     }
 
+    // Documents: which windows, and the paired NLL increase by the target's distance to its previous
+    // occurrence in the window (per window: mean over its tokens of the class; then mean ± se over the
+    // windows that have the class).
+    std::string recurrence_csv, windows_csv;
+    if (doc_mode) {
+      const char* class_names[kvquality::kRecurrenceClasses] = {"none", "near", "mid", "far"};
+      const std::string class_heads[kvquality::kRecurrenceClasses] = {
+          "no previous occurrence", "< 64 back", "64.." + std::to_string(prompt / 2) + " back",
+          "> " + std::to_string(prompt / 2) + " back"};
+      std::vector<std::vector<kvquality::Recurrence>> classes(n_windows);
+      std::size_t counts[kvquality::kRecurrenceClasses] = {0, 0, 0, 0};
+      for (std::size_t w = 0; w < n_windows; ++w) {
+        classes[w] = kvquality::recurrence_classes(tokens_of(w), prompt, prompt / 2);
+        for (kvquality::Recurrence c : classes[w]) ++counts[static_cast<int>(c)];
+      }
+      std::ostringstream rcsv, wcsv;
+      wcsv << "window,document,offset,tokens\n";
+      for (std::size_t w = 0; w < n_windows; ++w)
+        wcsv << w << "," << doc_names[doc_wins[w].doc] << "," << doc_wins[w].offset << "," << window << "\n";
+      rcsv << "policy,ratio,class,delta_nll,delta_nll_se,windows,tokens\n";
+      std::cout << "\nNLL increase over the full cache by the target token's distance to its previous occurrence in "
+                   "the window (nats/token; per window the mean over its tokens of the class, then mean ± standard "
+                   "error over windows). Tokens per class over all windows:";
+      for (std::size_t c = 0; c < kvquality::kRecurrenceClasses; ++c)
+        std::cout << (c ? ", " : " ") << class_heads[c] << " " << counts[c];
+      std::cout << ".\n\n| policy | r |";
+      for (const std::string& h : class_heads) std::cout << " " << h << " |";
+      std::cout << "\n|---|---|---|---|---|---|\n";
+      for (const auto& label : labels)
+        for (double ratio : ratios) {
+          std::vector<std::size_t> idx;
+          for (std::size_t r = 0; r < runs.size(); ++r)
+            if (runs[r].label == label && runs[r].ratio == ratio) idx.push_back(r);
+          std::vector<double> per_class[kvquality::kRecurrenceClasses];
+          for (std::size_t w = 0; w < n_windows; ++w) {
+            double sum[kvquality::kRecurrenceClasses] = {0, 0, 0, 0};
+            std::size_t n[kvquality::kRecurrenceClasses] = {0, 0, 0, 0};
+            for (std::size_t i = 0; i < classes[w].size(); ++i) {
+              double q = 0.0;
+              for (std::size_t r : idx) q += results[r][w].token_nll[i] / static_cast<double>(idx.size());
+              const int c = static_cast<int>(classes[w][i]);
+              sum[c] += q - full_token_nll[w][i];
+              ++n[c];
+            }
+            for (std::size_t c = 0; c < kvquality::kRecurrenceClasses; ++c)
+              if (n[c] > 0) per_class[c].push_back(sum[c] / static_cast<double>(n[c]));
+          }
+          std::cout << "| " << label << " | " << ratio << " |";
+          for (std::size_t c = 0; c < kvquality::kRecurrenceClasses; ++c) {
+            const Stat st = mean_se(per_class[c]);
+            rcsv << label << "," << ratio << "," << class_names[c] << "," << fmt(st.mean, 6) << "," << fmt(st.se, 6)
+                 << "," << per_class[c].size() << "," << counts[c] << "\n";
+            std::cout << " " << (per_class[c].empty() ? std::string("-")
+                                                       : fmt_signed(st.mean, 4) + " ± " + fmt(st.se, 4))
+                      << " |";
+          }
+          std::cout << "\n";
+        }
+      std::cout << "\nWindows (document @ first token):";
+      for (std::size_t w = 0; w < n_windows; ++w)
+        std::cout << (w ? "; " : " ") << doc_names[doc_wins[w].doc] << "@" << doc_wins[w].offset;
+      std::cout << " (" << n_windows << " of the " << available << " windows of the documents).\n";
+      recurrence_csv = rcsv.str();
+      windows_csv = wcsv.str();
+    }
+
     // gnuplot data (one block per policy) and script (run by bench/quality/run.sh).
     {
       std::ostringstream dat;
@@ -520,7 +839,11 @@ int main(int argc, char** argv) {
       }
       std::ostringstream gp;
       gp << "set terminal pngcairo size 1200,480 font ',10'\nset output '" << out_prefix << ".png'\n"
-         << "set multiplot layout 1,2 title 'stories260K on TinyStories-val: " << n_windows << " windows x "
+         << "set multiplot layout 1,2 title '"
+         << (doc_mode ? std::filesystem::path(files.model_file).filename().string() + " on the documents of " +
+                            std::filesystem::path(data_path).filename().string()
+                      : std::string("stories260K on TinyStories-val"))
+         << ": " << n_windows << " windows x "
          << window << " tokens, prompt " << prompt << "; error bars = standard error over windows'\n"
          << "set grid\nset xlabel 'budget k / prompt length'\nset xrange [0:1]\nset key top right\n"
          << "set ylabel 'NLL - full-cache NLL (nats/token; full cache: " << fmt(full.mean, 3) << ")'\n"
@@ -540,6 +863,10 @@ int main(int argc, char** argv) {
     kvcli::write_file_atomically(out_prefix + "_summary.csv", summary_csv);
     kvcli::write_file_atomically(out_prefix + "_plot.dat", plot_dat);
     kvcli::write_file_atomically(out_prefix + ".gp", plot_gp);
+    if (doc_mode) {
+      kvcli::write_file_atomically(out_prefix + "_recurrence.csv", recurrence_csv);
+      kvcli::write_file_atomically(out_prefix + "_windows.csv", windows_csv);
+    }
     std::cout.flush();
     if (!std::cout) throw std::runtime_error("stdout: write error");
     std::cerr << "wrote " << out_prefix << ".csv, " << out_prefix << "_summary.csv, " << out_prefix
