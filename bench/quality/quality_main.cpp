@@ -330,8 +330,8 @@ int main(int argc, char** argv) {
                                                 std::to_string(window) + " tokens");
         if (n_windows_wanted > available)
           throw kvcli::UsageError("--windows", windows_opt + " exceeds the " + std::to_string(available) +
-                                                   " windows of " + std::to_string(window) + " tokens in the documents of '" +
-                                                   data_path + "'");
+                                                   " windows of " + std::to_string(window) +
+                                                   " tokens in the documents of '" + data_path + "'");
         doc_wins = kvquality::document_windows(lengths, window, n_windows_wanted);
         n_windows = doc_wins.size();
       }
@@ -476,9 +476,9 @@ int main(int argc, char** argv) {
           for (std::size_t i; (i = next_item.fetch_add(1)) < items.size();) {
             answers[0][i] = answer(full, items[i].prompt);
             for (std::size_t r = 0; r < runs.size(); ++r)
-              answers[r + 1][i] = answer(lazy_engines ? *make_engine_for(runs[r], unused, answer_tokens, step_pool.get())
-                                                      : *engines[r],
-                                         items[i].prompt);
+              answers[r + 1][i] =
+                  answer(lazy_engines ? *make_engine_for(runs[r], unused, answer_tokens, step_pool.get()) : *engines[r],
+                         items[i].prompt);
             const std::size_t d = ++items_done;
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             std::lock_guard<std::mutex> lock(mu);
@@ -497,7 +497,9 @@ int main(int argc, char** argv) {
       for (unsigned i = 0; i < threads; ++i) rpool.emplace_back(rworker);
       for (auto& t : rpool) t.join();
       if (error) std::rethrow_exception(error);
-      auto correct = [&](std::size_t a, std::size_t i) { return kvquality::first_digits(answers[a][i]) == items[i].code; };
+      auto correct = [&](std::size_t a, std::size_t i) {
+        return kvquality::first_digits(answers[a][i]) == items[i].code;
+      };
       auto quoted = [](const std::string& t) {
         std::string q = "\"";
         for (char c : t) {
@@ -512,7 +514,9 @@ int main(int argc, char** argv) {
       for (std::size_t a = 0; a <= runs.size(); ++a)
         for (std::size_t i = 0; i < items.size(); ++i) {
           if (a == 0) csv << "full,1," << prompt << ",0,";
-          else csv << runs[a - 1].label << "," << runs[a - 1].ratio << "," << runs[a - 1].kws.k << "," << runs[a - 1].seed << ",";
+          else
+            csv << runs[a - 1].label << "," << runs[a - 1].ratio << "," << runs[a - 1].kws.k << ","
+                << runs[a - 1].seed << ",";
           csv << i << "," << doc_names[items[i].doc] << "," << items[i].offset << "," << items[i].depth << ","
               << items[i].code << "," << quoted(answers[a][i]) << "," << (correct(a, i) ? 1 : 0) << "\n";
         }
@@ -588,7 +592,8 @@ int main(int argc, char** argv) {
         const llama2::Config& mc = model.config();
         future.reset(mc.n_layers, mc.n_kv_heads, mc.n_heads / mc.n_kv_heads, window - prompt - 1, window);
         full.set_pool(step_pool.get());
-        std::vector<std::unique_ptr<llama2::Engine>> engines = make_engines(future, window - prompt - 1, step_pool.get());
+        std::vector<std::unique_ptr<llama2::Engine>> engines =
+            make_engines(future, window - prompt - 1, step_pool.get());
         for (std::size_t w; (w = next.fetch_add(1)) < n_windows;) {
           const auto tokens = tokens_of(w);
           const kvquality::Reference ref =
@@ -596,9 +601,9 @@ int main(int argc, char** argv) {
           full_nll[w] = ref.nll;
           full_token_nll[w] = ref.token_nll;
           for (std::size_t r = 0; r < runs.size(); ++r) {
-            results[r][w] = evaluate(lazy_engines ? *make_engine_for(runs[r], future, window - prompt - 1, step_pool.get())
-                                                  : *engines[r],
-                                     tokens, prompt, ref);
+            results[r][w] = evaluate(
+                lazy_engines ? *make_engine_for(runs[r], future, window - prompt - 1, step_pool.get()) : *engines[r],
+                tokens, prompt, ref);
             if (doc_mode) {  // long windows: a line per run too (runs done over all windows, ETA)
               const std::size_t d = ++runs_done;
               const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

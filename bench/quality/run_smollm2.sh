@@ -33,12 +33,14 @@ mkdir -p "$out"
 # PARTS=retrieval or PARTS=windows runs one part (its Markdown stays in $out for the assembly below).
 parts=${PARTS:-retrieval,windows}
 start=$(date +%s)
-[[ $parts == *retrieval* ]] && "$q" --model "$model" --data "$data" --retrieval "$retrieval" --prompt "$rprompt" --window "$((rprompt + 2))" \
+[[ $parts == *retrieval* ]] && "$q" --model "$model" --data "$data" --retrieval "$retrieval" --prompt "$rprompt" \
+  --window "$((rprompt + 2))" \
   --ratios 0.1,0.2 --policies "$rows" --seeds "$seeds" --threads "$threads" --out "$out/smollm2" "$@" \
   >"$out/retrieval.md"
 mid=$(date +%s)
 [[ $parts == *retrieval* ]] && echo $((mid - start)) >"$out/retrieval.secs"
-[[ $parts == *windows* ]] && "$q" --model "$model" --data "$data" --windows "$windows" --prompt "$prompt" --window "$((prompt + predict + 1))" \
+[[ $parts == *windows* ]] && "$q" --model "$model" --data "$data" --windows "$windows" --prompt "$prompt" \
+  --window "$((prompt + predict + 1))" \
   --ratios 0.1,0.2,0.5 --policies "$rows,oracle" --seeds "$seeds" --threads "$threads" --out "$out/smollm2" "$@" \
   >"$out/windows.md"
 end=$(date +%s)
@@ -51,7 +53,8 @@ gnuplot "$out/smollm2.gp"
   echo "THREADS=$threads SEEDS=$seeds bash bench/quality/run_smollm2.sh $*\`: wall time retrieval"
   echo "$(cat "$out/retrieval.secs") s, windows $(cat "$out/windows.secs") s, on $(nproc) cores ($(uname -m)), model"
   echo "$(basename "$model")."
-  echo "Rows: \`keyformer\` = Keyformer (Gumbel noise, tau 1 -> 2, w = 0.3 k, $seeds seed(s)); \`@recent=0.5\`: w = 0.5 k;"
+  echo "Rows: \`keyformer\` = Keyformer (Gumbel noise, tau 1 -> 2, w = 0.3 k, $seeds seed(s));"
+  echo "\`@recent=0.5\`: w = 0.5 k;"
   echo "\`snapkv\`: SnapKV prefill (L = min(32, k), K = 7, max pooling), H2O decode; \`+pyramid\`: PyramidKV"
   echo "per-layer budgets (same total); \`oracle\`: evicts what the full cache attends least over the rest of the"
   echo "window (a bound, not a policy). Per-window CSV: smollm2.csv; summary: smollm2_summary.csv; by distance:"
