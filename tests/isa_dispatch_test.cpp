@@ -116,7 +116,7 @@ std::vector<std::uint32_t> cache_outputs() {
     auto cache = kvevict::make_cache(p, cfg, kv, params);
     std::mt19937 gen(3);
     std::normal_distribution<float> nd(0.0f, 2.0f);
-    std::vector<float> row(kD, 0.5f);
+    std::vector<float> row(kHeads * kD, 0.5f);  // [kv_head][head_dim]: one K (and V) row per KV head
     std::int64_t pos = 0;
     const std::size_t P = 200;
     std::vector<float> prompt(cfg.n_q_heads * P * P);
