@@ -228,7 +228,7 @@ GgufVocab tiny_bpe() {
   return v;
 }
 constexpr int B(char c) { return 3 + static_cast<unsigned char>(c); }
-constexpr int kHe = 259, kGt = 260, kGthe = 261, kLl = 262, kAa = 264;
+constexpr int kHe = 259, kGthe = 261, kLl = 262, kAa = 264;  // 260 is "Ġt", a step of kGthe
 
 TEST(Llama2GgufTokenizer, ByteToUnicodeIsGpt2sMap) {
   EXPECT_EQ(llama2::byte_to_unicode('!'), 0x21u);
