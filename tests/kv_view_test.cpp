@@ -6,7 +6,7 @@
 #include <Eigen/Core>
 #include <gtest/gtest.h>
 
-#include <kvevict/kv/attention_logits.hpp>
+#include <kvevict/attention/attention_logits.hpp>
 #include <kvevict/kv/kv_buffer.hpp>
 #include <kvevict/kv/kv_view.hpp>
 

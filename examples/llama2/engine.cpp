@@ -9,7 +9,7 @@
 #include <string>
 
 #include "kvevict/attention/rope.hpp"
-#include "kvevict/kv/attention_logits.hpp"
+#include "kvevict/attention/attention_logits.hpp"
 
 namespace llama2 {
 namespace {

@@ -11,7 +11,7 @@
 #include "kvevict/budget.hpp"
 #include "kvevict/layer_budgets.hpp"
 #include "kvevict/paged/paged_cache.hpp"
-#include "kvevict/policies.hpp"
+#include "kvevict/presets.hpp"
 #include "llama2/engine.hpp"
 
 namespace llama2 {

@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
-#include <kvevict/policies.hpp>
+#include <kvevict/presets.hpp>
 #include <optional>
 #include <string>
 

@@ -3,7 +3,8 @@
 //
 // kvevict.hpp — umbrella header: includes the whole library.
 //
-// Architecture (one concept per folder; includes point down this list only):
+// Architecture (one concept per folder). Every public name of the library is reachable through this
+// header alone (tests/umbrella_test.cpp); `namespace detail` is internal and may change in any release.
 //   presets.hpp   Keyformer, H2O, StreamingLLM, TOVA, SnapKV aliases; Policy, parse_policy, make_cache
 //   layer_budgets.hpp  per-layer budgets over a model: uniform, PyramidKV, or weights
 //   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache (orchestration);
@@ -36,10 +37,15 @@
 #include "kvevict/cache_interface.hpp"
 #include "kvevict/concepts.hpp"
 #include "kvevict/core/dispatch.hpp"
+#include "kvevict/core/executor.hpp"
+#include "kvevict/core/random.hpp"
 #include "kvevict/kv/kv_buffer.hpp"
 #include "kvevict/kv/kv_view.hpp"
+#include "kvevict/layer_budgets.hpp"
+#include "kvevict/paged/page_eviction.hpp"
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_cache.hpp"
+#include "kvevict/paged/paged_cache_interface.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
 #include "kvevict/paged/paged_presets.hpp"
 #include "kvevict/presets.hpp"
