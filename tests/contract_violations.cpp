@@ -1,7 +1,7 @@
 // Compile-only cases for tests/CMakeLists.txt (contract_violation_N): each case instantiates
 // Cache with a policy that breaks one rule of kvevict/concepts.hpp, and the test checks
 // that the compiler's error is kvevict's static_assert message. Case 8 does the same with
-// PagedCache, which checks the very same contracts. Case 0 is well-formed.
+// PagedCache, which checks the very same contracts; case 10 appends to a read-only KVView. Case 0 is well-formed.
 #include <kvevict/kvevict.hpp>
 
 namespace {
@@ -74,5 +74,14 @@ kvevict::PagePool make_pool() {
   return kvevict::PagePool(4, [] { return kvevict::kNoPage; }, [](std::int32_t) {});
 #else
   return kvevict::PagePool(4, [] { return kvevict::kNoPage; }, [](std::int32_t) noexcept {});
+#endif
+}
+
+// A read-only view cannot be appended to: `KVView<const T>::append` fails with kvevict's static_assert.
+void append_to(kvevict::KVView<float> kv, const float* k_row, const float* v_row) {
+#if KVEVICT_CONTRACT_CASE == 10
+  kv.read_only().append(0, k_row, v_row);
+#else
+  kv.append(0, k_row, v_row);
 #endif
 }

@@ -4,6 +4,22 @@
 // paged/page_eviction.hpp — the eviction unit of a paged cache (token or page),
 // its settings, and page-granular eviction (OpenVINO GenAI style): whole pages of
 // the middle area leave the page table and return to the pool, no K/V bytes move.
+//
+// The page unit's three areas of one sequence's page table (`page_size` = 4,
+// `start_pages` = 1, w = 3, n = 22 tokens in 6 pages; `.` = an empty slot):
+//
+//   page table:  | p0 | p1 | p2 | p3 | p4 | p5 |
+//   tokens:      |0123|4567|89ab|cdef|ghij|kl..|
+//   area:        | S  | E  | E  | E  | R  | R  |
+//
+//   S  start area: the first `start_pages` pages, never evicted (attention sinks, rounded up to pages)
+//   E  evictable (middle) area: whole pages leave, the lowest page score first
+//   R  recent area: every page holding one of the last max(w, 1) tokens (j, k, l here), so the
+//      page being written is always recent
+//
+// A cut (once the sequence exceeds k by a whole page) removes middle pages (p1..p3 here), the
+// lowest page score first, until it holds k to k + page_size − 1 tokens; the later pages' table
+// entries slide down, their K/V stay put.
 #pragma once
 
 #include <algorithm>
