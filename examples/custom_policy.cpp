@@ -15,7 +15,7 @@ struct SinkHeavyHitterSelection {  // the contract: kvevict/concepts.hpp
   std::size_t prefill_keep(const float* scores, std::size_t n, std::size_t k, std::size_t w,
                            std::size_t* out) const noexcept {  // token 0, then select_keep's rule on 1..n-1
     out[0] = 0;
-    const std::size_t m = n < 2 ? n : 1 + kvevict::select_keep(scores + 1, n - 1, k - 1, w, out + 1);
+    const std::size_t m = n < 2 ? n : 1 + kvevict::select_keep_unchecked(scores + 1, n - 1, k - 1, w, out + 1);
     for (std::size_t i = 1; i < m; ++i) ++out[i];
     return m;
   }
@@ -28,7 +28,8 @@ struct SinkHeavyHitterSelection {  // the contract: kvevict/concepts.hpp
     return best;
   }
 };
-using SinkH2O = kvevict::Cache<kvevict::AccumulatedAttentionScore, kvevict::ConstantTemperature, SinkHeavyHitterSelection>;
+using SinkH2O =
+    kvevict::Cache<kvevict::AccumulatedAttentionScore, kvevict::ConstantTemperature, SinkHeavyHitterSelection>;
 
 int main() {
   kvevict::KVBuffer<float> store(1, 9, 1);  // 1 KV head, capacity 9, head_dim 1

@@ -30,7 +30,7 @@ struct RecentTopKSelection {
   /// `out[0, m)`, returns `m = min(k, n)`. `out` has room for `n`. Average O(n).
   std::size_t prefill_keep(const float* scores, std::size_t n, std::size_t k, std::size_t w,
                            std::size_t* out) const noexcept {
-    return detail::select_keep_unchecked(scores, n, k, w, out);
+    return select_keep_unchecked(scores, n, k, w, out);
   }
   /// The lowest-scoring slot outside the recent window (`recent[i] != 0`);
   /// among equal scores the newest (largest position) goes, so ties keep the

@@ -16,9 +16,10 @@
 
 namespace kvevict {
 
-namespace detail {
 inline std::size_t select_keep_unchecked(const float* scores, std::size_t n, std::size_t k, std::size_t w,
                                          std::size_t* out) noexcept;
+
+namespace detail {
 /// Whether some `v[i]`, `i < n`, is NaN: one branch-free pass in 16 lanes of
 /// flags (vector code at any optimisation level). O(n), no allocation.
 inline bool any_nan(const float* v, std::size_t n) noexcept {
@@ -64,14 +65,16 @@ inline std::size_t select_keep(const float* scores, std::size_t n, std::size_t k
   if (detail::any_nan(scores, n))
     for (std::size_t i = 0; i < n; ++i)
       detail::require(!std::isnan(scores[i]), "kvevict::select_keep: scores[", i, "] is NaN");
-  return detail::select_keep_unchecked(scores, n, k, w, out);
+  return select_keep_unchecked(scores, n, k, w, out);
 }
 
-namespace detail {
 /// The rule of `select_keep` without its argument checks, for callers that
 /// guarantee them (`k >= 1`, `w <= k`, non-null pointers when `n > 0`, no NaN
-/// score): `RecentTopKSelection::prefill_keep`, which must not throw.
-/// Same result, complexity and memory use as `select_keep`.
+/// score) and must not throw: a selection policy's `prefill_keep` is `noexcept`
+/// and the cache guarantees these for the `(scores, n, k, w)` it passes
+/// (concepts.hpp), so `RecentTopKSelection` and examples/custom_policy.cpp call
+/// this. Same result, complexity and memory use as `select_keep`; a broken
+/// precondition is undefined behaviour.
 inline std::size_t select_keep_unchecked(const float* scores, std::size_t n, std::size_t k, std::size_t w,
                                          std::size_t* out) noexcept {
   if (n == 0) return 0;
@@ -97,7 +100,6 @@ inline std::size_t select_keep_unchecked(const float* scores, std::size_t n, std
   for (std::size_t i = pool; i < n; ++i) out[count++] = i;
   return count;
 }
-}  // namespace detail
 
 /// Allocating convenience overload of the rule above: returns the kept indices
 /// in ascending order. Same semantics, complexity and exceptions.
