@@ -38,7 +38,8 @@ int main() {
     kv.append(std::int64_t(t), rows(n_kv_heads, t, 0.0f).data(), rows(n_kv_heads, t, 1.0f).data());
     kvevict::attention_logits(kv, rows(n_q_heads, t, 2.0f).data(), n_q_heads, logits.data(), scale);
     for (std::size_t h = 0; h < n_q_heads; ++h)
-      for (std::size_t c = 0; c <= t; ++c) prompt_logits[(h * prompt_len + t) * prompt_len + c] = logits[h * (t + 1) + c];
+      for (std::size_t c = 0; c <= t; ++c)
+        prompt_logits[(h * prompt_len + t) * prompt_len + c] = logits[h * (t + 1) + c];
   }
   cache.prefill(prompt_logits.data(), prompt_len);  // the view now holds min(k, P) tokens per KV head
 

@@ -21,8 +21,8 @@ namespace kvevict {
 /// then direct: `Cache` is `final`).
 ///
 /// Protocol per sequence: append the prompt's K/V to the view, `prefill` (or,
-/// chunk by chunk, append + `prefill_chunk`, then `finish_prefill`), then per generated token append its K/V and call `decode_step`.
-/// `reset` starts a new sequence. See `Cache` for the full contract.
+/// chunk by chunk, append + `prefill_chunk`, then `finish_prefill`), then per generated token append its K/V and call
+/// `decode_step`. `reset` starts a new sequence. See `Cache` for the full contract.
 class CacheInterface {
  public:
   virtual ~CacheInterface() = default;

@@ -184,9 +184,10 @@ inline std::vector<std::size_t> layer_budgets(const LayerBudgets& schedule, std:
   const double N = static_cast<double>(n_layers);
   std::vector<double> t(n_layers, static_cast<double>(k));
   if (schedule.kind == LayerBudgets::Kind::pyramid) {
-    detail::require(std::isfinite(schedule.beta) && schedule.beta >= 1.0, who, ": pyramid beta must be finite and >= 1 (got ",
-            schedule.beta, ")");
-    detail::require(schedule.reserved <= k, who, ": pyramid reserved = ", schedule.reserved, " exceeds the budget k = ", k);
+    detail::require(std::isfinite(schedule.beta) && schedule.beta >= 1.0, who,
+                    ": pyramid beta must be finite and >= 1 (got ", schedule.beta, ")");
+    detail::require(schedule.reserved <= k, who, ": pyramid reserved = ", schedule.reserved,
+                    " exceeds the budget k = ", k);
     const bool all_fit = prompt_len > 0 && k >= prompt_len;
     if (n_layers >= 2 && !all_fit) {
       const double B = static_cast<double>(k - schedule.reserved);

@@ -162,8 +162,8 @@ void prefill_chunk_qk(CacheT& cache, const KVView<const T>& kv, const float* q, 
     detail::require(kv.length(j) == n, who, ": KV head ", j, " holds ", kv.length(j), " slots, KV head 0 holds ", n);
   detail::require(chunk_len >= 1 && chunk_len <= n, who, ": chunk_len = ", chunk_len, " must be in [1, n = ", n, "]");
   detail::require(scratch.capacity() >= n && scratch.head_dim() == kv.head_dim, who, ": scratch (capacity ",
-                  scratch.capacity(), ", head_dim ", scratch.head_dim(), ") does not fit n = ", n, " slots of head_dim ",
-                  kv.head_dim);
+                  scratch.capacity(), ", head_dim ", scratch.head_dim(), ") does not fit n = ", n,
+                  " slots of head_dim ", kv.head_dim);
   QKChunkRows<T, Bias> rows(kv, q, chunk_len, n_q_heads, scale, scratch, bias);
   cache.prefill_chunk(rows, chunk_len, n);
 }

@@ -142,9 +142,13 @@ struct KVView {
 
   /// K row of (head, slot): `head_dim` contiguous elements at
   /// `k + detail::row_offset(head, slot, head_stride, slot_stride)`. No bounds check.
-  T* k_row(std::size_t head, std::size_t slot) const { return k + detail::row_offset(head, slot, head_stride, slot_stride); }
+  T* k_row(std::size_t head, std::size_t slot) const {
+    return k + detail::row_offset(head, slot, head_stride, slot_stride);
+  }
   /// V row of (head, slot): `head_dim` contiguous elements. No bounds check.
-  T* v_row(std::size_t head, std::size_t slot) const { return v + detail::row_offset(head, slot, head_stride, slot_stride); }
+  T* v_row(std::size_t head, std::size_t slot) const {
+    return v + detail::row_offset(head, slot, head_stride, slot_stride);
+  }
   /// Position IDs of `head`, `[capacity]`; the first `length(head)` are live.
   position_type* head_positions(std::size_t head) const { return positions + head * capacity; }
   /// Live slots of `head`.

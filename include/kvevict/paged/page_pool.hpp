@@ -92,7 +92,8 @@ class PagePool {
     std::int32_t page = kNoPage;
     if (allocate_fn_) {
       page = allocate_fn_();
-      if (page == kNoPage) throw std::length_error("kvevict::PagePool::allocate: the allocate callback has no free page");
+      if (page == kNoPage)
+        throw std::length_error("kvevict::PagePool::allocate: the allocate callback has no free page");
       detail::require(page >= 0 && static_cast<std::size_t>(page) < num_pages_,
                       "kvevict::PagePool::allocate: the allocate callback returned page ", page,
                       ", outside [0, ", num_pages_, ")");
@@ -178,7 +179,8 @@ class PagePool {
   /// null row or an invalid view; nothing is changed then. O(n_kv_heads · head_dim).
   template <class T>
   void append(const PagedKVView<T>& seq, std::int64_t position, const T* k_new, const T* v_new) {
-    detail::require(k_new != nullptr && v_new != nullptr, "kvevict::PagePool::append: k_new and v_new must be non-null");
+    detail::require(k_new != nullptr && v_new != nullptr,
+                    "kvevict::PagePool::append: k_new and v_new must be non-null");
     seq.validate();
     detail::require(seq.num_pages == num_pages_, "kvevict::PagePool::append: the view has num_pages = ",
                     seq.num_pages, " but the pool has ", num_pages_);

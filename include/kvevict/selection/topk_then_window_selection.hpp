@@ -15,8 +15,9 @@ namespace kvevict {
 /// Selection policy composed of `RecentTopKSelection` at prefill (the recent window `w` plus the top
 /// `k − w` scores, `select_keep`'s rule, ties to the older token) and window attention's rule
 /// (`SinkRecentSelection{0}`) while decoding (evict the oldest retained token, whatever the scores: a
-/// sliding window over what prefill kept). Used by `SnapKVWindow` (SnapKV, Li et al. 2024, whose prefill selection is followed by plain
-/// decoding; here the budget stays `k`). Implements the selection-policy contract of kvevict/concepts.hpp.
+/// sliding window over what prefill kept). Used by `SnapKVWindow` (SnapKV, Li et al. 2024, whose prefill selection is
+/// followed by plain decoding; here the budget stays `k`). Implements the selection-policy contract of
+/// kvevict/concepts.hpp.
 ///
 /// The oldest of `n = k + 1` slots is never one of the `w <= k` most recent ones, so `victim` respects the
 /// recent flags without reading them and any `w <= k` is accepted.

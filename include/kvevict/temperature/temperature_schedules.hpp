@@ -60,7 +60,8 @@ class LinearTemperature {
   /// τ at step `t` (0 = prefill). O(1).
   float operator()(std::size_t t) const {
     const double s = static_cast<double>(std::min(t, horizon_));
-    return static_cast<float>(tau_init_ + s * (static_cast<double>(tau_end_) - tau_init_) / static_cast<double>(horizon_));
+    return static_cast<float>(tau_init_ +
+                              s * (static_cast<double>(tau_end_) - tau_init_) / static_cast<double>(horizon_));
   }
   /// τ at prefill.
   float tau_init() const { return tau_init_; }
