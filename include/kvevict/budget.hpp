@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // budget.hpp — the budget k and the recent window w: one count-or-fraction type
 // (TokenAmount, with an explicit "none") and the two rules built on it.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

@@ -1,10 +1,8 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // budget_rule.hpp — the one rule that turns a configuration and a budget `k` into
 // the pair (k, w) a cache runs with. `Cache` and `PagedCache` both call it, so the
 // contiguous and the paged cache cannot drift apart (the paged token unit must
 // equal the contiguous `shared_heads` cache bit for bit).
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // cache_config.hpp — the configuration shared by every policy of `Cache`.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

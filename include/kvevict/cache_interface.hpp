@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // cache_interface.hpp — the calls an engine makes, as a runtime interface.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

@@ -1,10 +1,8 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // concepts.hpp — the policy contracts of `Cache<Score, Temperature, Selection>`,
 // as text (here, the one place) and as code (C++17 detection idiom, checked by
 // `static_assert` in `Cache`, one message per missing or mistyped member, in the
 // style of nlohmann-json's `is_sax_static_asserts`).
+// SPDX-License-Identifier: Apache-2.0
 //
 // ---- Score policy (what a token's score is; e.g. GumbelLogitScore) -----------
 //   static constexpr bool kUsesLogits;       reads the attention logits at all (false:

@@ -1,4 +1,4 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
+// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, window, TOVA, SnapKV, PyramidKV).
 // SPDX-License-Identifier: Apache-2.0
 //
 // kvevict.hpp — umbrella header: includes the whole library.

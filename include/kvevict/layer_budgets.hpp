@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA, SnapKV).
-// SPDX-License-Identifier: Apache-2.0
-//
 // layer_budgets.hpp — per-layer budgets: how a model's total KV budget (n_layers · k tokens per KV
 // head) is split over its layers: uniform, PyramidKV (Cai et al. 2024, arXiv 2406.02069), or weights.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // attention/attention_logits.hpp — logits for engines whose fused attention never
 // materialises them.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

@@ -1,9 +1,7 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // attention/paged_attention_logits.hpp — decode-step logits over a paged sequence (the
 // counterpart of attention_logits.hpp for a PagedKVView), for engines without a paged kernel
 // of their own and for checking one.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

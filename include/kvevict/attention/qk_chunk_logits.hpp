@@ -1,10 +1,8 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // attention/qk_chunk_logits.hpp — prefill scoring straight from Q and K, for engines
 // whose fused attention kernel (FlashAttention, SDPA) returns no weights: the logits
 // of a prefill chunk are computed block by block with Eigen GEMM and fed to the cache,
 // never materialised as a whole.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

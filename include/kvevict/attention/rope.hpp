@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // attention/rope.hpp — re-rotating cached keys by a position delta (standard RoPE).
+// SPDX-License-Identifier: Apache-2.0
 //
 // Rotary position embeddings (Su et al., RoFormer, 2021, Eq. 34) rotate each pair
 // (a, b) of a head's query or key by the angle `pos · θ^(−2i/d)` (pair i of

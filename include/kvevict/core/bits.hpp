@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // core/bits.hpp — a float's bit pattern and back, for branch-free kernels.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // core/check.hpp — argument checking helpers shared by every header.
+// SPDX-License-Identifier: Apache-2.0
 //
 // Every public entry point validates its arguments *before* it changes any
 // state and reports a bad one as `std::invalid_argument` (or

@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // core/dispatch.hpp — which instruction set the hot kernels run on, chosen once at run time.
+// SPDX-License-Identifier: Apache-2.0
 //
 // The kernels of core/vec16.hpp are compiled three times inside the headers (GCC / Clang
 // `target` attributes): x86-64 baseline (SSE2), AVX2 + FMA + F16C, and AVX-512 (F, BW, DQ,

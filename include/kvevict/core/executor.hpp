@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // core/executor.hpp — where the parallel work of a prefill or a decode step runs:
 // the Executor concept, the serial default and a non-owning type-erased reference.
+// SPDX-License-Identifier: Apache-2.0
 //
 // ---- Executor (the caller's threads; issue 13) -------------------------------
 //   std::size_t workers() const;                  how many tasks may run at once (>= 1);

@@ -1,10 +1,8 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // core/fast_math.hpp — the element-wise log and exp of the score kernels,
 // restricted to the ranges the kernels feed them, written as branch-free scalar
 // code; core/vec16.hpp repeats them on vectors, operation for operation. Never
 // contracted into FMAs (core/no_contract.hpp), so the bits do not depend on flags.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

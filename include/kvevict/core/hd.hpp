@@ -1,9 +1,7 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // core/hd.hpp — `KVEVICT_HD`: marks the few scalar functions that the CPU caches and
 // the CUDA kernels (include/kvevict/cuda/) share, so that both run one definition of
 // the noise formula and of the fast log / exp.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 /// `__host__ __device__` when the translation unit is compiled by nvcc (or clang's CUDA

@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // core/no_contract.hpp — keeps the compiler from fusing `a · b + c` into an FMA in the
 // kernels, whatever `-ffp-contract` the consumer's translation unit has.
+// SPDX-License-Identifier: Apache-2.0
 //
 // g++ contracts by default (`-ffp-contract=fast` outside ISO C) as soon as the target has FMA
 // (`-march=native`, `-march=x86-64-v3`); clang++ contracts inside one expression by default

@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // core/random.hpp — the seeded pseudo-random generator behind the Gumbel noise.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // core/simd.hpp — the loop-vectorisation request of the kernels' element-wise loops.
+// SPDX-License-Identifier: Apache-2.0
 //
 // `KVEVICT_SIMD` goes right before a `for` loop whose iterations are
 // independent (no loop-carried dependency, no reduction): it asks the compiler

@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // core/vec16.hpp — the hot kernels written once on GCC / Clang vector extensions and compiled
 // for each dispatched path (core/dispatch.hpp): baseline, AVX2 + FMA + F16C, AVX-512.
+// SPDX-License-Identifier: Apache-2.0
 //
 // Why explicit vectors and not the auto-vectoriser: the loops must be vector code whatever the
 // consumer's `-O` level (g++ -O2 vectorises almost none of them) and flags. Each kernel body is a

@@ -1,12 +1,10 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // cuda/kernels.cuh — the CUDA kernels and their launchers: one launch per layer per decode
 // step for a batch of B sequences (contiguous or paged KV), the prefill cut (two launches),
 // and the export of FlashInfer's compact page table. Header-only CUDA C++17 (CUDA >= 12),
 // compiled by nvcc. Every launcher runs on the caller's stream over the caller's device
 // memory: no host synchronisation, no allocation, no cudaMemcpy (one cudaMemsetAsync of the
 // status words), so a step can be captured in a CUDA graph.
+// SPDX-License-Identifier: Apache-2.0
 //
 // Build the kernels with `-fmad=false` (no FMA contraction; the CPU library builds with
 // `-ffp-contract=off`) and without `--use_fast_math` (IEEE division): then every score is

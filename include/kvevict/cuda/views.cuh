@@ -1,11 +1,9 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // cuda/views.cuh — plain-data views of the engine's device memory (contiguous and paged
 // KV, FlashInfer-style page tables), the device eviction state of one layer for a
 // batch of sequences, the policy parameters of a launch, and the host-side checks and
 // workspace sizes. Plain C++17 (`KVEVICT_HD` is empty without nvcc), so the CPU tests
 // include it with g++.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // kv/erased_kv.hpp — a KVView with its element type erased to bytes, so that the
 // cache's slot moves are not templated on `T`.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // kv/kv_view.hpp — a non-owning view of one layer's KV cache.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

@@ -1,9 +1,7 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // kv/recent_flags.hpp — the recent window `w` of a cache as per-slot flags (the one
 // representation, what a selection's `victim` reads), shared by the contiguous
 // slot table (one row of flags per KV head) and the paged one (one row per sequence).
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

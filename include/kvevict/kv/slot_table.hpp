@@ -1,9 +1,7 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // kv/slot_table.hpp — the per-slot state of a cache (K row, V row, position ID in
 // the engine's view; score and recent-window flag here), and the one primitive
 // that moves a slot with all five together.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

@@ -1,9 +1,7 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // paged/page_eviction.hpp — the eviction unit of a paged cache (token or page),
 // its settings, and page-granular eviction (OpenVINO GenAI style): whole pages of
 // the middle area leave the page table and return to the pool, no K/V bytes move.
+// SPDX-License-Identifier: Apache-2.0
 //
 // The page unit's three areas of one sequence's page table (`page_size` = 4,
 // `start_pages` = 1, w = 3, n = 22 tokens in 6 pages; `.` = an empty slot):

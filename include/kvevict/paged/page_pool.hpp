@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // paged/page_pool.hpp — the pool of page ids shared by every sequence of a layer.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // paged/paged_cache_interface.hpp — the runtime interface of a paged cache
 // (`CacheInterface` plus page counts), what `make_paged_cache` returns.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

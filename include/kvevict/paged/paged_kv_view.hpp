@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // paged/paged_kv_view.hpp — a non-owning view of one sequence's KV cache in
 // page-table storage (vLLM / FlashInfer layouts).
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

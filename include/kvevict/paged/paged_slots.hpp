@@ -1,10 +1,8 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // paged/paged_slots.hpp — the per-slot state of a paged cache (K and V rows of
 // every KV head and the position ID in the engine's pages; per-head scores and
 // the recent flag here) and the one primitive that moves a logical slot with all
 // of them together: the paged counterpart of kv/slot_table.hpp.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

@@ -1,9 +1,7 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // score/chunk_rows.hpp — where the logits rows of a prefill chunk come from: a
 // materialised `[q_head][C][n]` array, or rows computed on demand (the Q·K helper,
 // attention/qk_chunk_logits.hpp).
+// SPDX-License-Identifier: Apache-2.0
 //
 // ---- Chunked prefill (issue 15; README "Long prompts") --------------------------
 // Protocol, per sequence: for each chunk of C prompt tokens, append their K/V to

@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // score/gumbel.hpp — seeded Gumbel(0, 1) noise for the Keyformer score.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // score/score_policies.hpp — what a token's score is: the score policies.
+// SPDX-License-Identifier: Apache-2.0
 //
 // A score policy is a small traits struct; `Cache` runs the shared softmax
 // kernel as the traits say. The contract a custom score policy (and a custom

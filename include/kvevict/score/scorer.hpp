@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // score/scorer.hpp — runs a score policy over a layer's logits with the one
 // softmax kernel: prompt rows at prefill, one row per query head per decode step.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA, SnapKV).
-// SPDX-License-Identifier: Apache-2.0
-//
 // score/snapkv_score.hpp — SnapKV's prefill score (Li et al. 2024, arXiv 2404.14469, §4.1–4.2):
 // the attention of the last `L` prompt queries (the observation window), pooled over positions.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // score/softmax_accumulate.hpp — the one numeric kernel every score policy uses:
 // softmax of a logits row (with optional noise and temperature) added into scores.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // selection/recent_topk_selection.hpp — keep the recent window plus the top
 // `k − w` scores (Keyformer, H2O; TOVA with w = 0).
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

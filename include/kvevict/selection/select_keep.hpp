@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // selection/select_keep.hpp — the recent-window + top-k key-token selection rule.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

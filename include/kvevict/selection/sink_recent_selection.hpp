@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // selection/sink_recent_selection.hpp — attention sinks plus a sliding window
 // (StreamingLLM; plain window attention with 0 sinks).
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>

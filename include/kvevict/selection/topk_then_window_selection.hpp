@@ -1,8 +1,6 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA, SnapKV).
-// SPDX-License-Identifier: Apache-2.0
-//
 // selection/topk_then_window_selection.hpp — select by score at prefill, then slide a window while
 // decoding: SnapKV's "window" decode rule, composed from the two existing selections.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>

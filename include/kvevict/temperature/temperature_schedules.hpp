@@ -1,7 +1,5 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // temperature/temperature_schedules.hpp — τ as a function of the decode step.
+// SPDX-License-Identifier: Apache-2.0
 //
 // A temperature schedule maps the step index `t` to τ_t: `t = 0` is prefill,
 // `t = 1, 2, …` are decode steps. It is a policy separate from the budget: τ
