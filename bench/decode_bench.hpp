@@ -26,9 +26,9 @@ struct Grid {
 void register_decode_benchmarks(const Grid& grid);
 void register_prefill_benchmarks(const Grid& grid);
 void register_bandwidth_benchmarks(const Grid& grid);
-/// Long-prompt prefill (issue 15): one-shot vs chunked vs Q·K-tiled, P in {2048, 8192, 32768}.
+/// Long-prompt prefill: one-shot vs chunked vs Q·K-tiled, P in {2048, 8192, 32768}.
 void register_long_prompt_benchmarks();
-/// Parallel decode steps (issue 13): ParallelDecodeStep/<policy>/float/n:<n>/d:128/g:<g>/workers:<W>,
+/// Parallel decode steps: ParallelDecodeStep/<policy>/float/n:<n>/d:128/g:<g>/workers:<W>,
 /// Keyformer, H2O and TOVA, W = 1, 2, 4, ... and the hardware threads; counters ns_per_elem, speedup_vs_1.
 void register_parallel_benchmarks(const Grid& grid);
 /// Paged decode steps (PagedCache, page size 16, token and page unit), float, g = 1, n <= 32768.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long-prompt prefill benchmarks (issue 15), each in its own process so that its peak
+# Long-prompt prefill benchmarks, each in its own process so that its peak
 # resident memory (ru_maxrss) is its own. Usage: bench/long_prompt.sh [path/to/kvevict_bench]
 # Prints one line per benchmark: name, scoring time, kept tokens, logits / K,V / peak memory.
 set -euo pipefail

@@ -1,4 +1,4 @@
-// Long-prompt prefill benchmarks (issue 15): Keyformer's prefill scoring against the
+// Long-prompt prefill benchmarks: Keyformer's prefill scoring against the
 // prompt length P, one-shot (materialised [q_head][P][P] logits) vs chunked (C = 512,
 // materialised [q_head][C][n] chunk logits) vs Q·K-tiled (prefill_chunk_qk), unbounded
 // and bounded (k = 1024). 8 KV heads, d = 128, g = 1, float K/V.

@@ -7,12 +7,12 @@
 // float and half; prefill P in {512, 2048}, float). --full: the whole grid
 // (n in {256, ..., 131072} plus 32768, d in {64, 128}, prefill P up to 8192).
 // --verify: only checks that the naive comparator keeps what kvevict keeps.
-// --paged: only the paged decode steps (issue 11; n in {1024, 4096, 32768}, d = 128, g = 1, float).
-// --parallel: only the parallel decode steps (issue 13; ParallelDecodeStep, n in {4096, 32768}, g = 1 and 4,
+// --paged: only the paged decode steps (n in {1024, 4096, 32768}, d = 128, g = 1, float).
+// --parallel: only the parallel decode steps (ParallelDecodeStep, n in {4096, 32768}, g = 1 and 4,
 // W = 1, 2, 4, ... up to the hardware threads); they also run in the default and --full grids.
 // --steps: only the decode-step family (attention + the five policies) at n in {4096, 32768, 131072},
 // d = 128, g = 1, float: what bench/run.sh runs with kvevict_bench and kvevict_bench_o2 to compare
-// optimisation levels (issue 13).
+// optimisation levels.
 // --long-prompt: only the long-prompt prefill benchmarks (bench/long_prompt.sh runs
 // each in its own process, for its peak resident memory).
 #include <cstdio>

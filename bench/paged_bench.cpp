@@ -1,4 +1,4 @@
-// Paged decode-step benchmarks (issue 11): kvevict's PagedCache step on page-table storage (page
+// Paged decode-step benchmarks: kvevict's PagedCache step on page-table storage (page
 // size 16, NHD), token unit and page unit, timed in the same iterations as the engine's attention
 // step and the contiguous Cache's step with shared_heads on the same layer shape.
 #include <algorithm>

@@ -5,7 +5,7 @@ checks and gnuplot data + script (bench/run.sh runs it).
 usage: report.py RESULTS.json OUTDIR
        report.py --opt-levels STEPS_O3.json STEPS_O2.json
 Writes OUTDIR/report.md (the tables), OUTDIR/*.dat and OUTDIR/plots.gp, and prints report.md.
---opt-levels prints the optimisation-level table of two `kvevict_bench --steps` runs (issue 13):
+--opt-levels prints the optimisation-level table of two `kvevict_bench --steps` runs:
 ns per (query head × token) of each policy's decode step at -O3 and -O2, their ratio, and the
 step's share of the attention step; with repetitions, the fastest repetition counts.
 """
@@ -265,7 +265,7 @@ def main():
         out(f"| {key} | {', '.join(i[1] for i in items)} | {'yes' if ok else 'NO'} |")
     out("")
 
-    # ---- parallel decode steps (issue 13) ------------------------------------------------------
+    # ---- parallel decode steps ------------------------------------------------------
     if parallel:
         ws = sorted({w for rows in parallel.values() for w in rows})
         out("## Parallel decode step (ParallelDecodeStep): ns per (query head × token), speedup over W = 1")

@@ -9,7 +9,7 @@
 #   bash bench/run.sh --benchmark_filter=Keyformer   any Google Benchmark flag is passed through;
 #                                plots are drawn for what ran, and a line names each plot skipped
 #
-# --opt-levels adds the optimisation-level comparison (issue 13; off by default, 15-25 min on 2 shared
+# --opt-levels adds the optimisation-level comparison (off by default, 15-25 min on 2 shared
 # cores, mostly filling n = 131072): the decode-step family at n in {4096, 32768, 131072}, d = 128, g = 1,
 # float (kvevict_bench --steps), with kvevict_bench (-O3) and kvevict_bench_o2 (the same sources at -O2,
 # the same -march: like with like), 3 repetitions each (the minimum counts): DIR/steps_O3.json,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpora under fuzz/corpus/<target>/ (run from anywhere; idempotent).
 
-The named regression seeds encode the exact scenarios of issue 8 in the byte layout the harnesses
+The named regression seeds encode the exact scenarios of faults found earlier in the byte layout the harnesses
 read with FuzzedDataProvider: integers are taken from the END of the input, most significant byte
 first, as many bytes as the range needs (ConsumeIntegralInRange), so an `Encoder` below writes the
 harness's choices in call order and reverses them. Keep it in step with the harnesses' call order.
@@ -158,7 +158,7 @@ class CacheOps(Encoder):
 
 
 def cache_ops_seeds():
-    # Issue 8 "Why": StreamingLLM, 1 KV head, capacity 9, head_dim 2, k = 4, w = 50, 2 sinks;
+    # Regression: StreamingLLM, 1 KV head, capacity 9, head_dim 2, k = 4, w = 50, 2 sinks;
     # positions 0..7, prefill(nullptr, 8), five decode steps, restore_position_order().
     e = CacheOps().layer(cap=9, hd=2).config(k=4, w=50).streaming(2)
     e.append_next(8).prefill([0] * 64, null=True)
@@ -166,17 +166,17 @@ def cache_ops_seeds():
         e.append_next().decode([0] * 9, null=True)
     write("cache_ops", "regression-streamingllm-w-gt-k", e.restore().bytes())
 
-    # Issue 8.6 bullet 1: Keyformer, LinearTemperature(1e-40, 2, T), k = 2, P = 3, all logits 0.
+    # Regression: Keyformer, LinearTemperature(1e-40, 2, T), k = 2, P = 3, all logits 0.
     e = CacheOps().layer(cap=6, hd=1).config(k=2, w=0).keyformer_linear(8, 1, 5)
     e.append_next(3).prefill([0] * 9)
     write("cache_ops", "regression-tiny-tau-prefill", e.bytes())
 
-    # Issue 8.6 bullet 2: Budget::tokens(SIZE_MAX), RecentWindow::ratio(1.0), H2O, P = 1.
+    # Regression: Budget::tokens(SIZE_MAX), RecentWindow::ratio(1.0), H2O, P = 1.
     e = CacheOps().layer(cap=4, hd=1).config(k=SIZE_MAX, w_ratio=1.0).h2o()
     e.append_next(1).prefill([0])
     write("cache_ops", "regression-huge-token-budget", e.bytes())
 
-    # Issue 8.6 bullet 3: H2O, k = 3, w = 2, P = 3, rows {0,-inf,-inf}, {0,0,-inf}, {0,0,-inf};
+    # Regression: H2O, k = 3, w = 2, P = 3, rows {0,-inf,-inf}, {0,0,-inf}, {0,0,-inf};
     # append(3), restore_position_order(), decode_step({0, 0, -inf, 0}, 4): position 2 must stay.
     inf = None
     e = CacheOps().layer(cap=6, hd=1).config(k=3, w=2).h2o()
@@ -216,16 +216,16 @@ def cache_ops_seeds():
         e.append_next(4).chunk([0.25] * (4 * (n + 4)))
         n = min(n + 4, 5)
     write("cache_ops", "bounded-keyformer-chunks", e.finish().bytes())
-    # Issue 25.5: prefill_chunk_qk with twice the cache's n_q_heads read q with the wrong stride.
+    # Regression: prefill_chunk_qk with twice the cache's n_q_heads read q with the wrong stride.
     e = CacheOps().layer(nkv=1, cap=8, hd=2).config(g=2, k=3, w=1).h2o()
     write("cache_ops", "regression-qk-wider-n-q-heads", e.append_next(4).chunk_qk([1] * (4 * 4 * 2), 0).bytes())
-    # Issue 25.4: 2 KV heads, rows of 514 slots, an executor claiming SIZE_MAX workers, a twin on real
+    # Regression: 2 KV heads, rows of 514 slots, an executor claiming SIZE_MAX workers, a twin on real
     # threads: (W + n_kv - 1) / n_kv wrapped to 0 and no slot of the step was scored.
     e = CacheOps().layer(nkv=2, cap=520, hd=1, twin=True).config(g=1, k=515, w=1).h2o(workers=5)
     e.append_run(513).prefill([0] * (2 * 513 * 513))
     write("cache_ops", "regression-size-max-workers-long-rows",
           e.append_next().decode([(i % 5) / 4 for i in range(2 * 514)]).bytes())
-    # Issue 25.10: n_q_heads = 2^40 + 1 threw std::bad_alloc before the check that names it.
+    # Regression: n_q_heads = 2^40 + 1 threw std::bad_alloc before the check that names it.
     e = CacheOps().layer(cap=8, hd=1).config(k=3, w=1, huge_q=0).h2o()
     write("cache_ops", "regression-n-q-heads-2pow40", e.bytes())
 
@@ -260,7 +260,7 @@ def trace(H=1, N=3, P=2, g=None, gumbel=False, meta=False):
 def trace_json_seeds():
     write("trace_json", "valid-1x3", trace())
     write("trace_json", "valid-gqa-gumbel-meta", trace(H=4, N=4, P=2, g=2, gumbel=True, meta=True))
-    # Issue 8.6 bullet 4: a number beyond float range, and a small file claiming H = N = 1000.
+    # Regression: a number beyond float range, and a small file claiming H = N = 1000.
     write("trace_json", "regression-1e400", b'{"logits":[[[1e400]]],"prompt_len":1}')
     write("trace_json", "regression-1e39", b'{"logits":[[[0, null], [1e39, 0]]],"prompt_len":1}')
     claim = b'{"prompt_len": 1, "logits": [[' + b",".join([b"[]"] * 1000) + b"]" + b",0" * 999 + b"]}"
@@ -301,7 +301,7 @@ def replay_seeds():
     for policy in range(5):
         write("replay_run", "policy%d" % policy, replay_tail(policy=policy, budget=2).bytes(t))
     write("replay_run", "keyformer-trace-noise", replay_tail(policy=0, budget=3, noise=3).bytes(trace(H=2, N=4, P=2, gumbel=True)))
-    # Issue 8.6 bullet 2 through the replay: --policy h2o --budget 18446744073709551615 --recent-ratio 1.
+    # The SIZE_MAX budget regression through the replay: --policy h2o --budget 18446744073709551615 --recent-ratio 1.
     write("replay_run", "regression-h2o-huge-budget-recent-ratio-1",
           replay_tail(policy=1, budget=SIZE_MAX, recent_ratio=1.0).bytes(trace(H=1, N=2, P=1)))
 

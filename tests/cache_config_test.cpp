@@ -1,4 +1,4 @@
-// The reliability rules of a Cache's configuration (issue #8): every
+// The reliability rules of a Cache's configuration: every
 // configuration is checked in one place (`Cache::resolve_budget`) before any
 // state changes, for every policy; the budget edge rules; the valid τ range;
 // and call orders the documentation allows. Each case is a regression seed of
@@ -75,7 +75,7 @@ kvevict::CacheConfig config(std::size_t n_q, kvevict::Budget k, kvevict::RecentW
 // ---------------------------------------------------------------------------
 // StreamingLLM / window: w > k, sinks > k, a recent window they would ignore.
 
-// The heap-buffer-overflow of issue #8: 1 KV head, capacity 9, head_dim 2,
+// A heap-buffer-overflow found by fuzzing: 1 KV head, capacity 9, head_dim 2,
 // budget 4, recent 50, 2 sinks. Now rejected at construction, naming w and k.
 TEST(CacheConfig, StreamingLLMRecentWindowLargerThanBudgetIsRejectedAtConstruction) {
   kvevict::KVBuffer<float> buf(1, 9, 2);

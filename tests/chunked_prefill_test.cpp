@@ -1,4 +1,4 @@
-// Chunked and bounded prefill (issue 15): equivalence with the one-shot prefill for
+// Chunked and bounded prefill: equivalence with the one-shot prefill for
 // every policy and chunking, the issue's small cases with exact values, a randomized
 // comparison of bounded prefill with a simple double-precision reference, and errors
 // that leave the state unchanged.

@@ -53,7 +53,7 @@ TEST(Gumbel, CdfMatchesAtThreePoints) {
   }
 }
 
-// ---- counter-based noise of the caches (issue 13) ---------------------------------------------
+// ---- counter-based noise of the caches ---------------------------------------------
 
 // Written out from the documented definition (README "Guarantees", score/gumbel.hpp), independently
 // of the library's helpers.

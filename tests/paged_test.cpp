@@ -1,4 +1,4 @@
-// Paged KV caches (issue 11): PagedKVView offsets, PagePool bookkeeping, token-granular eviction
+// Paged KV caches: PagedKVView offsets, PagePool bookkeeping, token-granular eviction
 // bit-identical to the contiguous Cache with shared_heads, page-granular eviction on a hand-computed
 // example, several sequences sharing one pool, and every error leaving the state unchanged.
 #include <algorithm>

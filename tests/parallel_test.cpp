@@ -1,4 +1,4 @@
-// Parallel prefill and decode steps (issue 13): for every policy and both selections,
+// Parallel prefill and decode steps: for every policy and both selections,
 // contiguous and paged, with n_kv_heads below and above the worker count, the scores,
 // kept positions and errors are bit-identical for W = 1 (the serial default), 2, 3 and 7
 // workers of the example thread pool; rows that are not `concurrent()` are only read on

@@ -1,4 +1,4 @@
-// prefill_chunk_qk (issue 15): scoring a prefill chunk straight from Q and K gives the same
+// prefill_chunk_qk: scoring a prefill chunk straight from Q and K gives the same
 // cache state as passing the materialised logits. Q and K hold multiples of 1/4 in [-2, 2]
 // and the scale is 1/4, so every logit is exact in float whatever the summation order:
 // the comparison is bit for bit (scores and positions), noise drawn from the same seed.

@@ -1,4 +1,4 @@
-// Tests of the explicitly vectorised kernels (issue 13): the fixed-order lane reductions of the
+// Tests of the explicitly vectorised kernels: the fixed-order lane reductions of the
 // softmax kernel, the step's up-front row check, and the victim scans of both selections, each
 // against a plain scalar (or double-precision) reference on random inputs, with sizes that are
 // not multiples of the lane and block widths and inputs at unaligned addresses.

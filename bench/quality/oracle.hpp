@@ -1,4 +1,4 @@
-// kvevict — bench/quality/oracle.hpp: the oracle bound of the quality report (issue 14).
+// kvevict — bench/quality/oracle.hpp: the oracle bound of the quality report.
 // SPDX-License-Identifier: Apache-2.0
 //
 // Reference only: the oracle knows the future, so it is no policy an engine could run, and it is

@@ -18,7 +18,7 @@
 // error over windows. Keyformer with noise is run for `--seeds` seeds; its
 // table entry is the mean over seeds (± std over seeds of the per-seed means).
 //
-// KV layout (issue 11): --shared-heads (one selection per layer for all KV heads, contiguous), or
+// KV layout: --shared-heads (one selection per layer for all KV heads, contiguous), or
 // --kv-layout paged --page-size N --evict-unit token|page (the same flags as kvevict-generate, through
 // the shared CLI layer): every policy engine of the sweep then uses that layout; the full-cache
 // reference is always the contiguous full cache, so every layout is compared with the same p.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bounded prefill (issue 15): Keyformer and H2O at r = 0.5 (prompt 256, k = 128), the prompt prefilled in
+# Bounded prefill: Keyformer and H2O at r = 0.5 (prompt 256, k = 128), the prompt prefilled in
 # chunks of C = 32 and cut to k after every chunk (at most k + 32 = 160 tokens per layer during the prompt),
 # against the same rows with the one-shot prefill, on the same windows. Writes
 # bench/quality/results/bounded.md (+ the CSVs of both runs under bench/quality/results/bounded/).
@@ -19,7 +19,7 @@ $q "${common[@]}" --out "$out/oneshot" > "$out/oneshot.md"
 $q "${common[@]}" --prefill-chunk 32 --bounded-prefill --out "$out/bounded" > "$out/bounded.md"
 secs=$(( $(date +%s) - start ))
 {
-  echo "Bounded prefill vs one-shot prefill (issue 15): r = 0.5 (k = 128 of a 256-token prompt), chunks of C = 32,"
+  echo "Bounded prefill vs one-shot prefill: r = 0.5 (k = 128 of a 256-token prompt), chunks of C = 32,"
   echo "cut to k after every chunk. Same windows, seeds and decode for both; only the prefill differs."
   echo "Produced by \`bash bench/quality/run_bounded.sh $*\` (wall time ${secs} s on the shared 2-core machine)."
   echo

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Paged rows of the quality report (issue 11): token- vs page-granular eviction at page sizes 8 and 16,
+# Paged rows of the quality report: token- vs page-granular eviction at page sizes 8 and 16,
 # r = 0.2 and 0.5, on the same 32 windows, seeds and settings as quality.md (so quality.md's numbers
 # stay as committed). Five runs of kvevict-quality: --shared-heads on the contiguous layout (what the
 # paged token unit must equal), then --kv-layout paged --page-size {8,16} --evict-unit {token,page}.
@@ -34,7 +34,7 @@ wall=$((SECONDS - start))
 # and top-1 agreement at r = 0.2 and 0.5, each ± its standard error over the 32 windows.
 {
   head -n 1 "$out/shared-heads.md"
-  echo "Token- vs page-granular eviction (issue 11): r = 0.2 (k = 51) and r = 0.5 (k = 128); per KV head = the"
+  echo "Token- vs page-granular eviction: r = 0.2 (k = 51) and r = 0.5 (k = 128); per KV head = the"
   echo "contiguous rows of quality_summary.csv (same windows and seeds); every other row selects once per layer."
   echo "Produced by \`bench/quality/run_paged.sh --threads 2\` (wall time ${wall} s on the shared 2-core machine)."
   echo

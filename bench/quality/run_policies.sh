@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Policies and ablations (issue 14): every row at one budget, one invocation of kvevict-quality, so all
+# Policies and ablations: every row at one budget, one invocation of kvevict-quality, so all
 # rows share one full-cache reference per window. Rows: window, streaming, tova, h2o, keyformer (recent
 # 30% of k, --seeds seeds), keyformer at recent 0.5 / 0.7, keyformer without noise, snapkv, h2o and
 # keyformer with PyramidKV per-layer budgets, shared vs per-KV-head selection, positions re-indexed,
@@ -28,7 +28,7 @@ start=$(date +%s)
 secs=$(( $(date +%s) - start ))
 rm -f "$out/$name.gp" "$out/${name}_plot.dat"
 {
-  echo "# Policies and ablations (issue 14)"
+  echo "# Policies and ablations"
   echo
   echo "Produced by \`RATIOS=$ratios VARIANT_SEEDS=$vs bash bench/quality/run_policies.sh $*\`: wall time ${secs} s"
   echo "($(( secs / 60 )) min) on the shared 2-core machine, one kvevict-quality invocation (every row is compared"

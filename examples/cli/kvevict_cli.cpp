@@ -169,7 +169,7 @@ void EvictionFlags::validate() {
     seed = v;
   }
 
-  // --snap-window, --snap-kernel, --snap-pooling, --snap-decode (SnapKV, issue 14)
+  // --snap-window, --snap-kernel, --snap-pooling, --snap-decode (SnapKV)
   const bool snap = any || policy == "snapkv";
   auto only_snapkv = [&](const char* flag, const std::string& what) {
     throw UsageError(flag, "only --policy snapkv has " + what + " (the policy is " + policy + "); drop " + flag);
@@ -205,7 +205,7 @@ void EvictionFlags::validate() {
     if (!snap && snap_decode != kvevict::SnapDecode::h2o) only_snapkv("--snap-decode", "a decode rule");
   }
 
-  // --layer-budgets (per-layer budgets, issue 14)
+  // --layer-budgets (per-layer budgets)
   if (!layer_budgets_text.empty()) {
     try {
       layer_budgets = kvevict::parse_layer_budgets(layer_budgets_text);
@@ -218,7 +218,7 @@ void EvictionFlags::validate() {
                                           "choose an eviction policy");
   }
 
-  // --kv-layout, --page-size, --evict-unit (paged KV storage, issue 11)
+  // --kv-layout, --page-size, --evict-unit (paged KV storage)
   if (!kv_layout_text.empty() && kv_layout_text != "contiguous" && kv_layout_text != "paged")
     throw UsageError("--kv-layout", "unknown layout '" + kv_layout_text + "' (expected contiguous or paged)");
   paged = kv_layout_text == "paged";
@@ -235,7 +235,7 @@ void EvictionFlags::validate() {
     evict_pages = evict_unit_text == "page";
   }
 
-  // --prefill-chunk, --bounded-prefill (chunked prefill, issue 15)
+  // --prefill-chunk, --bounded-prefill (chunked prefill)
   prefill_chunk = prefill_chunk_text.empty() ? 0 : parse_count(prefill_chunk_text, "--prefill-chunk", 1, 1u << 20);
   if (prefill_chunk != 0 && paged)
     throw UsageError("--prefill-chunk", "needs the contiguous KV layout (paged caches prefill in one shot); "

@@ -1,5 +1,5 @@
 // kvevict example — cli/kvevict_cli.hpp: the command-line layer shared by kvevict-generate,
-// kvevict-replay and kvevict-quality (issue 9).
+// kvevict-replay and kvevict-quality.
 // SPDX-License-Identifier: Apache-2.0
 //
 // One place declares the flags the tools share (--policy, --budget, --recent, --sinks, --tau-init,

@@ -42,7 +42,7 @@ using PagedCacheFactory = std::function<std::unique_ptr<kvevict::PagedCacheInter
 /// the slots' position IDs (a full cache: slot = position).
 using DecodeAttentionHook = std::function<void(std::size_t layer, const float* logits, std::size_t n)>;
 
-/// Paged KV storage of an `Engine` (issue 11): every block owns K and V page
+/// Paged KV storage of an `Engine`: every block owns K and V page
 /// pools of `ceil((seq_len + 1) / page_size)` pages in `layout`, a `PagePool`
 /// over them and the sequence's page table (page unit: a budget k needs
 /// `k + page_size <= ` that many slots).

@@ -1,5 +1,5 @@
 // tests/cli — the three command-line tools (kvevict-generate, kvevict-replay, kvevict-quality) driven
-// as a user would: every case of issue 9 (and issue 8 point 4, the last position of the context)
+// as a user would: every case a user reported (and the last position of the context)
 // asserts the exit code and that stderr names the flag the user typed, in one line.
 //
 // Generate cases run on synthetic llama2.c checkpoints written here (context 128); the cases that need
@@ -170,7 +170,7 @@ const std::string kSmall = "--model {S}/models/stories260K/stories260K.bin ";
 std::vector<Case> cases() {
   const Tool G = Tool::generate, R = Tool::replay, Q = Tool::quality;
   return {
-      // ---- kvevict-generate: issue 9 case 3 (defaults on a short prompt) ----
+      // ---- kvevict-generate: defaults on a short prompt ----
       {"GenStreamingDefaultBudgetUsesTheSinksFloor", G, kTiny + "--policy streaming --prompt-ids 1,5,6,7,8 --print-ids --steps 4",
        0, {"[streaming k=5 w=1 sinks=4]", "stopped: --steps 4 tokens generated"}},
       {"GenKeyformerShortPromptPrintsK", G, kTiny + "--policy keyformer --prompt-ids 1,5,6,7,8 --print-ids --steps 40",
@@ -203,7 +203,7 @@ std::vector<Case> cases() {
       {"GenStreamingRecentZeroAccepted", G, kTiny + "--policy streaming --budget 6 --recent 0% --prompt-ids 1 --print-ids --steps 2",
        0, {"[streaming k=6 w=2 sinks=4]"}},
       {"GenBudgetWithFull", G, kTiny + "--budget 64 --prompt-ids 1", 2, {"--budget: --policy full keeps every token"}},
-      // ---- case 7 / issue 8 point 4: why generation stopped ----
+      // ---- case 7 / why generation stopped ----
       {"GenStopsAtTheEndOfTheContext", G, kTiny + "--policy keyformer --budget 16 --temperature 0 --prompt-ids 1 --print-ids --steps 600",
        0, {"[keyformer k=16 w=4 sinks=0]", "generated 128 tok", "stopped: the model's context of 128 positions is reached"}},
       {"GenStopsAtSteps", G, kTiny + "--prompt-ids 1 --print-ids --steps 7 --temperature 0", 0, {"generated 7 tok", "stopped: --steps 7 tokens generated"}},
@@ -280,7 +280,7 @@ std::vector<Case> cases() {
       {"GenDumpFolderMissing", G, kTiny + "--dump-logits /nonexistent/dir/d.json --prompt-ids 1 --print-ids", 2,
        {"--dump-logits: cannot write '/nonexistent/dir/d.json': the folder '/nonexistent/dir' does not exist"}},
       {"GenUnknownFlag", G, kTiny + "--budgett 3", 2, {"--budgett"}},
-      // ---- SnapKV and per-layer budgets (issue 14) ----
+      // ---- SnapKV and per-layer budgets ----
       {"GenSnapKV", G, kTiny + "--policy snapkv --budget 4 --snap-window 2 --snap-kernel 3 --snap-pooling avg "
        "--prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0, {"[snapkv k=4 w=1 sinks=0 L=2]"}},
       {"GenSnapKVWindowDecode", G, kTiny + "--policy snapkv --budget 4 --snap-decode window --prompt-ids 1,2,3,4,5,6,7,8 "
@@ -368,7 +368,7 @@ std::vector<Case> cases() {
       {"QualityTooManyWindows", Q, kSmall + "--data {S}/data/tinystories-val/tinystories_val.txt --windows 100000 --out {W}/q", 2, {"--windows: 100000 exceeds the", "windows of 512 tokens"}, true},
       {"QualityDataMissing", Q, kSmall + "--data {W}/missing.txt --out {W}/q", 2, {"--data: cannot read"}, true},
       {"QualityUnknownFlag", Q, "--ratio 0.5", 2, {"--ratio"}},
-      // ---- kvevict-quality: the paged flags of kvevict-generate (issue 11), checked before any file ----
+      // ---- kvevict-quality: the paged flags of kvevict-generate, checked before any file ----
       {"QualityPageSizeWithoutPaged", Q, "--page-size 8", 2, {"--page-size: needs --kv-layout paged"}},
       {"QualityEvictUnitWithoutPaged", Q, "--evict-unit page", 2, {"--evict-unit: needs --kv-layout paged"}},
       {"QualityUnknownKvLayout", Q, "--kv-layout blocks", 2, {"--kv-layout: unknown layout 'blocks'"}},
@@ -376,14 +376,14 @@ std::vector<Case> cases() {
       {"QualityPageSizeZero", Q, "--kv-layout paged --page-size 0", 2, {"--page-size"}},
       {"QualityPageSizeWraps", Q, "--kv-layout paged --page-size 18446744073709551615", 2,
        {"--page-size: expected an integer in [1, 4096], got '18446744073709551615'"}},
-      // ---- kvevict-quality: rows and chunked prefill (issue 15), checked before any file ----
+      // ---- kvevict-quality: rows and chunked prefill, checked before any file ----
       {"QualityPoliciesUnknownRow", Q, "--policies h2o,snap", 2, {"--policies: row 'snap': unknown base 'snap'"}},
       {"QualityPoliciesRowTwice", Q, "--policies h2o,window,h2o", 2, {"--policies: row 'h2o' is given twice"}},
       {"QualityPrefillChunkZero", Q, "--prefill-chunk 0", 2, {"--prefill-chunk: expected an integer in [1, "}},
       {"QualityPrefillChunkPaged", Q, "--kv-layout paged --prefill-chunk 8", 2,
        {"--prefill-chunk: needs the contiguous KV layout"}},
       {"QualityBoundedWithoutChunk", Q, "--bounded-prefill", 2, {"--bounded-prefill"}},
-      // ---- kvevict-quality: SnapKV and per-layer budgets (issue 14), checked before any file ----
+      // ---- kvevict-quality: SnapKV and per-layer budgets, checked before any file ----
       {"QualitySnapKernelEven", Q, "--snap-kernel 2", 2, {"--snap-kernel: must be odd (got 2)"}},
       {"QualitySnapWindowAboveSmallestBudget", Q, "--snap-window 30 --ratios 0.1,0.5 --prompt 256", 2,
        {"--snap-window: L = 30 exceeds the budget k = 25", "--ratios 0.1"}},
@@ -420,7 +420,7 @@ TEST_P(Cli, ExitCodeAndOneStderrLineNamingTheFlag) {
 INSTANTIATE_TEST_SUITE_P(Tools, Cli, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
-// Issue 8 point 4: on an unseen checkpoint with context 128, a lone BOS and --steps 128 give 128 ids;
+// on an unseen checkpoint with context 128, a lone BOS and --steps 128 give 128 ids;
 // the 128th is predicted from position 127 and needs no position 128 (llama2.c prints 128 too).
 TEST(CliGenerate, GeneratesUpToTheTokenPredictedAtTheLastPosition) {
   const ToolRun run = Workspace::get().run(KVEVICT_GENERATE_BIN,
@@ -466,7 +466,7 @@ TEST(CliAll, HelpNamesTheEnvironmentVariablesAndExitCodes) {
   }
 }
 
-// Issue 9 case 1: a quality run writes every output whole, through temporary files that it renames.
+// a quality run writes every output whole, through temporary files that it renames.
 TEST(CliQuality, TinyRunWritesEveryOutputAndNoTemporaryFile) {
   if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
   KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
@@ -492,7 +492,7 @@ TEST(CliQuality, TinyRunWritesEveryOutputAndNoTemporaryFile) {
   EXPECT_NE(csv.find("\nsnapkv,0.5,16,4,0,0,"), std::string::npos) << csv;  // L = min(32, 16)
 }
 
-// Row specs (issue 14): every variant is its own row, in the order asked, with its own k, w and seeds;
+// Row specs: every variant is its own row, in the order asked, with its own k, w and seeds;
 // the ablations change the numbers; the oracle runs beside the policies against the same reference.
 TEST(CliQuality, RowSpecsRunEveryVariantAgainstOneReference) {
   if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
@@ -552,7 +552,7 @@ TEST(CliQuality, LayerBudgetsLabelTheRowsAndSnapKVStatesItsParameters) {
       << run.out;
 }
 
-// Issue 13: --step-threads runs every engine's step on a pool; the CSV is the same bytes.
+// --step-threads runs every engine's step on a pool; the CSV is the same bytes.
 TEST(CliQuality, StepThreadsGiveTheSameCsv) {
   if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
   KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
@@ -574,7 +574,7 @@ TEST(CliQuality, StepThreadsGiveTheSameCsv) {
 
 }  // namespace
 
-// ---- paged KV layout (issue 11) ----
+// ---- paged KV layout ----
 
 namespace {
 
@@ -598,7 +598,7 @@ TEST(CliGenerate, PagedTokenUnitPrintsTheIdsOfSharedHeadsForEveryPolicy) {
   }
 }
 
-// Issue 13: --threads N runs the engine's step (attention heads, the caches' scoring) on N workers
+// --threads N runs the engine's step (attention heads, the caches' scoring) on N workers
 // with the same ids for every N and every policy (Keyformer with its drawn noise; sampling on).
 TEST(CliGenerate, ThreadsGiveTheSameIdsForEveryCount) {
   for (const char* policy : {"keyformer", "h2o", "streaming", "window", "tova"}) {
@@ -618,8 +618,8 @@ TEST(CliGenerate, ThreadsGiveTheSameIdsForEveryCount) {
   }
 }
 
-// Issue 15: --prefill-chunk reproduces the one-shot greedy ids for every policy (Keyformer with its
-// drawn noise, the same for every chunking since issue 13), and --bounded-prefill runs; the flags are validated and named.
+// --prefill-chunk reproduces the one-shot greedy ids for every policy (Keyformer with its
+// drawn noise, the same for every chunking), and --bounded-prefill runs; the flags are validated and named.
 TEST(CliGenerate, PrefillChunkReproducesTheOneShotIds) {
   const std::string prompt = "--prompt-ids 1,5,9,3,7,11,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,1,3,5,7,9,11,13";
   for (const char* policy : {"full", "keyformer", "h2o", "streaming", "window", "tova"}) {

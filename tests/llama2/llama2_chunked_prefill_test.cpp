@@ -1,6 +1,6 @@
 // tests/llama2/llama2_chunked_prefill_test.cpp — chunked prefill on the real stories260K checkpoint
 // (../shared): with chunks of 64 the greedy ids equal the one-shot prefill's for every policy
-// (issue 15), and a bounded prefill keeps every block at its budget through a long prompt.
+//, and a bounded prefill keeps every block at its budget through a long prompt.
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
@@ -49,7 +49,7 @@ llama2::EvictionSettings settings(const std::string& policy, kvevict::Budget bud
   const bool no_window = policy == "tova" || policy == "streaming" || policy == "window";
   s.recent = kvevict::RecentWindow::ratio(no_window ? 0.0 : 0.3);
   s.params.horizon = 100;
-  s.params.gumbel_noise = true;  // drawn noise is the same for every chunking (issue 13)
+  s.params.gumbel_noise = true;  // drawn noise is the same for every chunking
   s.seed = 5;
   return s;
 }

@@ -106,7 +106,7 @@ TEST(Llama2Engine, PolicyWhoseBudgetIsNeverReachedChangesNothing) {
   }
 }
 
-// Issue 13: set_threads runs the step's attention heads and every cache's scoring on a pool;
+// set_threads runs the step's attention heads and every cache's scoring on a pool;
 // prefill logits, step logits and kept positions are bit-identical for 1, 2, 3 and 7 threads,
 // also after reset (the rebuilt caches get the pool too) and for the paged layout.
 TEST(Llama2Engine, ThreadsGiveBitIdenticalResults) {
@@ -206,7 +206,7 @@ TEST(Llama2Engine, RatioBudgetOnAOneTokenPromptKeepsOneToken) {
   EXPECT_EQ(e.retained(0), 1u);
 }
 
-// Per-layer budgets (issue 14): PyramidKV over 5 layers, k = 6, a 10-token prompt: b_min = 6 / 20 = 0.3,
+// Per-layer budgets: PyramidKV over 5 layers, k = 6, a 10-token prompt: b_min = 6 / 20 = 0.3,
 // b_max = 11.7 > 10 = P, so b_max = 10 and b_min = 12 - 10 = 2: [10, 8, 6, 4, 2] (total 30 = 5 x 6).
 // Every layer holds exactly its budget after the prompt and after every decode step, with h2o and with
 // snapkv (L = 2 kept in every layer: 2 + [7.8, 5.9, 4, 2.1, 0.2] rounds to the same budgets), with
@@ -252,9 +252,9 @@ TEST(Llama2Engine, PerLayerBudgetsAreRejectedWhereTheyCannotApply) {
   EXPECT_THROW(llama2::make_cache_factory(snap, 4, 2), std::invalid_argument);  // one-shot prefill only
 }
 
-// Chunked prefill (issue 15): same prefill logits, same kept tokens, same decode logits as the
+// Chunked prefill: same prefill logits, same kept tokens, same decode logits as the
 // one-shot prefill, for every policy and chunk size (Keyformer with its drawn noise: ζ is a pure
-// function of (seed, query head, prompt row, slot), issue 13).
+// function of (seed, query head, prompt row, slot)).
 TEST(Llama2Engine, ChunkedPrefillEqualsOneShotForEveryPolicyAndChunkSize) {
   const Model m = make_model(Header{}, 26);
   const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 13), rest(kTokens.begin() + 13, kTokens.end());

@@ -164,7 +164,7 @@ TEST(Llama2Loader, RejectsTheNewerExportFormat) {
 
 }  // namespace
 
-// Issue 8 point 5 (fuzz seed llama2_load/regression-2pow31-layers): a 92-byte file whose header
+// Regression (fuzz seed llama2_load/regression-2pow31-layers): a 92-byte file whose header
 // claims 2^31 - 1 layers is rejected by the size check, before anything is allocated.
 TEST(Llama2Loader, RejectsAHeaderClaiming2Pow31LayersBeforeAllocating) {
   TempFile f("kvevict_2pow31_layers");

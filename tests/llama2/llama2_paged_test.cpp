@@ -1,4 +1,4 @@
-// tests/llama2/llama2_paged_test.cpp — the engine's paged KV layout (issue 11): with the token unit
+// tests/llama2/llama2_paged_test.cpp — the engine's paged KV layout: with the token unit
 // its greedy ids (and every logit) equal those of the contiguous layout with shared_heads for every
 // policy, on synthetic checkpoints and on stories260K in ../shared; the page unit keeps the pool
 // exact and frees pages; bad settings are rejected.

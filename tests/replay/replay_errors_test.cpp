@@ -222,7 +222,7 @@ TEST(ReplayInput, EntriesAboveTheDiagonalAreIgnored) {
 }
 
 TEST(ReplayInput, ARatioBudgetResolvesToAtLeastOneToken) {
-  // Issue 8 point 3 / issue 9: k = max(1, floor(r * P)); 10% of P = 2 keeps one token (it used to
+  // k = max(1, floor(r * P)); 10% of P = 2 keeps one token (it used to
   // be an error), the same with --budget 10% and --budget-ratio 0.1, and the summary says k = 1.
   rtest::TempDir dir;
   const std::string file = dir.write("t.json", trace_json(kFields));

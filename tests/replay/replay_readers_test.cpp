@@ -1,6 +1,6 @@
 // tests/replay/replay_readers_test.cpp — the trace readers reject hostile files as InputError
 // naming the field, before allocating anything the file's real content does not justify
-// (issue 8 point 6, JSON trace reader; each case is also a seed under fuzz/corpus/).
+// (JSON trace reader; each case is also a seed under fuzz/corpus/).
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 

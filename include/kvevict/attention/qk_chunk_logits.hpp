@@ -118,7 +118,7 @@ class QKChunkRows final : public ChunkRows {
   std::size_t head_ = static_cast<std::size_t>(-1), first_ = 0, rows_ = 0;
 };
 
-/// Chunked prefill scored from Q and K (issue 15): computes the chunk's logits
+/// Chunked prefill scored from Q and K: computes the chunk's logits
 /// `x[h][i][s] = scale · (q[i][h] · K[h / g][s]) (+ bias)` for `s <= held + i`
 /// block by block and passes them to `cache.prefill_chunk` (a `Cache` or a
 /// `CacheInterface`) as rows on demand —

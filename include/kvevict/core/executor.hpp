@@ -2,7 +2,7 @@
 // the Executor concept, the serial default and a non-owning type-erased reference.
 // SPDX-License-Identifier: Apache-2.0
 //
-// ---- Executor (the caller's threads; issue 13) -------------------------------
+// ---- Executor (the caller's threads) -------------------------------
 //   std::size_t workers() const;                  how many tasks may run at once (>= 1);
 //                                                 the cache splits its work for this many
 //   void parallel_for(std::size_t n_tasks, F&& f); calls f(task) exactly once for every

@@ -101,7 +101,7 @@ inline void uniform_row(std::uint64_t key, std::size_t first_slot, float* out, s
 }
 }  // namespace detail
 
-/// The counter-based Gumbel noise of the caches (issue 13): `out[i]` = ζ of
+/// The counter-based Gumbel noise of the caches: `out[i]` = ζ of
 /// slot `first_slot + i` in the row with key `key` (`gumbel_row_key(seed,
 /// q_head, query_position)`), a pure function of (seed, q_head, query position,
 /// slot) — so any split of a step across threads, and any chunking of a prompt,

@@ -50,7 +50,7 @@ inline std::size_t checked_group(std::size_t n_q_heads, std::size_t n_kv_heads, 
 /// key `gumbel_row_key(seed, q_head, query position)`, a pure function of its
 /// inputs.
 ///
-/// Parallel work (issue 13) runs through the `ExecutorRef` of `set_executor`
+/// Parallel work runs through the `ExecutorRef` of `set_executor`
 /// (serial by default). Prefill splits across query heads (each owns its
 /// accumulator); a decode step splits across KV heads and, when there are
 /// fewer KV heads than workers, each head's row across chunk-aligned slot ranges
