@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include <kvevict/core/check.hpp>
+#include <kvevict/detail/check.hpp>
 
 namespace kvfuzz {
 

@@ -1,4 +1,4 @@
-// Tests of the run-time ISA dispatch (core/dispatch.hpp, core/vec16.hpp): every path this CPU
+// Tests of the run-time ISA dispatch (core/dispatch.hpp, detail/vec16.hpp): every path this CPU
 // runs gives the same bits as the baseline path and as the scalar definitions (the noise
 // formula, the fixed-order reductions, the victim rule), kernel by kernel and through whole
 // Keyformer / H2O / TOVA runs; forcing a path the CPU lacks throws and changes nothing; the

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <string>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 
 namespace kvevict {
 

@@ -14,16 +14,16 @@
 #include <vector>
 
 #include "kvevict/budget.hpp"
-#include "kvevict/budget_rule.hpp"
+#include "kvevict/detail/budget_rule.hpp"
 #include "kvevict/cache_config.hpp"
 #include "kvevict/cache_interface.hpp"
 #include "kvevict/concepts.hpp"
-#include "kvevict/core/check.hpp"
-#include "kvevict/kv/erased_kv.hpp"
+#include "kvevict/detail/check.hpp"
+#include "kvevict/detail/erased_kv.hpp"
 #include "kvevict/kv/kv_view.hpp"
-#include "kvevict/kv/slot_table.hpp"
+#include "kvevict/detail/slot_table.hpp"
 #include "kvevict/score/chunk_rows.hpp"
-#include "kvevict/score/scorer.hpp"
+#include "kvevict/detail/scorer.hpp"
 #include "kvevict/temperature/temperature_schedules.hpp"
 
 namespace kvevict {

@@ -22,9 +22,12 @@
 //                 materialises the logits; rope_rotate (re-rotating
 //                 cached keys by a position delta, never applied by a Cache)
 //   kv/           KV storage: KVView (non-owning, strided; KVView<const T> read-only), KVBuffer (owning)
-//   core/         argument checks, float bits, fast log/exp, the random generator, the run-time
-//                 choice of instruction set (dispatch.hpp) and the kernels compiled per path (vec16.hpp)
+//   core/         the random generator, the run-time choice of instruction set (dispatch.hpp) and the
+//                 Executor concept (SerialExecutor, ExecutorRef)
 //   paged/        page-table storage: PagedKVView (NHD/HND), PagePool, PagedCache (token or page unit)
+//   detail/       internal, never included by users: argument checks, float bits, fast log/exp, the
+//                 kernels compiled per instruction set (vec16.hpp), the slot tables, the scorer, the budget rule
+//   cuda/         CUDA (nvcc only, not included here): device views, the block code, kernels.cuh
 #pragma once
 
 #include "kvevict/attention/attention_logits.hpp"

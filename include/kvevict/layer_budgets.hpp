@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 
 namespace kvevict {
 

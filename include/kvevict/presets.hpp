@@ -10,7 +10,7 @@
 #include <string>
 
 #include "kvevict/cache.hpp"
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 #include "kvevict/score/score_policies.hpp"
 #include "kvevict/score/snapkv_score.hpp"
 #include "kvevict/selection/recent_topk_selection.hpp"

@@ -9,7 +9,7 @@
 
 #include <Eigen/Core>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 #include "kvevict/kv/kv_view.hpp"
 
 namespace kvevict {

@@ -10,7 +10,7 @@
 
 #include <Eigen/Core>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
 
 namespace kvevict {

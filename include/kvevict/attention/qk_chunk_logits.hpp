@@ -13,7 +13,7 @@
 
 #include <Eigen/Core>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 

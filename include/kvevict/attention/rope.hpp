@@ -25,7 +25,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 #include "kvevict/kv/kv_view.hpp"
 
 namespace kvevict {

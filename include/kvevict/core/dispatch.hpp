@@ -1,7 +1,7 @@
 // core/dispatch.hpp — which instruction set the hot kernels run on, chosen once at run time.
 // SPDX-License-Identifier: Apache-2.0
 //
-// The kernels of core/vec16.hpp are compiled three times inside the headers (GCC / Clang
+// The kernels of detail/vec16.hpp are compiled three times inside the headers (GCC / Clang
 // `target` attributes): x86-64 baseline (SSE2), AVX2 + FMA + F16C, and AVX-512 (F, BW, DQ,
 // VL). The first kernel call picks the best one the CPU (and OS) supports, whatever `-O`
 // level or `-march` the consumer's translation unit has; nothing extra to link. Every path

@@ -32,7 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvevict/core/hd.hpp"
+#include "kvevict/detail/hd.hpp"
 #include "kvevict/cuda/detail/block_contiguous.cuh"
 #include "kvevict/cuda/detail/block_paged.cuh"
 #include "kvevict/cuda/detail/block_softmax.cuh"

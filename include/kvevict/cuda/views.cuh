@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "kvevict/core/check.hpp"
-#include "kvevict/core/hd.hpp"
+#include "kvevict/detail/check.hpp"
+#include "kvevict/detail/hd.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"  // PageLayout, paged_row_offset, kNoPage
 
 namespace kvevict {
@@ -262,7 +262,7 @@ struct LogitsView {
 };
 
 /// Host-side check of a launch's parameters against a store of `capacity` slots per
-/// selection row and `n_kv_heads` heads (the CPU budget rule, budget_rule.hpp, on resolved
+/// selection row and `n_kv_heads` heads (the CPU budget rule, detail/budget_rule.hpp, on resolved
 /// `k`, `w`): `n_q_heads` a positive multiple of `n_kv_heads`, `k >= 1`, `w <= k`, TOVA and
 /// window/StreamingLLM `w == 0`, `sinks <= k`, capacity >= `k + 1` (token: a step appends
 /// before it evicts) or `k + page_size` (page unit), and for the page unit `k >=

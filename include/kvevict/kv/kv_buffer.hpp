@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 #include "kvevict/kv/kv_view.hpp"
 
 namespace kvevict {

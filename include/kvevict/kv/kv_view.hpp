@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 
 namespace kvevict {
 

@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 #include "kvevict/paged/page_pool.hpp"
-#include "kvevict/paged/paged_slots.hpp"
+#include "kvevict/detail/paged_slots.hpp"
 
 namespace kvevict {
 

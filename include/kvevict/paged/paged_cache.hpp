@@ -16,17 +16,17 @@
 #include <utility>
 #include <vector>
 
-#include "kvevict/budget_rule.hpp"
+#include "kvevict/detail/budget_rule.hpp"
 #include "kvevict/cache.hpp"  // CacheConfig
 #include "kvevict/concepts.hpp"
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 #include "kvevict/paged/page_eviction.hpp"
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_cache_interface.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
-#include "kvevict/paged/paged_slots.hpp"
+#include "kvevict/detail/paged_slots.hpp"
 #include "kvevict/presets.hpp"  // Policy, PolicyParams, the policy types
-#include "kvevict/score/scorer.hpp"
+#include "kvevict/detail/scorer.hpp"
 #include "kvevict/temperature/temperature_schedules.hpp"
 
 namespace kvevict {

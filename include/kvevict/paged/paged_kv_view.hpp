@@ -8,8 +8,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kvevict/core/check.hpp"
-#include "kvevict/core/hd.hpp"
+#include "kvevict/detail/check.hpp"
+#include "kvevict/detail/hd.hpp"
 
 namespace kvevict {
 

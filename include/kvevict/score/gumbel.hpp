@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kvevict/core/fast_math.hpp"
-#include "kvevict/core/hd.hpp"
+#include "kvevict/detail/fast_math.hpp"
+#include "kvevict/detail/hd.hpp"
 #include "kvevict/core/random.hpp"
-#include "kvevict/core/simd.hpp"
-#include "kvevict/core/vec16.hpp"
+#include "kvevict/detail/simd.hpp"
+#include "kvevict/detail/vec16.hpp"
 
 namespace kvevict {
 
@@ -43,7 +43,7 @@ inline void fill_uniform_open(Xoshiro256pp& gen, float* out, std::size_t n) {
 /// the vector width). O(n).
 inline void gumbel_from_uniform(float* u, std::size_t n) {
 #if defined(KVEVICT_VEC16)
-  vk::gumbel_from_uniform(u, n);  // dispatched (core/vec16.hpp), the same bits
+  vk::gumbel_from_uniform(u, n);  // dispatched (detail/vec16.hpp), the same bits
 #else
   KVEVICT_SIMD
   for (std::size_t i = 0; i < n; ++i) u[i] = -log_positive(-log_positive(u[i]));
@@ -111,7 +111,7 @@ inline void uniform_row(std::uint64_t key, std::size_t first_slot, float* out, s
 /// inside (0, 1), as `fill_gumbel`), `ζ = −log(−log U)` with
 /// `detail::log_positive`, so ζ lies in [−2.77, 16.6]. For a fixed key the map
 /// slot → `x` is a bijection. One loop of 16-lane vectors (hash, uniform, both logs), on the
-/// path `active_isa()` chose (core/vec16.hpp); every path gives the same bits, also without
+/// path `active_isa()` chose (detail/vec16.hpp); every path gives the same bits, also without
 /// `-ffp-contract=off`. O(n); no allocation.
 inline void fill_gumbel_row(std::uint64_t key, std::size_t first_slot, float* out, std::size_t n) {
 #if defined(KVEVICT_VEC16)

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "kvevict/concepts.hpp"
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 
 namespace kvevict {
 

@@ -10,9 +10,9 @@
 
 #include <Eigen/Core>
 
-#include "kvevict/core/fast_math.hpp"
-#include "kvevict/core/simd.hpp"
-#include "kvevict/core/vec16.hpp"
+#include "kvevict/detail/fast_math.hpp"
+#include "kvevict/detail/simd.hpp"
+#include "kvevict/detail/vec16.hpp"
 #include "kvevict/score/gumbel.hpp"
 
 namespace kvevict {
@@ -47,7 +47,7 @@ inline constexpr std::size_t kLanes = 16;
 /// optimisation level (`KVEVICT_SIMD` on the 16 lanes). O(len), no allocation.
 inline float max_propagate_nan(const float* v, std::size_t len) {
 #if defined(KVEVICT_VEC16)
-  return vk::max(v, len);  // dispatched (core/vec16.hpp): the same lanes, the same bits
+  return vk::max(v, len);  // dispatched (detail/vec16.hpp): the same lanes, the same bits
 #else
   constexpr float kInf = std::numeric_limits<float>::infinity();
   float lane[kLanes];
@@ -88,7 +88,7 @@ inline float max_propagate_nan(const float* v, std::size_t len) {
 /// (`KVEVICT_LANES`: the lanes in registers, never a reordering `reduction`). O(len), no allocation.
 inline float sum_fixed_order(const float* v, std::size_t len) {
 #if defined(KVEVICT_VEC16)
-  return vk::sum(v, len);  // dispatched (core/vec16.hpp): the same lanes, the same bits
+  return vk::sum(v, len);  // dispatched (detail/vec16.hpp): the same lanes, the same bits
 #else
   float lane[kLanes] = {};
   std::size_t i = 0;
@@ -114,7 +114,7 @@ inline constexpr std::size_t chunk_count(std::size_t n) { return (n + kChunk - 1
 /// flags (vector code at any optimisation level, on the dispatched path). O(n) reads, no allocation.
 inline bool row_accepted(const float* x, const float* zeta, std::size_t n) {
 #if defined(KVEVICT_VEC16)
-  return vk::row_ok(x, zeta, n);  // dispatched (core/vec16.hpp)
+  return vk::row_ok(x, zeta, n);  // dispatched (detail/vec16.hpp)
 #else
   constexpr float kInf = std::numeric_limits<float>::infinity();
   std::uint32_t bad[kLanes] = {};
@@ -205,7 +205,7 @@ inline bool softmax_bad(const float* mx, std::size_t chunks) {
 /// succeeded: the fixed-order combine. In place, `f[c] = sum[c] · exp((m_c −
 /// max m) · inv_tau) / Σ_c' (sum[c'] · exp((m_c' − max m) · inv_tau))` (c'
 /// ascending), `f = 0` for a fully masked row; `mx` becomes the scales. Never
-/// contracted into FMAs (core/no_contract.hpp). O(chunks), no allocation.
+/// contracted into FMAs (detail/no_contract.hpp). O(chunks), no allocation.
 KVEVICT_NO_CONTRACT_FN inline void softmax_combine(float* f, float* mx, std::size_t chunks, float inv_tau) {
   KVEVICT_NO_CONTRACT_BODY
   constexpr float kInf = std::numeric_limits<float>::infinity();

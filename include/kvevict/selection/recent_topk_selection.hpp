@@ -6,10 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvevict/core/check.hpp"
-#include "kvevict/core/bits.hpp"
-#include "kvevict/core/simd.hpp"
-#include "kvevict/core/vec16.hpp"
+#include "kvevict/detail/check.hpp"
+#include "kvevict/detail/bits.hpp"
+#include "kvevict/detail/simd.hpp"
+#include "kvevict/detail/vec16.hpp"
 #include "kvevict/selection/select_keep.hpp"
 
 namespace kvevict {
@@ -37,7 +37,7 @@ struct RecentTopKSelection {
   /// pass over 5 bytes per slot (score and flag) in 16 explicit lanes (lane `l`
   /// keeps the smallest key of slots `i ≡ l (mod 16)`, its first slot and how
   /// often it occurs: vector code at any optimisation level, on the path `active_isa()`
-  /// chose, core/vec16.hpp);
+  /// chose, detail/vec16.hpp);
   /// positions are read only when the minimum occurs more than once. Returns `n`
   /// if every slot is recent (never the case in a cache step: at most
   /// `w <= k < n` are). O(n), no allocation.
@@ -71,7 +71,7 @@ struct RecentTopKSelection {
       std::uint32_t lane_min[kLanes], lane_count[kLanes] = {}, lane_first[kLanes] = {};
       for (std::size_t l = 0; l < kLanes; ++l) lane_min[l] = kExcluded;
 #if defined(KVEVICT_VEC16)
-      // The loop below on the dispatched path (core/vec16.hpp): the same lanes, the same result.
+      // The loop below on the dispatched path (detail/vec16.hpp): the same lanes, the same result.
       detail::vk::victim_lanes(scores + base, recent + base, end - base, lane_min, lane_first, lane_count);
       i = end;
 #endif

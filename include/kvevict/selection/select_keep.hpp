@@ -9,8 +9,8 @@
 #include <numeric>
 #include <vector>
 
-#include "kvevict/core/check.hpp"
-#include "kvevict/core/simd.hpp"
+#include "kvevict/detail/check.hpp"
+#include "kvevict/detail/simd.hpp"
 
 namespace kvevict {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 
 namespace kvevict {
 namespace detail {

@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <limits>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 
 namespace kvevict {
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvevict/core/hd.hpp"
+#include "kvevict/detail/hd.hpp"
 #include "kvevict/cuda/detail/block_steps.cuh"
 #include "kvevict/cuda/views.cuh"
 

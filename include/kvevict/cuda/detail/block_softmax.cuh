@@ -7,9 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvevict/core/bits.hpp"
-#include "kvevict/core/fast_math.hpp"
-#include "kvevict/core/hd.hpp"
+#include "kvevict/detail/bits.hpp"
+#include "kvevict/detail/fast_math.hpp"
+#include "kvevict/detail/hd.hpp"
 #include "kvevict/cuda/views.cuh"
 #include "kvevict/score/gumbel.hpp"
 

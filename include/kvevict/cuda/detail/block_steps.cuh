@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvevict/core/hd.hpp"
+#include "kvevict/detail/hd.hpp"
 #include "kvevict/cuda/detail/block_softmax.cuh"
 #include "kvevict/cuda/views.cuh"
 #include "kvevict/score/gumbel.hpp"

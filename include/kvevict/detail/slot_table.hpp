@@ -1,4 +1,4 @@
-// kv/slot_table.hpp — the per-slot state of a cache (K row, V row, position ID in
+// detail/slot_table.hpp — the per-slot state of a cache (K row, V row, position ID in
 // the engine's view; score and recent-window flag here), and the one primitive
 // that moves a slot with all five together.
 // SPDX-License-Identifier: Apache-2.0
@@ -11,8 +11,8 @@
 #include <numeric>
 #include <vector>
 
-#include "kvevict/kv/erased_kv.hpp"
-#include "kvevict/kv/recent_flags.hpp"
+#include "kvevict/detail/erased_kv.hpp"
+#include "kvevict/detail/recent_flags.hpp"
 
 namespace kvevict {
 namespace detail {

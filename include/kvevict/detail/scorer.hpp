@@ -1,4 +1,4 @@
-// score/scorer.hpp — runs a score policy over a layer's logits with the one
+// detail/scorer.hpp — runs a score policy over a layer's logits with the one
 // softmax kernel: prompt rows at prefill, one row per query head per decode step.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 #include "kvevict/core/executor.hpp"
-#include "kvevict/core/simd.hpp"
+#include "kvevict/detail/simd.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/gumbel.hpp"
 #include "kvevict/score/snapkv_score.hpp"

@@ -1,11 +1,11 @@
-// core/bits.hpp — a float's bit pattern and back, for branch-free kernels.
+// detail/bits.hpp — a float's bit pattern and back, for branch-free kernels.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-#include "kvevict/core/hd.hpp"
+#include "kvevict/detail/hd.hpp"
 
 namespace kvevict {
 namespace detail {

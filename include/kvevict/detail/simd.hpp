@@ -1,4 +1,4 @@
-// core/simd.hpp — the loop-vectorisation request of the kernels' element-wise loops.
+// detail/simd.hpp — the loop-vectorisation request of the kernels' element-wise loops.
 // SPDX-License-Identifier: Apache-2.0
 //
 // `KVEVICT_SIMD` goes right before a `for` loop whose iterations are

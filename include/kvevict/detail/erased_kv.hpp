@@ -1,4 +1,4 @@
-// kv/erased_kv.hpp — a KVView with its element type erased to bytes, so that the
+// detail/erased_kv.hpp — a KVView with its element type erased to bytes, so that the
 // cache's slot moves are not templated on `T`.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 #include "kvevict/kv/kv_view.hpp"
 
 namespace kvevict {

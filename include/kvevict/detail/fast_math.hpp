@@ -1,16 +1,16 @@
-// core/fast_math.hpp — the element-wise log and exp of the score kernels,
+// detail/fast_math.hpp — the element-wise log and exp of the score kernels,
 // restricted to the ranges the kernels feed them, written as branch-free scalar
-// code; core/vec16.hpp repeats them on vectors, operation for operation. Never
-// contracted into FMAs (core/no_contract.hpp), so the bits do not depend on flags.
+// code; detail/vec16.hpp repeats them on vectors, operation for operation. Never
+// contracted into FMAs (detail/no_contract.hpp), so the bits do not depend on flags.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
-#include "kvevict/core/bits.hpp"
-#include "kvevict/core/hd.hpp"
-#include "kvevict/core/no_contract.hpp"
+#include "kvevict/detail/bits.hpp"
+#include "kvevict/detail/hd.hpp"
+#include "kvevict/detail/no_contract.hpp"
 
 namespace kvevict {
 namespace detail {

@@ -1,7 +1,7 @@
-// paged/paged_slots.hpp — the per-slot state of a paged cache (K and V rows of
+// detail/paged_slots.hpp — the per-slot state of a paged cache (K and V rows of
 // every KV head and the position ID in the engine's pages; per-head scores and
 // the recent flag here) and the one primitive that moves a logical slot with all
-// of them together: the paged counterpart of kv/slot_table.hpp.
+// of them together: the paged counterpart of detail/slot_table.hpp.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#include "kvevict/kv/recent_flags.hpp"
-#include "kvevict/kv/slot_table.hpp"  // sort_slots_by_position
+#include "kvevict/detail/recent_flags.hpp"
+#include "kvevict/detail/slot_table.hpp"  // sort_slots_by_position
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
 

@@ -1,4 +1,4 @@
-// core/vec16.hpp — the hot kernels written once on GCC / Clang vector extensions and compiled
+// detail/vec16.hpp — the hot kernels written once on GCC / Clang vector extensions and compiled
 // for each dispatched path (core/dispatch.hpp): baseline, AVX2 + FMA + F16C, AVX-512.
 // SPDX-License-Identifier: Apache-2.0
 //
@@ -12,7 +12,7 @@
 // Why not Google Highway: its dynamic dispatch lives in a compiled library (`hwy/targets.cc`,
 // libhwy) that a header-only library would force every consumer to link; the operations needed
 // here (add, mul, shifts, compares, converts) the vector extensions give on g++ >= 7, clang++ >= 10.
-// No contraction (core/no_contract.hpp): each compiled kernel is `KVEVICT_NO_CONTRACT_FN` and
+// No contraction (detail/no_contract.hpp): each compiled kernel is `KVEVICT_NO_CONTRACT_FN` and
 // each helper starts with `KVEVICT_NO_CONTRACT_BODY`, so a consumer's `-march=native` cannot fuse
 // `a · b + c` into an FMA and change the last bit.
 #pragma once
@@ -22,7 +22,7 @@
 #include <cstring>
 
 #include "kvevict/core/dispatch.hpp"
-#include "kvevict/core/no_contract.hpp"
+#include "kvevict/detail/no_contract.hpp"
 
 // Not under nvcc (its front end does not take these vector extensions): a CUDA translation unit's
 // host code runs the portable loops of the kernels' headers, which give the same bits.
@@ -78,7 +78,7 @@ KVEVICT_VEC_INLINE void store_part(float* p, const T& v, std::size_t r) {
   std::memcpy(t, &v, sizeof v);
   std::memcpy(p, t, r * sizeof(float));
 }
-/// `log_positive` (core/fast_math.hpp), lane-wise, the same operations in the same order.
+/// `log_positive` (detail/fast_math.hpp), lane-wise, the same operations in the same order.
 template <int W>
 KVEVICT_VEC_INLINE void log_positive(typename V<W>::F& x) {
   KVEVICT_NO_CONTRACT_BODY
@@ -103,7 +103,7 @@ KVEVICT_VEC_INLINE void log_positive(typename V<W>::F& x) {
   x = (r + e * -2.12194440e-4f) + e * 0.693359375f;
 }
 
-/// `exp_nonpositive` (core/fast_math.hpp), lane-wise, the same operations in the same order.
+/// `exp_nonpositive` (detail/fast_math.hpp), lane-wise, the same operations in the same order.
 template <int W>
 KVEVICT_VEC_INLINE void exp_nonpositive(typename V<W>::F& x) {
   KVEVICT_NO_CONTRACT_BODY

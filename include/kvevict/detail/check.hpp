@@ -1,4 +1,4 @@
-// core/check.hpp — argument checking helpers shared by every header.
+// detail/check.hpp — argument checking helpers shared by every header.
 // SPDX-License-Identifier: Apache-2.0
 //
 // Every public entry point validates its arguments *before* it changes any

@@ -1,4 +1,4 @@
-// kv/recent_flags.hpp — the recent window `w` of a cache as per-slot flags (the one
+// detail/recent_flags.hpp — the recent window `w` of a cache as per-slot flags (the one
 // representation, what a selection's `victim` reads), shared by the contiguous
 // slot table (one row of flags per KV head) and the paged one (one row per sequence).
 // SPDX-License-Identifier: Apache-2.0

@@ -1,4 +1,4 @@
-// core/hd.hpp — `KVEVICT_HD`: marks the few scalar functions that the CPU caches and
+// detail/hd.hpp — `KVEVICT_HD`: marks the few scalar functions that the CPU caches and
 // the CUDA kernels (include/kvevict/cuda/) share, so that both run one definition of
 // the noise formula and of the fast log / exp.
 // SPDX-License-Identifier: Apache-2.0

@@ -1,4 +1,4 @@
-// core/no_contract.hpp — keeps the compiler from fusing `a · b + c` into an FMA in the
+// detail/no_contract.hpp — keeps the compiler from fusing `a · b + c` into an FMA in the
 // kernels, whatever `-ffp-contract` the consumer's translation unit has.
 // SPDX-License-Identifier: Apache-2.0
 //

@@ -1,4 +1,4 @@
-// budget_rule.hpp — the one rule that turns a configuration and a budget `k` into
+// detail/budget_rule.hpp — the one rule that turns a configuration and a budget `k` into
 // the pair (k, w) a cache runs with. `Cache` and `PagedCache` both call it, so the
 // contiguous and the paged cache cannot drift apart (the paged token unit must
 // equal the contiguous `shared_heads` cache bit for bit).
@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "kvevict/budget.hpp"
-#include "kvevict/core/check.hpp"
+#include "kvevict/detail/check.hpp"
 
 namespace kvevict {
 namespace detail {
