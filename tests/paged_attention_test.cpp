@@ -245,6 +245,18 @@ TEST(PagedAttentionLogits, BadArgumentsThrowAndLeaveOutUntouched) {
   EXPECT_EQ(message(3, q.data()), "kvevict::paged_attention_logits: n_q_heads (3) must be a positive multiple of "
                                   "n_kv_heads (2)");
   EXPECT_EQ(message(4, nullptr), "kvevict::paged_attention_logits: q and out must be non-null");
+  EXPECT_EQ(message(4, out.data() + 1), "kvevict::paged_attention_logits: out overlaps q (give out its own array)");
+  const auto with_bias = [&](const float* bias) {
+    try {
+      kvevict::paged_attention_logits(seq.view, q.data(), 4, out.data(), 1.0f, bias);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  // bias == out would be overwritten by the product before it is added (2 · scale · q·k silently).
+  EXPECT_EQ(with_bias(out.data()), "kvevict::paged_attention_logits: out overlaps bias (bias == out is not an "
+                                   "in-place add: give out its own array, or add the bias after the call)");
   EXPECT_EQ(out, std::vector<float>(4 * 3, 42.0f));
   EXPECT_EQ(message(4, q.data()), "no exception");
 }

@@ -43,16 +43,7 @@ void attention_logits(const KVView<const T>& kv, const float* q, std::size_t n_q
   for (std::size_t j = 1; j < kv.n_kv_heads; ++j)
     detail::require(kv.length(j) == n, "kvevict::attention_logits: KV head ", j, " holds ", kv.length(j),
                     " slots, KV head 0 holds ", n);
-  // Byte ranges, compared as integers (pointers into different arrays have no order).
-  const auto overlaps = [&](const float* a, std::size_t a_len, std::size_t b_len) {
-    const auto a0 = reinterpret_cast<std::uintptr_t>(a), b0 = reinterpret_cast<std::uintptr_t>(out);
-    return a0 < b0 + b_len * sizeof(float) && b0 < a0 + a_len * sizeof(float);
-  };
-  detail::require(n == 0 || !overlaps(q, n_q_heads * kv.head_dim, n_q_heads * n),
-                  "kvevict::attention_logits: out overlaps q (give out its own array)");
-  detail::require(n == 0 || bias == nullptr || !overlaps(bias, n_q_heads * n, n_q_heads * n),
-                  "kvevict::attention_logits: out overlaps bias (bias == out is not an in-place add: give out its "
-                  "own array, or add the bias after the call)");
+  detail::require_separate_logits("kvevict::attention_logits", q, n_q_heads, kv.head_dim, bias, out, n);
   const std::size_t g = n_q_heads / kv.n_kv_heads;
   const auto rows = static_cast<Eigen::Index>(n), d = static_cast<Eigen::Index>(kv.head_dim);
   using KMat = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,

@@ -33,9 +33,11 @@ namespace kvevict {
 /// last elements of a row in another order (a few ulp). O(n_q_heads · n · head_dim), no allocation
 /// for `float` K.
 ///
+/// `out` must not overlap `q` or `bias` (an in-place bias would be overwritten by the product before
+/// it is added): add a bias in place after the call instead.
 /// Throws `std::invalid_argument`, before writing `out`, when `kv.validate()` does, when `n_q_heads`
-/// is not a positive multiple of `kv.n_kv_heads`, a pointer is null, or a live page-table entry is not
-/// a page id in `[0, num_pages)`.
+/// is not a positive multiple of `kv.n_kv_heads`, a pointer is null, a live page-table entry is not
+/// a page id in `[0, num_pages)`, or `out` overlaps `q` or `bias`.
 template <class T>
 void paged_attention_logits(const PagedKVView<T>& kv, const float* q, std::size_t n_q_heads, float* out,
                             float scale, const float* bias = nullptr) {
@@ -50,6 +52,7 @@ void paged_attention_logits(const PagedKVView<T>& kv, const float* q, std::size_
                     "page_table[", i, "] = ", p, " is not a page id in [0, ", kv.num_pages, ") (the sequence holds ",
                     n, " slots in ", pages, " pages)");
   }
+  detail::require_separate_logits("kvevict::paged_attention_logits", q, n_q_heads, kv.head_dim, bias, out, n);
   const std::size_t g = n_q_heads / kv.n_kv_heads;
   const auto d = static_cast<Eigen::Index>(kv.head_dim);
   // Rows of one KV head inside one page: NHD strides over the page's other heads, HND is contiguous.

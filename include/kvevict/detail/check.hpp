@@ -8,6 +8,8 @@
 //   "kvevict::select_keep: k must be >= 1 (got 0)".
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -28,6 +30,25 @@ std::string concat(Args&&... args) {
 template <class... Args>
 void require(bool ok, Args&&... args) {
   if (!ok) throw std::invalid_argument(concat(std::forward<Args>(args)...));
+}
+
+/// Whether the `a_len` floats at `a` and the `b_len` floats at `b` share a byte, compared as integers
+/// (pointers into different arrays have no order). O(1).
+inline bool floats_overlap(const float* a, std::size_t a_len, const float* b, std::size_t b_len) noexcept {
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a), b0 = reinterpret_cast<std::uintptr_t>(b);
+  return a0 < b0 + b_len * sizeof(float) && b0 < a0 + a_len * sizeof(float);
+}
+
+/// The buffer checks of the attention-logits helpers `who`: `out` (`[n_q_heads][n]`) must overlap
+/// neither `q` (`[n_q_heads][head_dim]`) nor `bias` (`[n_q_heads][n]`, may be null). Throws
+/// `std::invalid_argument` naming `who` otherwise. O(1).
+inline void require_separate_logits(const char* who, const float* q, std::size_t n_q_heads, std::size_t head_dim,
+                                    const float* bias, const float* out, std::size_t n) {
+  require(n == 0 || !floats_overlap(q, n_q_heads * head_dim, out, n_q_heads * n), who,
+          ": out overlaps q (give out its own array)");
+  require(n == 0 || bias == nullptr || !floats_overlap(bias, n_q_heads * n, out, n_q_heads * n), who,
+          ": out overlaps bias (bias == out is not an in-place add: give out its own array, or add the bias after "
+          "the call)");
 }
 
 /// Whether an object still owns its state: true until it is moved from (the move constructor and
