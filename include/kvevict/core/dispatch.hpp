@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The kernels of detail/vec16.hpp are compiled three times inside the headers (GCC / Clang
-// `target` attributes): x86-64 baseline (SSE2), AVX2 + FMA + F16C, and AVX-512 (F, BW, DQ,
+// `target` attributes): x86-64 baseline (SSE2), AVX2 + FMA, and AVX-512 (F, BW, DQ,
 // VL). The first kernel call picks the best one the CPU (and OS) supports, whatever `-O`
 // level or `-march` the consumer's translation unit has; nothing extra to link. Every path
 // gives the same bits (element-wise operations in the same order, no contraction into FMA,

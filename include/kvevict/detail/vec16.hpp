@@ -1,5 +1,5 @@
 // detail/vec16.hpp — the hot kernels written once on GCC / Clang vector extensions and compiled
-// for each dispatched path (core/dispatch.hpp): baseline, AVX2 + FMA + F16C, AVX-512.
+// for each dispatched path (core/dispatch.hpp): baseline, AVX2 + FMA, AVX-512.
 // SPDX-License-Identifier: Apache-2.0
 //
 // Why explicit vectors and not the auto-vectoriser: the loops must be vector code whatever the
@@ -37,8 +37,8 @@
 #define KVEVICT_VEC_UNROLL _Pragma("GCC unroll 16")
 
 #if defined(KVEVICT_X86_DISPATCH)
-#define KVEVICT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define KVEVICT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define KVEVICT_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define KVEVICT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 #endif
 
 namespace kvevict {
