@@ -279,6 +279,19 @@ int main(int argc, char** argv) {
 
     llama2::LoadedModel files = llama2::load_model(model_path, tokenizer_path, true);
     const llama2::Model& model = files.model;
+    if (retrieval_n > 0 && rspec.format == kvquality::RetrievalFormat::chat) {
+      // ChatML framing needs the model's own <|im_start|> / <|im_end|> ids (SmolLM2: 1 and 2).
+      const llama2::GgufVocab* vocab = model.vocab();
+      auto id_of = [&](const char* piece) {
+        if (vocab != nullptr)
+          for (std::size_t i = 0; i < vocab->tokens.size(); ++i)
+            if (vocab->tokens[i] == piece) return static_cast<int>(i);
+        throw kvcli::UsageError("--retrieval-format", std::string("chat needs the token ") + piece +
+                                                          " in the model's vocabulary (a GGUF chat model); use plain");
+      };
+      rspec.im_start = id_of("<|im_start|>");
+      rspec.im_end = id_of("<|im_end|>");
+    }
     if (window > model.config().seq_len)
       throw kvcli::UsageError("--window", std::to_string(window) + " exceeds the model's context of " +
                                               std::to_string(model.config().seq_len) + " positions");
@@ -438,7 +451,15 @@ int main(int argc, char** argv) {
         items = kvquality::make_retrieval_items(
             doc_ids, [&](const std::string& t) { return tok.encode(t, false); }, rspec);
       } catch (const std::invalid_argument& e) {
-        throw kvcli::UsageError("--prompt", e.what());
+        // Name the flag that can fix it: the documents are too short for the excerpt (--data), the
+        // needle copies fill the prompt (--needle-repeats), or the prompt is too short (--prompt).
+        std::string what = e.what();
+        const std::string prefix = "make_retrieval_items: ";
+        if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+        const char* flag = what.rfind("document ", 0) == 0 ? "--data"
+                           : (what.find("no room") != std::string::npos && rspec.needle_repeats > 1) ? "--needle-repeats"
+                                                                                                      : "--prompt";
+        throw kvcli::UsageError(flag, what);
       }
       // answers[run + 1][item]; answers[0]: the full cache.
       std::vector<std::vector<std::string>> answers(runs.size() + 1, std::vector<std::string>(items.size()));
@@ -455,7 +476,7 @@ int main(int argc, char** argv) {
         std::vector<int> out;
         for (std::size_t i = 0; i < answer_tokens; ++i) {
           const int id = static_cast<int>(std::max_element(logits, logits + vocab) - logits);
-          if (id == end_id || id == rspec.im_end) break;
+          if (id == end_id || (rspec.format == kvquality::RetrievalFormat::chat && id == rspec.im_end)) break;
           out.push_back(id);
           const std::string text = tok.decode(out);
           // Stop once a run of digits has ended (the score reads only the first run).

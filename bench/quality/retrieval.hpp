@@ -37,7 +37,7 @@ struct RetrievalSpec {
   RetrievalFormat format = RetrievalFormat::plain;
   std::size_t needle_repeats = 1;            ///< copies of the needle line (the 2nd, 3rd, ... spread evenly after
                                              ///< the first), >= 1
-  int im_start = 1, im_end = 2;              ///< ChatML special ids (format chat only)
+  int im_start = 1, im_end = 2;              ///< ChatML ids (chat only; the tool reads them from the model)
 };
 
 /// One prompt of the task.
