@@ -51,6 +51,9 @@ struct PagedKVOptions {
   kvevict::PageLayout layout = kvevict::PageLayout::NHD;  ///< NHD or HND
 };
 
+/// The prompt positions `Engine::prefill` returns logits for.
+enum class PrefillLogits { all, last };
+
 /// Single-sequence Llama-2 inference (RMSNorm, RoPE on interleaved pairs,
 /// grouped-query attention, SwiGLU, tied or separate classifier) in float32.
 ///
@@ -84,9 +87,6 @@ struct PagedKVOptions {
 ///
 /// The engine keeps a reference to `model`, which must outlive it. `step`
 /// does not allocate.
-/// The prompt positions `Engine::prefill` returns logits for.
-enum class PrefillLogits { all, last };
-
 class Engine {
  public:
   /// An engine at position 0 with empty caches. `make_cache` (optional) picks

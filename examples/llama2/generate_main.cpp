@@ -135,7 +135,15 @@ int main(int argc, char** argv) {
 
     // ---- prompt ----
     const std::string prompt_flag = prompt_ids_text.empty() ? "--prompt" : "--prompt-ids";
-    const std::vector<int> prompt_ids = prompt_ids_text.empty() ? tokenizer->encode(prompt, files.add_bos) : given_ids;
+    const std::vector<int> prompt_ids = [&] {
+      if (!prompt_ids_text.empty()) return given_ids;
+      try {
+        return tokenizer->encode(prompt, files.add_bos);
+      } catch (const std::invalid_argument& e) {  // a byte the vocabulary cannot encode, or no BOS token
+        throw kvcli::UsageError("--prompt", "cannot be encoded with " + files.tokenizer_source + ": " +
+                                                kvcli::strip_origin(e.what()));
+      }
+    }();
     if (prompt_ids.empty()) throw kvcli::UsageError("--prompt", "encodes to no tokens; give a non-empty prompt");
     for (int id : prompt_ids)
       if (id < 0 || static_cast<std::size_t>(id) >= cfg.vocab_size)

@@ -100,7 +100,8 @@ class Model {
   const float* classifier() const { return classifier_; }
   /// The tokenizer stored in a GGUF file's metadata; null for a llama2.c `.bin` or a GGUF without one.
   const GgufVocab* vocab() const { return vocab_.get(); }
-  /// "gguf" or "llama2.c", and for GGUF the tensor types found (e.g. "gguf (q4_1 ×152, q8_0 ×1, f32 ×61)").
+  /// "llama2.c", or for GGUF the tensor types found and their counts in name order
+  /// (e.g. "gguf (f32 x61, q4_1 x152, q8_0 x1)").
   const std::string& format() const { return format_; }
 
  private:
@@ -108,7 +109,8 @@ class Model {
   static Model load_gguf(const std::string& path);
 
   Config config_;
-  std::vector<float> storage_;  // the whole file, as floats (the 7-int header included)
+  // .bin: the whole file as floats (the 7-int header included); GGUF: the dequantized tensors.
+  std::vector<float> storage_;
   const float* token_embedding_ = nullptr;
   std::vector<LayerWeights> layers_;
   const float* rms_final_ = nullptr;

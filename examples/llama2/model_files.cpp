@@ -40,12 +40,15 @@ LoadedModel load_model(const std::string& model_arg, const std::string& tokenize
   std::string path = tokenizer_arg;
   const bool given = !path.empty();
   if (!given && vocab) {
+    // A GGUF whose tokenizer this tool cannot build (an unknown pre-tokenizer) still runs on token ids
+    // (--prompt-ids with --print-ids): the error is raised only when text is needed.
     try {
       m.tokenizer.emplace(Tokenizer::from_gguf(*vocab));
+      m.tokenizer_source = "the GGUF vocabulary of '" + file + "'";
     } catch (const std::invalid_argument& e) {
-      throw kvcli::UsageError(model_flag, "'" + file + "': its tokenizer: " + kvcli::strip_origin(e.what()));
+      if (need_tokenizer)
+        throw kvcli::UsageError(model_flag, "'" + file + "': its tokenizer: " + kvcli::strip_origin(e.what()));
     }
-    m.tokenizer_source = "the GGUF vocabulary of '" + file + "'";
   } else {
     if (!given) path = kvcli::find_tokenizer_beside(file);
     if (need_tokenizer || (given && std::filesystem::is_regular_file(path))) {

@@ -23,11 +23,13 @@ std::string shape(const std::vector<std::uint64_t>& ne) {
   return s + "]";
 }
 
-// A key that must fit the engine's size_t dimensions and be >= 1.
-std::size_t dimension(const gguf::File& f, const std::string& key, bool required, std::uint64_t fallback = 0) {
+// A key that must fit the engine's size_t dimensions and be in [1, 2^log2_max].
+std::size_t dimension(const gguf::File& f, const std::string& key, bool required, std::uint64_t fallback = 0,
+                      unsigned log2_max = 31) {
   const std::uint64_t v = f.get_uint(key, required, fallback);
-  if (v == 0 || v > (std::uint64_t{1} << 31))
-    fail(f.origin(), "key '" + key + "' = " + std::to_string(v) + " is out of range [1, 2^31]");
+  if (v == 0 || v > (std::uint64_t{1} << log2_max))
+    fail(f.origin(), "key '" + key + "' = " + std::to_string(v) + " is out of range [1, 2^" +
+                         std::to_string(log2_max) + "]");
   return static_cast<std::size_t>(v);
 }
 
@@ -46,7 +48,9 @@ Model Model::load_gguf(const std::string& path) {
   c.hidden_dim = dimension(f, "llama.feed_forward_length", true);
   c.n_heads = dimension(f, "llama.attention.head_count", true);
   c.n_kv_heads = dimension(f, "llama.attention.head_count_kv", false, c.n_heads);
-  c.seq_len = dimension(f, "llama.context_length", true);
+  // The engine sizes its RoPE tables and KV buffers by the context: 2^20 positions (above any llama-family
+  // model's) keeps a corrupt header from asking for hundreds of GiB before anything names the key.
+  c.seq_len = dimension(f, "llama.context_length", true, 0, 20);
   const double eps = f.get_float("llama.attention.layer_norm_rms_epsilon", true);
   const double theta = f.get_float("llama.rope.freq_base", false, 10000.0);
   if (!(eps > 0.0 && eps < 1.0))

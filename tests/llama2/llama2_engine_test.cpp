@@ -286,6 +286,26 @@ TEST(Llama2Engine, ChunkedPrefillEqualsOneShotForEveryPolicyAndChunkSize) {
   }
 }
 
+// PrefillLogits::last (what kvevict-generate uses): prefill returns [1][vocab], the last row of the
+// full [P][vocab] bit for bit, one-shot and chunked, and the caches and the next steps are unchanged.
+TEST(Llama2Engine, PrefillOfTheLastRowOnlyIsTheLastRowOfTheFullPrefill) {
+  const Model m = make_model(Header{}, 27);
+  const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 13), rest(kTokens.begin() + 13, kTokens.end());
+  auto s = settings("keyformer", kvevict::Budget::ratio(0.5));
+  Engine all(m, llama2::make_cache_factory(s, m.config().n_heads));
+  const llama2::RowMatrix full = all.prefill(prompt);
+  const auto expected = step_logits(all, rest);
+  for (std::size_t C : {0, 4}) {
+    s.prefill_chunk = C;
+    Engine last(m, llama2::make_cache_factory(s, m.config().n_heads), C);
+    last.set_prefill_logits(llama2::PrefillLogits::last);
+    const llama2::RowMatrix& one = last.prefill(prompt);
+    ASSERT_EQ(one.rows(), 1) << "C=" << C;
+    EXPECT_EQ(one.row(0), full.row(full.rows() - 1)) << "C=" << C;
+    EXPECT_EQ(step_logits(last, rest), expected) << "C=" << C;
+  }
+}
+
 // Bounded prefill: every layer ends the prompt at its budget, and a prompt that fits the
 // budget gives the one-shot logits exactly.
 TEST(Llama2Engine, BoundedPrefillKeepsTheBudgetAndEqualsOneShotWhenThePromptFits) {

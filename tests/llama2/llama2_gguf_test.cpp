@@ -425,7 +425,7 @@ TEST(GgufModel, RopeBaseComesFromTheFile) {
   EXPECT_NE(std::memcmp(la.data() + V, lb.data() + V, 3 * V * sizeof(float)), 0);
 }
 
-TEST(GgufModel, QuantizedReencodingGivesWhatItsDequantizedTwinGives) {
+TEST(GgufModel, QuantizedTensorsReachTheirPlacesAsTheirDequantizedTwin) {
   llama2_test::Header h;
   h.dim = 64, h.hidden_dim = 96, h.n_heads = 4, h.n_kv_heads = 2, h.vocab_size = 40, h.seq_len = 32;
   const std::vector<float> w = llama2_test::random_weights(h, 13);
@@ -488,6 +488,11 @@ TEST(GgufModel, BadModelsNameTheKeyOrTensor) {
   g = to_gguf(h, w, TensorType::F32, false);
   g.strings("tokenizer.ggml.tokens", {"a", "b"}).str("tokenizer.ggml.model", "llama");
   EXPECT_EQ(load_error(g), "key 'tokenizer.ggml.tokens' has 2 tokens but 'token_embd.weight' has 32 rows");
+  llama2_test::Header huge_context = h;  // the engine would size its KV buffers and RoPE tables by it
+  huge_context.seq_len = 1 << 21;
+  const std::vector<float> huge_w = llama2_test::random_weights(huge_context, 14);
+  EXPECT_EQ(load_error(to_gguf(huge_context, huge_w, TensorType::F32, false)),
+            "key 'llama.context_length' = 2097152 is out of range [1, 2^20]");
 }
 
 // stories260K.gguf (an F32 GGUF of stories260K.bin): the same logits bit for bit as the .bin, so
