@@ -37,13 +37,18 @@ def test_read_gguf_rejects_a_truncated_file_naming_it(shared_dir, tmp_path):
         kvevict.read_gguf(str(ROOT / "README.md"))
 
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (Debian python3-torch); the example needs it")
-spec = importlib.util.spec_from_file_location("torch_decode", ROOT / "examples/python/torch_decode.py")
-torch_decode = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(torch_decode)
+@pytest.fixture(scope="module")
+def torch_decode():
+    """The PyTorch example (examples/python/torch_decode.py); only its tests need torch."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (Debian python3-torch); the example needs it")
+    spec = importlib.util.spec_from_file_location("torch_decode", ROOT / "examples/python/torch_decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_stories260k_gguf_equals_its_bin_and_reproduces_llama2c(shared_dir):
+def test_stories260k_gguf_equals_its_bin_and_reproduces_llama2c(shared_dir, torch_decode):
+    import torch
     cfg_b, wb = torch_decode.load_llama2c(str(shared_dir / "models/stories260K/stories260K.bin"))
     cfg_g, wg = torch_decode.load_model(str(shared_dir / "models/stories260K/stories260K.gguf"))
     assert (cfg_b["seq_len"], cfg_g["seq_len"]) == (512, 2048)  # the GGUF export says 2048 positions
@@ -68,7 +73,7 @@ def smollm2_path():
     return run.stdout.strip()
 
 
-def test_smollm2_greedy_ids_are_transformers():
+def test_smollm2_greedy_ids_are_transformers(torch_decode):
     ref = json.loads((ROOT / "tests/llama2/reference/smollm2/greedy_128.json").read_text())
     cfg, w = torch_decode.load_model(smollm2_path())
     assert (cfg["n_layers"], cfg["n_heads"], cfg["n_kv"], cfg["theta"], cfg["eos"]) == (30, 9, 3, 100000.0, 2)
