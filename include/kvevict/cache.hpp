@@ -9,23 +9,18 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <utility>
 #include <vector>
 
-#include "kvevict/budget.hpp"
-#include "kvevict/budget_rule.hpp"
 #include "kvevict/cache_config.hpp"
 #include "kvevict/cache_interface.hpp"
-#include "kvevict/concepts.hpp"
 #include "kvevict/core/check.hpp"
-#include "kvevict/detail/eviction_core.hpp"
+#include "kvevict/core/executor.hpp"
+#include "kvevict/detail/eviction_core.hpp"  // the policies, the scorer, the state and the checks
 #include "kvevict/kv/erased_kv.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/kv/slot_table.hpp"
 #include "kvevict/score/chunk_rows.hpp"
-#include "kvevict/score/scorer.hpp"
-#include "kvevict/temperature/temperature_schedules.hpp"
 
 namespace kvevict {
 
@@ -99,12 +94,9 @@ class Cache final
     if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::Cache");
   }
 
-  // Copying would alias the same view: forbid it; moving is fine. A moved-from cache owns nothing:
-  // every member of `CacheInterface` (and `reset`) then throws `std::logic_error` (README "Guarantees").
-  Cache(const Cache&) = delete;
-  Cache& operator=(const Cache&) = delete;
-  Cache(Cache&&) noexcept = default;
-  Cache& operator=(Cache&&) noexcept = default;
+  // Copying would alias the same view: forbidden (the core's copy is deleted); moving is fine (the
+  // implicit, noexcept move). A moved-from cache owns nothing: every member of `CacheInterface` (and
+  // `reset`) then throws `std::logic_error` (README "Guarantees").
 
   /// Prefill: scores the prompt and evicts to budget (Keyformer Algorithm 1,
   /// prompt phase). Preconditions: every KV head of the view holds exactly `prompt_len` live

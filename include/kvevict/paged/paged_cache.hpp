@@ -10,25 +10,17 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
-#include <memory>
-#include <stdexcept>
 #include <utility>
 #include <vector>
 
-#include "kvevict/budget_rule.hpp"
-#include "kvevict/cache.hpp"  // CacheConfig
-#include "kvevict/concepts.hpp"
+#include "kvevict/cache_config.hpp"
 #include "kvevict/core/check.hpp"
-#include "kvevict/detail/eviction_core.hpp"
+#include "kvevict/detail/eviction_core.hpp"  // the policies, the scorer, the state and the checks
 #include "kvevict/paged/page_eviction.hpp"
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_cache_interface.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
 #include "kvevict/paged/paged_slots.hpp"
-#include "kvevict/presets.hpp"  // Policy, PolicyParams, the policy types
-#include "kvevict/score/scorer.hpp"
-#include "kvevict/temperature/temperature_schedules.hpp"
 
 namespace kvevict {
 
@@ -78,11 +70,6 @@ namespace kvevict {
 template <class Score, class Temperature, class Selection>
 class PagedCache final
     : public detail::EvictionCore<PagedCacheInterface, detail::PagedSlotTable, Score, Temperature, Selection> {
-  // The state, policies and checks `Cache` has too (detail/eviction_core.hpp; it asserts the policy contracts).
-  using Core = detail::EvictionCore<PagedCacheInterface, detail::PagedSlotTable, Score, Temperature, Selection>;
-  using Core::config_, Core::slots_, Core::scorer_, Core::selection_, Core::last_position_, Core::k_, Core::w_,
-      Core::n_, Core::step_, Core::tau_, Core::prefilled_, Core::kv, Core::checked_tau, Core::live, Core::check_head;
-
  public:
   /// Builds a cache over `kv` (length must be 0) drawing pages from `pool`
   /// (which must outlive the cache). Allocates O(n_kv_heads · capacity) floats once.
@@ -119,12 +106,9 @@ class PagedCache final
     if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::PagedCache");
   }
 
-  // A moved-from cache owns nothing (its pool pointer and page table now belong to the moved-to
-  // cache): every member of `PagedCacheInterface` (and `reset`) then throws `std::logic_error`.
-  PagedCache(const PagedCache&) = delete;
-  PagedCache& operator=(const PagedCache&) = delete;
-  PagedCache(PagedCache&&) noexcept = default;
-  PagedCache& operator=(PagedCache&&) noexcept = default;
+  // Not copyable (the core's copy is deleted); the implicit move is noexcept. A moved-from cache owns
+  // nothing (its pool pointer and page table now belong to the moved-to cache): every member of
+  // `PagedCacheInterface` (and `reset`) then throws `std::logic_error`.
 
   /// Prefill (Keyformer Algorithm 1, prompt phase), as `Cache::prefill` with
   /// `shared_heads`: the sequence holds exactly `prompt_len` tokens (appended
@@ -292,6 +276,11 @@ class PagedCache final
   const PagedEvictionConfig& paged_config() const { return paged_; }
 
  private:
+  // The state, policies and checks `Cache` has too (detail/eviction_core.hpp; it asserts the policy contracts).
+  using Core = detail::EvictionCore<PagedCacheInterface, detail::PagedSlotTable, Score, Temperature, Selection>;
+  using Core::config_, Core::slots_, Core::scorer_, Core::selection_, Core::last_position_, Core::k_, Core::w_,
+      Core::n_, Core::step_, Core::tau_, Core::prefilled_, Core::kv, Core::checked_tau, Core::live, Core::check_head;
+
   /// `detail::resolve_budget` (budget_rule.hpp, the rule `Cache` uses, so the
   /// token unit equals the contiguous cache) with the paged capacity — `k + 1`
   /// slots (token unit; a step appends before it evicts) or `k + page_size`

@@ -6,22 +6,37 @@
 #pragma once
 
 #include <memory>
-#include <stdexcept>
+#include <utility>
 
 #include "kvevict/paged/paged_cache.hpp"
 #include "kvevict/presets.hpp"
 
 namespace kvevict {
 
-/// Keyformer, H2O, StreamingLLM, TOVA and SnapKV over paged storage (see presets.hpp).
-using PagedKeyformer = PagedCache<GumbelLogitScore, LinearTemperature, RecentTopKSelection>;
-using PagedH2O = PagedCache<AccumulatedAttentionScore, ConstantTemperature, RecentTopKSelection>;
-using PagedStreamingLLM = PagedCache<NoScore, ConstantTemperature, SinkRecentSelection>;
-using PagedTOVA = PagedCache<CurrentAttentionScore, ConstantTemperature, RecentTopKSelection>;
+namespace detail {
+/// The paged twin of a contiguous cache type: `PagedTwinOf<Cache<S, T, Sel>>::type` is
+/// `PagedCache<S, T, Sel>` (the same policies over paged storage). Compile time only.
+template <class C>
+struct PagedTwinOf;
+template <class Score, class Temperature, class Selection>
+struct PagedTwinOf<Cache<Score, Temperature, Selection>> {
+  using type = PagedCache<Score, Temperature, Selection>;  ///< the paged cache with the same policies
+};
+/// `PagedTwinOf<C>::type`.
+template <class C>
+using PagedTwin = typename PagedTwinOf<C>::type;
+}  // namespace detail
+
+/// Keyformer, H2O, StreamingLLM, TOVA and SnapKV over paged storage (see presets.hpp): the paged twins of
+/// the contiguous presets, so both read the one table `detail::PolicyTypes`.
+using PagedKeyformer = detail::PagedTwin<Keyformer>;
+using PagedH2O = detail::PagedTwin<H2O>;
+using PagedStreamingLLM = detail::PagedTwin<StreamingLLM>;
+using PagedTOVA = detail::PagedTwin<TOVA>;
 /// SnapKV (prefill selection only in the token unit; the page unit ranks pages by the raw, unpooled
 /// observation-window scores).
-using PagedSnapKV = PagedCache<SnapKVScore, ConstantTemperature, RecentTopKSelection>;
-using PagedSnapKVWindow = PagedCache<SnapKVScore, ConstantTemperature, TopKThenWindowSelection>;
+using PagedSnapKV = detail::PagedTwin<SnapKV>;
+using PagedSnapKVWindow = detail::PagedTwin<SnapKVWindow>;
 
 /// Builds policy `p` over one paged sequence, exactly as `make_cache` builds
 /// it over a contiguous view (same parameters, same checks: keyformer needs
@@ -31,28 +46,12 @@ template <class T>
 std::unique_ptr<PagedCacheInterface> make_paged_cache(Policy p, const CacheConfig& config,
                                                       const PagedEvictionConfig& paged, const PagedKVView<T>& kv,
                                                       PagePool& pool, const PolicyParams& params = PolicyParams()) {
-  switch (p) {
-    case Policy::keyformer:
-      return std::make_unique<PagedKeyformer>(config, paged, kv, pool, GumbelLogitScore{params.gumbel_noise},
-                                              LinearTemperature(params.tau_init, params.tau_end, params.horizon));
-    case Policy::h2o:
-      return std::make_unique<PagedH2O>(config, paged, kv, pool);
-    case Policy::streaming_llm:
-      return std::make_unique<PagedStreamingLLM>(config, paged, kv, pool, NoScore{}, ConstantTemperature(),
-                                                 SinkRecentSelection{params.sinks});
-    case Policy::window:
-      return std::make_unique<PagedStreamingLLM>(config, paged, kv, pool, NoScore{}, ConstantTemperature(),
-                                                 SinkRecentSelection{0});
-    case Policy::tova:
-      detail::require(config.recent.is_none(),
-                      "kvevict::make_paged_cache: TOVA has no recent window; set config.recent to 0");
-      return std::make_unique<PagedTOVA>(config, paged, kv, pool);
-    case Policy::snapkv:
-      if (params.snap_decode == SnapDecode::window)
-        return std::make_unique<PagedSnapKVWindow>(config, paged, kv, pool, make_snapkv_score(params));
-      return std::make_unique<PagedSnapKV>(config, paged, kv, pool, make_snapkv_score(params));
-  }
-  throw std::invalid_argument("kvevict::make_paged_cache: unknown policy");
+  return detail::make_policy<PagedCache, PagedCacheInterface>(
+      p, config, params, "kvevict::make_paged_cache",
+      [&](auto type, auto&&... policies) -> std::unique_ptr<PagedCacheInterface> {
+        using X = typename decltype(type)::type;
+        return std::make_unique<X>(config, paged, kv, pool, std::forward<decltype(policies)>(policies)...);
+      });
 }
 
 }  // namespace kvevict
