@@ -10,6 +10,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -245,6 +246,13 @@ TEST(ExecutorWorkers, SizeMaxWorkersScoreBitForBitAsSerial) {
 }
 
 // ---- 6. a moved-from cache refuses every call ------------------------------------------------------
+
+// Both caches can be moved (noexcept) but not copied: copying would alias the same view or page table.
+static_assert(std::is_nothrow_move_constructible_v<kvevict::H2O> && std::is_nothrow_move_assignable_v<kvevict::H2O>);
+static_assert(!std::is_copy_constructible_v<kvevict::H2O> && !std::is_copy_assignable_v<kvevict::H2O>);
+static_assert(std::is_nothrow_move_constructible_v<kvevict::PagedH2O> &&
+              std::is_nothrow_move_assignable_v<kvevict::PagedH2O>);
+static_assert(!std::is_copy_constructible_v<kvevict::PagedH2O> && !std::is_copy_assignable_v<kvevict::PagedH2O>);
 
 TEST(MovedFrom, ACacheThrowsLogicErrorAndTheMovedToCacheWorks) {
   kvevict::KVBuffer<float> buf(1, 8, 2);

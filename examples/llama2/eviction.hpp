@@ -10,7 +10,7 @@
 
 #include "kvevict/budget.hpp"
 #include "kvevict/layer_budgets.hpp"
-#include "kvevict/paged/paged_cache.hpp"
+#include "kvevict/paged_presets.hpp"
 #include "kvevict/presets.hpp"
 #include "llama2/engine.hpp"
 

@@ -1,30 +1,24 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // cache.hpp — the per-layer evicting cache: orchestrates a score policy
-// (score/scorer.hpp runs it), a temperature schedule and a selection policy
-// (contracts in concepts.hpp) over the slots of a KV view (kv/slot_table.hpp).
+// (detail/scorer.hpp runs it), a temperature schedule and a selection policy
+// (contracts in concepts.hpp) over the slots of a KV view (detail/slot_table.hpp).
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <utility>
 #include <vector>
 
-#include "kvevict/budget.hpp"
-#include "kvevict/detail/budget_rule.hpp"
 #include "kvevict/cache_config.hpp"
 #include "kvevict/cache_interface.hpp"
-#include "kvevict/concepts.hpp"
 #include "kvevict/detail/check.hpp"
+#include "kvevict/core/executor.hpp"
+#include "kvevict/detail/eviction_core.hpp"  // the policies, the scorer, the state and the checks
 #include "kvevict/detail/erased_kv.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/detail/slot_table.hpp"
 #include "kvevict/score/chunk_rows.hpp"
-#include "kvevict/detail/scorer.hpp"
-#include "kvevict/temperature/temperature_schedules.hpp"
 
 namespace kvevict {
 
@@ -64,16 +58,14 @@ namespace kvevict {
 /// Threads: one cache per layer per sequence, called by one thread; that call may run its
 /// work on an executor's workers (`set_executor`), with bit-identical results for any count.
 template <class Score, class Temperature, class Selection>
-class Cache final : public CacheInterface {
-  // The policy contracts (kvevict/concepts.hpp): one readable error per missing member.
-  static_assert(detail::cache_policy_static_asserts<Score, Temperature, Selection>::value,
-                "kvevict: the policies do not satisfy their contracts");
+class Cache final
+    : public detail::EvictionCore<CacheInterface, detail::SlotTable, Score, Temperature, Selection> {
+  // The shared state, policies and checks (detail/eviction_core.hpp; it also asserts the policy contracts).
+  using Core = detail::EvictionCore<CacheInterface, detail::SlotTable, Score, Temperature, Selection>;
+  using Core::config_, Core::slots_, Core::scorer_, Core::selection_, Core::last_position_, Core::k_, Core::w_,
+      Core::n_, Core::step_, Core::tau_, Core::prefilled_, Core::kv, Core::checked_tau, Core::live, Core::check_head;
 
  public:
-  using score_type = Score;              ///< what a token's score is
-  using temperature_type = Temperature;  ///< τ per step
-  using selection_type = Selection;      ///< which tokens stay
-
   /// Builds a cache over `kv` (lengths must be 0). Allocates
   /// O(n_q_heads · capacity) floats and indices once.
   /// Throws `std::invalid_argument` if the view is invalid or not empty,
@@ -85,19 +77,13 @@ class Cache final : public CacheInterface {
   template <class T>
   Cache(const CacheConfig& config, KVView<T> kv, Score score = Score(), Temperature temperature = Temperature(),
         Selection selection = Selection())
-      : config_(config),
-        slots_(detail::ErasedKV::from(kv)),
-        // slots_ validated the view; n_q_heads is checked before the scorer allocates for it.
-        scorer_(std::move(score), kv.n_kv_heads,
-                detail::checked_group(config.n_q_heads, kv.n_kv_heads, kv.capacity, "kvevict::Cache"), kv.capacity,
-                config.seed),
-        temperature_(std::move(temperature)),
-        selection_(std::move(selection)) {
+      // The view is validated (SlotTable's ErasedKV) before the core checks n_q_heads against it.
+      : Core(config, detail::SlotTable(detail::ErasedKV::from(kv)), std::move(score), std::move(temperature),
+             std::move(selection), "kvevict::Cache") {
     const std::size_t nkv = kv.n_kv_heads;
     for (std::size_t h = 0; h < nkv; ++h)
       detail::require(kv.lengths[h] == 0, "kvevict::Cache: the view must be empty at construction (lengths[", h,
                       "] = ", kv.lengths[h], ")");
-    group_ = config.n_q_heads / nkv;
     detail::require(!config.bounded_prefill || !detail::has_observation_window<Score>,
                     "kvevict::Cache: bounded_prefill is not supported by SnapKV (it scores the last L prompt rows)");
     detail::require(!config.bounded_prefill || !config.budget.is_ratio(),
@@ -106,12 +92,9 @@ class Cache final : public CacheInterface {
     if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::Cache");
   }
 
-  // Copying would alias the same view: forbid it; moving is fine. A moved-from cache owns nothing:
-  // every member of `CacheInterface` (and `reset`) then throws `std::logic_error` (README "Guarantees").
-  Cache(const Cache&) = delete;
-  Cache& operator=(const Cache&) = delete;
-  Cache(Cache&&) noexcept = default;
-  Cache& operator=(Cache&&) noexcept = default;
+  // Copying would alias the same view: forbidden (the core's copy is deleted); moving is fine (the
+  // implicit, noexcept move). A moved-from cache owns nothing: every member of `CacheInterface` (and
+  // `reset`) then throws `std::logic_error` (README "Guarantees").
 
   /// Prefill: scores the prompt and evicts to budget (Keyformer Algorithm 1,
   /// prompt phase). Preconditions: every KV head of the view holds exactly `prompt_len` live
@@ -120,17 +103,14 @@ class Cache final : public CacheInterface {
   ///
   /// `logits`: `[q_head][P][P]` row-major, `x[h][r][c]` = logit of the query at
   /// slot `r` against slot `c`; only `c <= r` is read (the causal part; `-inf`
-  /// entries count as masked). May be `nullptr` for `NoScore`. `gumbel`: optional pre-drawn ζ, same layout (read where the logits are),
-  /// else drawn (`fill_gumbel_row`: prompt row r of q_head h has key (seed, h, r));
-  /// used only by a noisy score policy.
-  /// Resolves and checks `k` and `w` with `resolve_budget`; row r of query
-  /// head h adds `softmax((x[h][r][0..r] + ζ) / τ_0)` to h's accumulator (TOVA:
-  /// last row only), KV head j's scores are the sum over its group (so that
-  /// `prefill_chunk` gives the same bits); then keeps `selection.prefill_keep`'s
-  /// tokens, compacted in ascending position order into slots `[0, min(k, P))`.
-  /// O(n_q_heads · P²) scoring, O(n_kv_heads · P · head_dim) compaction. This
-  /// is `prefill_chunk` of the whole prompt then `finish_prefill`. Throws `std::invalid_argument` on a second prefill, `prompt_len == 0`,
-  /// lengths ≠ `prompt_len`, unordered or mismatched positions, a budget the
+  /// entries count as masked). May be `nullptr` for `NoScore`. `gumbel`: optional pre-drawn ζ, same layout (read where
+  /// the logits are), else drawn (`fill_gumbel_row`: prompt row r of q_head h has key (seed, h, r)); used only by a
+  /// noisy score policy. Resolves and checks `k` and `w` with `resolve_budget`; row r of query head h adds
+  /// `softmax((x[h][r][0..r] + ζ) / τ_0)` to h's accumulator (TOVA: last row only), KV head j's scores are the sum over
+  /// its group (so that `prefill_chunk` gives the same bits); then keeps `selection.prefill_keep`'s tokens, compacted
+  /// in ascending position order into slots `[0, min(k, P))`. O(n_q_heads · P²) scoring, O(n_kv_heads · P · head_dim)
+  /// compaction. This is `prefill_chunk` of the whole prompt then `finish_prefill`. Throws `std::invalid_argument` on a
+  /// second prefill, `prompt_len == 0`, lengths ≠ `prompt_len`, unordered or mismatched positions, a budget the
   /// selection cannot serve (`resolve_budget`: `w > k`, `sinks > k`, a window
   /// given to StreamingLLM, capacity < `k + 1`), τ_0 outside the valid range
   /// (finite, >= FLT_MIN), a null `logits` when scores need it, or a NaN /
@@ -170,7 +150,8 @@ class Cache final : public CacheInterface {
   /// `n`, positions do not rise or differ across heads, τ_0 is invalid,
   /// `logits` is null when needed, or a value of `x + ζ` is NaN / `+inf`; the
   /// cache and the view are then unchanged.
-  void prefill_chunk(const float* logits, std::size_t chunk_len, std::size_t n, const float* gumbel = nullptr) override {
+  void prefill_chunk(const float* logits, std::size_t chunk_len, std::size_t n,
+                     const float* gumbel = nullptr) override {
     live("prefill_chunk");
     if constexpr (Score::kUsesLogits)
       detail::require(logits != nullptr, "kvevict::Cache::prefill_chunk: logits must be non-null");
@@ -220,15 +201,13 @@ class Cache final : public CacheInterface {
   /// One decode step (Keyformer Algorithm 1, generation phase; H2O §4; TOVA).
   /// Preconditions: the engine appended the new token's K/V to every KV head
   /// (slot `n − 1`, same position on every head, larger than any position seen
-  /// before), so every head holds `n = previous length + 1` slots. `logits`: `[q_head][n]` row-major, by slot as the engine's attention reads
-  /// the view (may be `nullptr` for `NoScore`). `gumbel`: optional injected ζ,
-  /// `[q_head][n]`, used as in `prefill` (only by a noisy score policy). Each query head's row adds `softmax((x + ζ) / τ_t)` into its KV head's
-  /// scores (TOVA: replaces them), `τ_t = temperature(step + 1)`; the new token
-  /// thereby gets the score of its own step. If `n > k`, each KV head (or the
-  /// layer, with `shared_heads`) evicts `selection.victim(...)`: the hole is
-  /// filled with slot `n − 1`. "Recent" is the `w` most recently appended
-  /// tokens, given to the selection as per-slot flags.
-  /// O(n_q_heads · n) scoring + O(n_kv_heads · n) selection + O(n_kv_heads ·
+  /// before), so every head holds `n = previous length + 1` slots. `logits`: `[q_head][n]` row-major, by slot as the
+  /// engine's attention reads the view (may be `nullptr` for `NoScore`). `gumbel`: optional injected ζ,
+  /// `[q_head][n]`, used as in `prefill` (only by a noisy score policy). Each query head's row adds `softmax((x + ζ) /
+  /// τ_t)` into its KV head's scores (TOVA: replaces them), `τ_t = temperature(step + 1)`; the new token thereby gets
+  /// the score of its own step. If `n > k`, each KV head (or the layer, with `shared_heads`) evicts
+  /// `selection.victim(...)`: the hole is filled with slot `n − 1`. "Recent" is the `w` most recently appended tokens,
+  /// given to the selection as per-slot flags. O(n_q_heads · n) scoring + O(n_kv_heads · n) selection + O(n_kv_heads ·
   /// head_dim) data moved. No heap allocation. The logits are read twice (a
   /// read-only check of every row first, for all-or-nothing, then one streaming
   /// softmax pass per row); the victim search reads scores and flags once. On an
@@ -244,19 +223,13 @@ class Cache final : public CacheInterface {
                                           : "kvevict::Cache::decode_step: call prefill() first");
     const std::int64_t new_pos = detail::check_step_view(kv(), n, n_, last_position_);
     const float tau = checked_tau(step_ + 1, "decode_step");
-    if constexpr (Score::kUsesLogits) {
-      detail::require(logits != nullptr, "kvevict::Cache::decode_step: logits must be non-null");
-      scorer_.score_step(logits, gumbel, n, 1.0f / tau, slots_.all_scores(), slots_.capacity(),
-                         static_cast<std::uint64_t>(new_pos));
-    } else {
-      for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.scores(j)[n - 1] = 0.0f;
-    }
+    this->score_step(logits, gumbel, n, tau, new_pos);
     // ---- nothing below can throw ----
     slots_.enter_window(n - 1);
     last_position_ = new_pos;
     if (n > k_) {
       if (config_.shared_heads) {
-        const float* sum = scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), n);
+        const float* sum = this->summed_scores(n);
         const std::size_t victim = selection_.victim(sum, slots_.recent(0), slots_.positions(0), n);
         for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victim, n);
       } else {  // per KV head, on the executor: head j's search and move touch only head j
@@ -277,35 +250,13 @@ class Cache final : public CacheInterface {
   void reset(std::uint64_t seed) override {
     live("reset");
     for (std::size_t h = 0; h < kv().n_kv_heads; ++h) kv().lengths[h] = 0;
-    slots_.clear_scores();
-    slots_.reset_window(0);
-    scorer_.seed(seed);
-    config_.seed = seed;
-    prefilled_ = chunking_ = false;
-    k_ = w_ = n_ = step_ = prompt_len_ = 0;
-    last_position_ = std::numeric_limits<std::int64_t>::min();
-    tau_ = 0.0f;
+    this->reset_state(seed);
+    chunking_ = false;
+    prompt_len_ = 0;
   }
   void reset() { reset(config_.seed); }  ///< `reset(seed)` with the seed of the configuration.
 
-  std::size_t budget() const override {
-    live("budget");
-    return k_;
-  }
-  std::size_t recent_window() const override {
-    live("recent_window");
-    return w_;
-  }
-  std::size_t step() const override {
-    live("step");
-    return step_;
-  }
-  float temperature() const override {
-    live("temperature");
-    return tau_;
-  }
   std::size_t length(std::size_t h) const override { return kv().lengths[check_head(h, "length")]; }
-  const float* scores(std::size_t h) const override { return slots_.scores(check_head(h, "scores")); }
   const std::int64_t* positions(std::size_t h) const override { return kv().pos(check_head(h, "positions")); }
   std::vector<std::int64_t> retained_positions(std::size_t h) const override {
     const std::int64_t* pos = kv().pos(check_head(h, "retained_positions"));
@@ -327,25 +278,7 @@ class Cache final : public CacheInterface {
       slots_.sort_by_position(j, prefilled_ || chunking_ ? n_ : kv().lengths[j]);
   }
 
-  /// Runs the scoring of `prefill`, `prefill_chunk` (when its rows are `concurrent()`) and
-  /// `decode_step` as tasks on `executor` (core/executor.hpp; the default is serial); the
-  /// referenced executor must outlive its use. Prefill splits across query heads; a step
-  /// across KV heads, and across 512-slot chunks of a row when n_kv_heads < workers. Scores,
-  /// kept sets and errors are bit-identical for every executor. Allocates the per-task
-  /// scratch, O(min(workers, n_q_heads) · capacity) floats, here (never in a step).
-  void set_executor(ExecutorRef executor) override {
-    live("set_executor");
-    scorer_.set_executor(executor);
-  }
-  std::size_t group_size() const { return group_; }        ///< Query heads per KV head (`g`).
-  const CacheConfig& config() const { return config_; }  ///< The configuration (with the latest seed).
-  /// The score policy, the temperature schedule and the selection policy in use.
-  const Score& score_policy() const { return scorer_.policy(); }
-  const Temperature& temperature_schedule() const { return temperature_; }
-  const Selection& selection_policy() const { return selection_; }
-
  private:
-  const detail::ErasedKV& kv() const { return slots_.kv(); }
   /// Books a scored chunk of `C` tokens (slots `[n_, n_ + C)`): scores = the accumulators' fold (0 for
   /// `NoScore`). The chunk's newest position is recorded before any cut can evict it: a decode step's
   /// token must come after every prompt position, kept or not. Cannot throw.
@@ -364,7 +297,7 @@ class Cache final : public CacheInterface {
   std::size_t cut(std::size_t k, std::size_t w) noexcept {
     std::size_t m = 0;
     if (config_.shared_heads) {
-      const float* sum = scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), n_);
+      const float* sum = this->summed_scores(n_);
       m = selection_.prefill_keep(scorer_.selection_scores(sum, n_), n_, k, w, slots_.index());
       for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.compact(j, slots_.index(), m);
     } else {
@@ -384,15 +317,13 @@ class Cache final : public CacheInterface {
     k_ = k, w_ = w, n_ = m, step_ = 0;
     prefilled_ = true;
   }
-  /// `detail::resolve_budget` (budget_rule.hpp, shared with `PagedCache`) for
+  /// `detail::resolve_budget` (detail/budget_rule.hpp, shared with `PagedCache`) for
   /// budget `k` over this view: the recent-window rule, `selection.validate(k,
   /// w)`, and capacity >= `k + 1` (a decode step appends before it evicts); with
   /// bounded prefill also `max_prefill_chunk = C >= 1` and capacity >= `k + C`.
   /// Called before any state changes. Throws `std::invalid_argument` naming the values.
   std::pair<std::size_t, std::size_t> resolve_budget(std::size_t k, const char* who) const {
-    const auto kw =
-        detail::resolve_budget<Score>(config_.recent, selection_, k, detail::CapacityNeed{kv().capacity}, who);
-    scorer_.check_budget(k, who);  // SnapKV: L <= k
+    const auto kw = this->resolve_kw(k, detail::CapacityNeed{kv().capacity}, who);
     if (config_.bounded_prefill) {
       const std::size_t C = config_.max_prefill_chunk;
       detail::require(C >= 1, who, ": bounded_prefill needs max_prefill_chunk >= 1 (got 0)");
@@ -402,36 +333,8 @@ class Cache final : public CacheInterface {
     }
     return kw;
   }
-  /// τ_t of the schedule, checked (finite, >= FLT_MIN); 1 for a policy without temperature.
-  float checked_tau(std::size_t t, const char* who) const {
-    if (!Score::kUsesTemperature) return 1.0f;
-    const float tau = temperature_(t);
-    detail::require(detail::valid_tau(tau), "kvevict::Cache::", who, ": temperature at step ", t,
-                    " must be finite and >= 1.17549435e-38 (FLT_MIN) (got ", tau, ")");
-    return tau;
-  }
-  /// Throws `std::logic_error` naming `method` if this cache was moved from.
-  void live(const char* method) const { live_.check("kvevict::Cache", method); }
-  std::size_t check_head(std::size_t h, const char* who) const {
-    live(who);
-    detail::require(h < kv().n_kv_heads, "kvevict::Cache::", who, ": KV head ", h, " out of range (n_kv_heads = ",
-                    kv().n_kv_heads, ")");
-    return h;
-  }
-
-  CacheConfig config_;
-  detail::SlotTable slots_;          // the view's rows + scores + recent flags, moved together
-  detail::Scorer<Score> scorer_;     // the score policy, the noise seed, the kernel's scratch
-  Temperature temperature_;
-  Selection selection_;
-  std::size_t group_ = 1;
-  std::int64_t last_position_ = std::numeric_limits<std::int64_t>::min();
-  std::size_t k_ = 0, w_ = 0, step_ = 0;
-  std::size_t n_ = 0, prompt_len_ = 0;  // tokens per KV head the cache tracks; prompt tokens scored so far
-  float tau_ = 0.0f;
-  bool prefilled_ = false;      // the prompt is finished (prefill or finish_prefill): decode steps may follow
+  std::size_t prompt_len_ = 0;  // prompt tokens scored so far
   bool chunking_ = false;       // some prompt tokens were scored
-  detail::LiveFlag live_;       // false once moved from: every call then throws std::logic_error
 };
 
 }  // namespace kvevict

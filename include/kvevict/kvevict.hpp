@@ -50,7 +50,7 @@
 #include "kvevict/paged/paged_cache.hpp"
 #include "kvevict/paged/paged_cache_interface.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
-#include "kvevict/paged/paged_presets.hpp"
+#include "kvevict/paged_presets.hpp"
 #include "kvevict/presets.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/gumbel.hpp"

@@ -1,13 +1,12 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // presets.hpp — the ready-made policies: type aliases and a runtime factory.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kvevict/cache.hpp"
 #include "kvevict/detail/check.hpp"
@@ -20,29 +19,50 @@
 
 namespace kvevict {
 
+namespace detail {
+/// The one Policy → types table: the cache type of each ready-made policy over the cache template `C`
+/// (`Cache` or `PagedCache`, both `C<Score, Temperature, Selection>`). The aliases below
+/// (`Keyformer`, …, `PagedKeyformer`, …) and both factories (`make_cache`, `make_paged_cache`,
+/// through `make_policy`) read it, so a policy is listed once. Compile time only.
+template <template <class, class, class> class C>
+struct PolicyTypes {
+  using keyformer = C<GumbelLogitScore, LinearTemperature, RecentTopKSelection>;
+  using h2o = C<AccumulatedAttentionScore, ConstantTemperature, RecentTopKSelection>;
+  using streaming_llm = C<NoScore, ConstantTemperature, SinkRecentSelection>;  // also `Policy::window`
+  using tova = C<CurrentAttentionScore, ConstantTemperature, RecentTopKSelection>;
+  using snapkv = C<SnapKVScore, ConstantTemperature, RecentTopKSelection>;
+  using snapkv_window = C<SnapKVScore, ConstantTemperature, TopKThenWindowSelection>;
+};
+/// A type passed as a value (`make_policy` hands the cache type to its builder this way).
+template <class T>
+struct TypeTag {
+  using type = T;  ///< the type carried
+};
+}  // namespace detail
+
 /// Keyformer (Adnan et al., MLSys 2024): Gumbel-logit score, τ rising linearly
 /// from τ_init to τ_end over T steps, recent window + top-(k − w) key tokens.
 /// With `RecentWindow::tokens(0)` every new token is evicted in its own decode
 /// step (its one-step score is below every accumulated one); a ratio window
 /// resolves to at least 1 token when `k >= 2` (see `RecentWindow`).
-using Keyformer = Cache<GumbelLogitScore, LinearTemperature, RecentTopKSelection>;
+using Keyformer = detail::PolicyTypes<Cache>::keyformer;
 /// H2O (Zhang et al., NeurIPS 2023): accumulated attention, recent window + heavy hitters.
 /// `RecentWindow::tokens(0)` evicts every new token in its own step, as for Keyformer.
-using H2O = Cache<AccumulatedAttentionScore, ConstantTemperature, RecentTopKSelection>;
+using H2O = detail::PolicyTypes<Cache>::h2o;
 /// StreamingLLM (Xiao et al., ICLR 2024): `sinks` attention sinks + the most
 /// recent `k − sinks` tokens; window attention is `sinks = 0`. Its window is
 /// `k − sinks`: the configuration's recent window must be 0 (else
 /// `std::invalid_argument`), and `sinks <= k`.
-using StreamingLLM = Cache<NoScore, ConstantTemperature, SinkRecentSelection>;
+using StreamingLLM = detail::PolicyTypes<Cache>::streaming_llm;
 /// TOVA (Oren et al., 2024): keep the top-k of the current step's attention.
-using TOVA = Cache<CurrentAttentionScore, ConstantTemperature, RecentTopKSelection>;
+using TOVA = detail::PolicyTypes<Cache>::tova;
 
 /// SnapKV (Li et al. 2024, arXiv 2404.14469): prefill keeps the observation window plus the top `k − L`
 /// pooled window-attention scores (`SnapKVScore`); decoding continues by H2O accumulation (recent window
 /// `w` + heavy hitters). Prefill must be one-shot (`prefill`, not `prefill_chunk`); `L <= k`.
-using SnapKV = Cache<SnapKVScore, ConstantTemperature, RecentTopKSelection>;
+using SnapKV = detail::PolicyTypes<Cache>::snapkv;
 /// SnapKV's prefill selection followed by a sliding window while decoding (the oldest token goes).
-using SnapKVWindow = Cache<SnapKVScore, ConstantTemperature, TopKThenWindowSelection>;
+using SnapKVWindow = detail::PolicyTypes<Cache>::snapkv_window;
 
 /// The policies `make_cache` builds.
 enum class Policy { keyformer, h2o, streaming_llm, window, tova, snapkv };
@@ -76,8 +96,9 @@ inline Policy parse_policy(const std::string& name) {
 }
 
 /// Whether policy `p` takes a configured recent window `w` (`CacheConfig::recent`): Keyformer,
-/// H2O and SnapKV (its decode window; the observation window `L` is `PolicyParams::snap_window`) do. TOVA has none, and StreamingLLM / window derive theirs from the budget (`k − sinks`), so
-/// for them the configured window must be 0 (else the cache throws `std::invalid_argument`). O(1).
+/// H2O and SnapKV (its decode window; the observation window `L` is `PolicyParams::snap_window`) do. TOVA has none, and
+/// StreamingLLM / window derive theirs from the budget (`k − sinks`), so for them the configured window must be 0 (else
+/// the cache throws `std::invalid_argument`). O(1).
 constexpr bool takes_recent_window(Policy p) {
   return p == Policy::keyformer || p == Policy::h2o || p == Policy::snapkv;
 }
@@ -120,6 +141,43 @@ inline SnapKVScore make_snapkv_score(const PolicyParams& params) {
   return SnapKVScore(params.snap_window, params.snap_kernel, params.snap_pooling);
 }
 
+namespace detail {
+/// The factory both `make_cache` and `make_paged_cache` are: checks the policy-level parameters
+/// (`who` names the factory in the messages), builds the policies of `p` from `params` and returns
+/// `build(TypeTag<X>{}, policies...)` with `X` = `PolicyTypes<C>`'s cache type for `p` (see
+/// `make_cache` for the mapping); `build` constructs an `X` from the view, the pool and
+/// `policies...` (the policies it is not given are default-constructed) and returns it as a
+/// `std::unique_ptr<Interface>`. Throws `std::invalid_argument` for `horizon == 0` with keyformer
+/// (`LinearTemperature`), a non-zero recent window with tova, bad SnapKV parameters
+/// (`make_snapkv_score`), an unknown `p`, and whatever `build` throws.
+template <template <class, class, class> class C, class Interface, class Build>
+std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, const PolicyParams& params,
+                                       const char* who, Build&& build) {
+  using Types = PolicyTypes<C>;
+  switch (p) {
+    case Policy::keyformer:
+      return build(TypeTag<typename Types::keyformer>{}, GumbelLogitScore{params.gumbel_noise},
+                   LinearTemperature(params.tau_init, params.tau_end, params.horizon));
+    case Policy::h2o:
+      return build(TypeTag<typename Types::h2o>{});
+    case Policy::streaming_llm:
+      return build(TypeTag<typename Types::streaming_llm>{}, NoScore{}, ConstantTemperature(),
+                   SinkRecentSelection{params.sinks});
+    case Policy::window:
+      return build(TypeTag<typename Types::streaming_llm>{}, NoScore{}, ConstantTemperature(),
+                   SinkRecentSelection{0});
+    case Policy::tova:
+      require(config.recent.is_none(), who, ": TOVA has no recent window; set config.recent to 0");
+      return build(TypeTag<typename Types::tova>{});
+    case Policy::snapkv:
+      if (params.snap_decode == SnapDecode::window)
+        return build(TypeTag<typename Types::snapkv_window>{}, make_snapkv_score(params));
+      return build(TypeTag<typename Types::snapkv>{}, make_snapkv_score(params));
+  }
+  throw std::invalid_argument(concat(who, ": unknown policy"));
+}
+}  // namespace detail
+
 /// Builds the policy `p` over the view, for engines choosing it at run time.
 ///  - keyformer: `Keyformer` with `LinearTemperature(tau_init, tau_end, horizon)`;
 ///  - h2o: `H2O`; tova: `TOVA` (requires `config.recent.is_none()`: `none()`, 0
@@ -132,27 +190,11 @@ inline SnapKVScore make_snapkv_score(const PolicyParams& params) {
 template <class T>
 std::unique_ptr<CacheInterface> make_cache(Policy p, const CacheConfig& config, KVView<T> kv,
                                            const PolicyParams& params = PolicyParams()) {
-  switch (p) {
-    case Policy::keyformer:
-      return std::make_unique<Keyformer>(config, kv, GumbelLogitScore{params.gumbel_noise},
-                                         LinearTemperature(params.tau_init, params.tau_end, params.horizon));
-    case Policy::h2o:
-      return std::make_unique<H2O>(config, kv);
-    case Policy::streaming_llm:
-      return std::make_unique<StreamingLLM>(config, kv, NoScore{}, ConstantTemperature(),
-                                            SinkRecentSelection{params.sinks});
-    case Policy::window:
-      return std::make_unique<StreamingLLM>(config, kv, NoScore{}, ConstantTemperature(), SinkRecentSelection{0});
-    case Policy::tova:
-      detail::require(config.recent.is_none(),
-                      "kvevict::make_cache: TOVA has no recent window; set config.recent to 0");
-      return std::make_unique<TOVA>(config, kv);
-    case Policy::snapkv:
-      if (params.snap_decode == SnapDecode::window)
-        return std::make_unique<SnapKVWindow>(config, kv, make_snapkv_score(params));
-      return std::make_unique<SnapKV>(config, kv, make_snapkv_score(params));
-  }
-  throw std::invalid_argument("kvevict::make_cache: unknown policy");
+  return detail::make_policy<Cache, CacheInterface>(
+      p, config, params, "kvevict::make_cache", [&](auto type, auto&&... policies) -> std::unique_ptr<CacheInterface> {
+        using X = typename decltype(type)::type;
+        return std::make_unique<X>(config, kv, std::forward<decltype(policies)>(policies)...);
+      });
 }
 
 }  // namespace kvevict

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include <kvevict/paged/paged_cache.hpp>
+#include <kvevict/paged_presets.hpp>
 
 namespace kvtest_cuda {
 namespace {

@@ -44,8 +44,8 @@ std::pair<std::size_t, std::size_t> resolve_budget(const RecentWindow& recent, c
   std::size_t w = recent.resolve(k);
   if (Score::kAccumulates && recent.is_ratio() && recent.ratio_value() > 0.0 && k >= 2 && w == 0) w = 1;
   selection.validate(k, w);
-  require(need.headroom <= need.capacity && k <= need.capacity - need.headroom, who, ": budget k = ", k, " needs a ", need.store,
-          " of capacity >= k + ", need.headroom_name, " = ", k + need.headroom, " (", need.why,
+  require(need.headroom <= need.capacity && k <= need.capacity - need.headroom, who, ": budget k = ", k, " needs a ",
+          need.store, " of capacity >= k + ", need.headroom_name, " = ", k + need.headroom, " (", need.why,
           "), but the capacity is ", need.capacity);
   return {k, w};
 }

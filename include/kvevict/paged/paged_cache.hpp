@@ -1,33 +1,24 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, TOVA).
-// SPDX-License-Identifier: Apache-2.0
-//
 // paged/paged_cache.hpp — the per-sequence, per-layer evicting cache over
 // page-table storage: token-granular (one selection shared by all KV heads) or
 // page-granular (whole pages leave the table, no K/V bytes move; page_eviction.hpp).
 // Slot state in paged_slots.hpp; scoring, budget rule and contracts shared with `Cache`.
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
-#include <memory>
-#include <stdexcept>
 #include <utility>
 #include <vector>
 
-#include "kvevict/detail/budget_rule.hpp"
-#include "kvevict/cache.hpp"  // CacheConfig
-#include "kvevict/concepts.hpp"
+#include "kvevict/cache_config.hpp"
 #include "kvevict/detail/check.hpp"
+#include "kvevict/detail/eviction_core.hpp"  // the policies, the scorer, the state and the checks
 #include "kvevict/paged/page_eviction.hpp"
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_cache_interface.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
 #include "kvevict/detail/paged_slots.hpp"
-#include "kvevict/presets.hpp"  // Policy, PolicyParams, the policy types
-#include "kvevict/detail/scorer.hpp"
-#include "kvevict/temperature/temperature_schedules.hpp"
 
 namespace kvevict {
 
@@ -44,7 +35,7 @@ namespace kvevict {
 /// `CacheConfig::shared_heads = true`, which is therefore required. It is built
 /// from `Cache`'s parts: the policy contracts (concepts.hpp), the scoring with
 /// rollback (`detail::Scorer`), the budget rule (`detail::resolve_budget`,
-/// budget_rule.hpp) and the recent window as per-slot flags (`RecentFlags`,
+/// detail/budget_rule.hpp) and the recent window as per-slot flags (`RecentFlags`,
 /// moved with their slot by `detail::PagedSlotTable`).
 ///
 /// **Token unit.** Prefill keeps `selection.prefill_keep`'s tokens, compacted in
@@ -75,16 +66,9 @@ namespace kvevict {
 /// Threads: the pool is shared, so the sequences of one pool must be stepped by one
 /// thread (or under the engine's lock); a call may run its scoring on `set_executor`'s workers.
 template <class Score, class Temperature, class Selection>
-class PagedCache final : public PagedCacheInterface {
-  // The policy contracts (kvevict/concepts.hpp), checked exactly as `Cache` checks them.
-  static_assert(detail::cache_policy_static_asserts<Score, Temperature, Selection>::value,
-                "kvevict: the policies do not satisfy their contracts");
-
+class PagedCache final
+    : public detail::EvictionCore<PagedCacheInterface, detail::PagedSlotTable, Score, Temperature, Selection> {
  public:
-  using score_type = Score;              ///< what a token's score is
-  using temperature_type = Temperature;  ///< τ per step
-  using selection_type = Selection;      ///< which tokens stay
-
   /// Builds a cache over `kv` (length must be 0) drawing pages from `pool`
   /// (which must outlive the cache). Allocates O(n_kv_heads · capacity) floats once.
   /// Throws `std::invalid_argument` if the view is invalid or not empty, its
@@ -95,18 +79,12 @@ class PagedCache final : public PagedCacheInterface {
   template <class T>
   PagedCache(const CacheConfig& config, const PagedEvictionConfig& paged, const PagedKVView<T>& kv, PagePool& pool,
              Score score = Score(), Temperature temperature = Temperature(), Selection selection = Selection())
-      : config_(config),
+      // The view is validated (PagedSlotTable's ErasedPagedKV) before the core checks n_q_heads against it.
+      : Core(config, detail::PagedSlotTable(detail::ErasedPagedKV::from(kv)), std::move(score),
+             std::move(temperature), std::move(selection), "kvevict::PagedCache"),
         paged_(paged),
-        slots_(detail::ErasedPagedKV::from(kv)),
         pool_(&pool),
-        // slots_ validated the view; n_q_heads is checked before the scorer allocates for it.
-        scorer_(std::move(score), kv.n_kv_heads,
-                detail::checked_group(config.n_q_heads, kv.n_kv_heads, slots_.capacity(), "kvevict::PagedCache"),
-                slots_.capacity(), config.seed, "kvevict::PagedCache"),
-        temperature_(std::move(temperature)),
-        selection_(std::move(selection)),
         pages_(paged, kv.max_pages) {
-    const std::size_t nkv = kv.n_kv_heads;
     detail::require(config.shared_heads, "kvevict::PagedCache: config.shared_heads must be true (a page slot holds "
                                          "the token of every KV head, so all KV heads share one selection)");
     detail::require(*kv.length == 0, "kvevict::PagedCache: the sequence must be empty at construction (length = ",
@@ -123,16 +101,12 @@ class PagedCache final : public PagedCacheInterface {
       detail::require(paged.page_score == PageScore::sum,
                       "kvevict::PagedCache: page_score = mean is only meaningful with the page unit");
     }
-    group_ = config.n_q_heads / nkv;
     if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::PagedCache");
   }
 
-  // A moved-from cache owns nothing (its pool pointer and page table now belong to the moved-to
-  // cache): every member of `PagedCacheInterface` (and `reset`) then throws `std::logic_error`.
-  PagedCache(const PagedCache&) = delete;
-  PagedCache& operator=(const PagedCache&) = delete;
-  PagedCache(PagedCache&&) noexcept = default;
-  PagedCache& operator=(PagedCache&&) noexcept = default;
+  // Not copyable (the core's copy is deleted); the implicit move is noexcept. A moved-from cache owns
+  // nothing (its pool pointer and page table now belong to the moved-to cache): every member of
+  // `PagedCacheInterface` (and `reset`) then throws `std::logic_error`.
 
   /// Prefill (Keyformer Algorithm 1, prompt phase), as `Cache::prefill` with
   /// `shared_heads`: the sequence holds exactly `prompt_len` tokens (appended
@@ -143,8 +117,8 @@ class PagedCache final : public PagedCacheInterface {
   /// the pages left empty. Page unit: evicts `floor((P − k) / page_size)`
   /// middle pages (when `P >= k + page_size`), lowest score first.
   /// O(n_q_heads · P²) scoring, O(P · n_kv_heads · head_dim) compaction. Throws
-  /// `std::invalid_argument` as `Cache::prefill` does (the same budget rules, see `resolve_budget`), for a page table that fails
-  /// `PagePool::check_table`, and (page unit) if `k < start_pages · page_size + max(w, 1)`.
+  /// `std::invalid_argument` as `Cache::prefill` does (the same budget rules, see `resolve_budget`), for a page table
+  /// that fails `PagePool::check_table`, and (page unit) if `k < start_pages · page_size + max(w, 1)`.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
     live("prefill");
     const std::size_t P = prompt_len, ps = kv().page_size;
@@ -170,7 +144,7 @@ class PagedCache final : public PagedCacheInterface {
     // must come after every position of the prompt, kept or not (as in Cache).
     const std::int64_t last_prompt_position = kv().positions[P - 1];
     // ---- nothing below can throw ----
-    const float* summed = scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), P);
+    const float* summed = this->summed_scores(P);
     std::size_t m = P;
     if (paged_.unit == EvictUnit::token) {
       slots_.reset_window(w);
@@ -220,26 +194,20 @@ class PagedCache final : public PagedCacheInterface {
     detail::require(new_pos > last_position_, "kvevict::PagedCache::decode_step: new token's position ", new_pos,
                     " must be larger than the last one, ", last_position_);
     const float tau = checked_tau(step_ + 1, "decode_step");
-    if constexpr (Score::kUsesLogits) {
-      detail::require(logits != nullptr, "kvevict::PagedCache::decode_step: logits must be non-null");
-      scorer_.score_step(logits, gumbel, n, 1.0f / tau, slots_.all_scores(), slots_.capacity(),
-                         static_cast<std::uint64_t>(new_pos));
-    } else {
-      for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.scores(j)[n - 1] = 0.0f;
-    }
+    this->score_step(logits, gumbel, n, tau, new_pos);
     // ---- nothing below can throw ----
     last_position_ = new_pos;
     n_ = n;
     if (paged_.unit == EvictUnit::token) {
       slots_.enter_window(n - 1);
       if (n > k_) {
-        const float* summed = scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), n);
+        const float* summed = this->summed_scores(n);
         slots_.evict(selection_.victim(summed, slots_.recent(), kv().positions, n), n);
         pages_freed_ += slots_.release_tail(*pool_, n, n - 1);
         n_ = n - 1;
       }
     } else if (n >= k_ + ps) {
-      const float* summed = scorer_.sum_over_heads(slots_.all_scores(), slots_.capacity(), n);
+      const float* summed = this->summed_scores(n);
       n_ = pages_.evict(slots_, *pool_, summed, n, w_, 1, pages_freed_);
     }
     ++step_;
@@ -254,39 +222,15 @@ class PagedCache final : public PagedCacheInterface {
   void reset(std::uint64_t seed) override {
     live("reset");
     pages_freed_ += pool_->release_sequence(kv().template typed<unsigned char>());
-    slots_.clear_scores();
-    slots_.reset_window(0);
-    scorer_.seed(seed);
-    config_.seed = seed;
-    prefilled_ = false;
-    k_ = w_ = n_ = step_ = 0;
-    last_position_ = std::numeric_limits<std::int64_t>::min();
-    tau_ = 0.0f;
+    this->reset_state(seed);
   }
   /// `reset(seed)` with the configuration's seed.
   void reset() { reset(config_.seed); }
 
-  std::size_t budget() const override {
-    live("budget");
-    return k_;
-  }
-  std::size_t recent_window() const override {
-    live("recent_window");
-    return w_;
-  }
-  std::size_t step() const override {
-    live("step");
-    return step_;
-  }
-  float temperature() const override {
-    live("temperature");
-    return tau_;
-  }
   std::size_t length(std::size_t h) const override {
     check_head(h, "length");
     return *kv().length;
   }
-  const float* scores(std::size_t h) const override { return slots_.scores(check_head(h, "scores")); }
   const std::int64_t* positions(std::size_t h) const override {
     check_head(h, "positions");
     return kv().positions;
@@ -326,25 +270,16 @@ class PagedCache final : public PagedCacheInterface {
     return paged_.unit;
   }
 
-  /// As `Cache::set_executor` (prefill and step scoring on `executor`; same bits for any executor).
-  void set_executor(ExecutorRef executor) override {
-    live("set_executor");
-    scorer_.set_executor(executor);
-  }
-  /// Query heads per KV head (`g`).
-  std::size_t group_size() const { return group_; }
-  /// The configuration (with the latest seed).
-  const CacheConfig& config() const { return config_; }
   /// The paged settings.
   const PagedEvictionConfig& paged_config() const { return paged_; }
-  /// The score policy, the temperature schedule and the selection policy in use.
-  const Score& score_policy() const { return scorer_.policy(); }
-  const Temperature& temperature_schedule() const { return temperature_; }
-  const Selection& selection_policy() const { return selection_; }
 
  private:
-  const detail::ErasedPagedKV& kv() const { return slots_.kv(); }
-  /// `detail::resolve_budget` (budget_rule.hpp, the rule `Cache` uses, so the
+  // The state, policies and checks `Cache` has too (detail/eviction_core.hpp; it asserts the policy contracts).
+  using Core = detail::EvictionCore<PagedCacheInterface, detail::PagedSlotTable, Score, Temperature, Selection>;
+  using Core::config_, Core::slots_, Core::scorer_, Core::selection_, Core::last_position_, Core::k_, Core::w_,
+      Core::n_, Core::step_, Core::tau_, Core::prefilled_, Core::kv, Core::checked_tau, Core::live, Core::check_head;
+
+  /// `detail::resolve_budget` (detail/budget_rule.hpp, the rule `Cache` uses, so the
   /// token unit equals the contiguous cache) with the paged capacity — `k + 1`
   /// slots (token unit; a step appends before it evicts) or `k + page_size`
   /// (page unit: a page goes when the sequence reaches it) — plus, for the page
@@ -361,48 +296,18 @@ class PagedCache final : public PagedCacheInterface {
       need.headroom_name = "page_size";
       need.why = "a page goes when the sequence reaches k + page_size";
     }
-    const auto kw = detail::resolve_budget<Score>(config_.recent, selection_, k, need, who);
-    scorer_.check_budget(k, who);  // SnapKV: L <= k
+    const auto kw = this->resolve_kw(k, need, who);
     if (page)
       detail::require(k >= paged_.start_pages * ps + std::max<std::size_t>(kw.second, 1), who,
                       ": page unit needs k >= start_pages * page_size + max(w, 1) (k = ", k, ", start_pages = ",
                       paged_.start_pages, ", page_size = ", ps, ", w = ", kw.second, ")");
     return kw;
   }
-  /// τ_t of the schedule, checked (finite, >= FLT_MIN); 1 for a policy without temperature.
-  float checked_tau(std::size_t t, const char* who) const {
-    if (!Score::kUsesTemperature) return 1.0f;
-    const float tau = temperature_(t);
-    detail::require(detail::valid_tau(tau), "kvevict::PagedCache::", who, ": temperature at step ", t,
-                    " must be finite and >= 1.17549435e-38 (FLT_MIN) (got ", tau, ")");
-    return tau;
-  }
-  /// Throws `std::logic_error` naming `method` if this cache was moved from.
-  void live(const char* method) const { live_.check("kvevict::PagedCache", method); }
-  std::size_t check_head(std::size_t h, const char* who) const {
-    live(who);
-    detail::require(h < kv().n_kv_heads, "kvevict::PagedCache::", who, ": KV head ", h,
-                    " out of range (n_kv_heads = ", kv().n_kv_heads, ")");
-    return h;
-  }
 
-  CacheConfig config_;
   PagedEvictionConfig paged_;
-  detail::PagedSlotTable slots_;   // the pages' rows + positions, scores, recent flags, moved together
   PagePool* pool_;
-  detail::Scorer<Score> scorer_;   // the score policy, the noise seed, the kernel's scratch
-  Temperature temperature_;
-  Selection selection_;
-  detail::PageEvictor pages_;      // page unit: page scores and marks
-  std::size_t group_ = 1;
-  std::int64_t last_position_ = std::numeric_limits<std::int64_t>::min();
-  std::size_t k_ = 0, w_ = 0, n_ = 0, step_ = 0, pages_freed_ = 0;
-  float tau_ = 0.0f;
-  bool prefilled_ = false;
-  detail::LiveFlag live_;          // false once moved from: every call then throws std::logic_error
+  detail::PageEvictor pages_;  // page unit: page scores and marks
+  std::size_t pages_freed_ = 0;
 };
 
 }  // namespace kvevict
-
-// The paged presets (PagedKeyformer, …, make_paged_cache) need the class above.
-#include "kvevict/paged/paged_presets.hpp"
