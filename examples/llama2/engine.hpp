@@ -103,7 +103,8 @@ class Engine {
   /// Runs `tokens` (ids in `[0, vocab)`) at positions `0 .. P-1` with full
   /// causal attention, then lets each block's cache evict to its budget.
   /// Returns the next-token logits for every prompt position, `[P][vocab]`
-  /// (`set_prefill_logits(PrefillLogits::last)`: `[1][vocab]`, the last position's),
+  /// (`set_prefill_logits(PrefillLogits::last)`: `[1][vocab]`, the last position's, within a few ulp
+  /// of that row of `[P][vocab]`: a one-row product sums in another order),
   /// valid until the next `prefill` or `reset`. The weight products run on the
   /// pool of `set_threads` / `set_pool` in fixed blocks of output features, so the
   /// floats are the same for every thread count.

@@ -287,7 +287,8 @@ TEST(Llama2Engine, ChunkedPrefillEqualsOneShotForEveryPolicyAndChunkSize) {
 }
 
 // PrefillLogits::last (what kvevict-generate uses): prefill returns [1][vocab], the last row of the
-// full [P][vocab] bit for bit, one-shot and chunked, and the caches and the next steps are unchanged.
+// full [P][vocab] within rounding (a one-row product is Eigen's matrix-vector kernel, which sums in
+// another order: a few ulp), one-shot and chunked; the caches and the next steps are bit for bit unchanged.
 TEST(Llama2Engine, PrefillOfTheLastRowOnlyIsTheLastRowOfTheFullPrefill) {
   const Model m = make_model(Header{}, 27);
   const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 13), rest(kTokens.begin() + 13, kTokens.end());
@@ -301,7 +302,8 @@ TEST(Llama2Engine, PrefillOfTheLastRowOnlyIsTheLastRowOfTheFullPrefill) {
     last.set_prefill_logits(llama2::PrefillLogits::last);
     const llama2::RowMatrix& one = last.prefill(prompt);
     ASSERT_EQ(one.rows(), 1) << "C=" << C;
-    EXPECT_EQ(one.row(0), full.row(full.rows() - 1)) << "C=" << C;
+    for (Eigen::Index v = 0; v < full.cols(); ++v)
+      ASSERT_NEAR(one(0, v), full(full.rows() - 1, v), 1e-6f) << "C=" << C << " token " << v;
     EXPECT_EQ(step_logits(last, rest), expected) << "C=" << C;
   }
 }
