@@ -1,5 +1,5 @@
 // python/cache_binding.cpp — kvevict.Cache and its policy classes (Keyformer, H2O, StreamingLLM, Window,
-// TOVA), make_cache, attention_logits and select_keep: signatures, options table, docstrings.
+// TOVA, SnapKV), make_cache, attention_logits and select_keep: signatures, options table, docstrings.
 // SPDX-License-Identifier: Apache-2.0
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -47,6 +47,7 @@ struct H2OCache : PyCache { using PyCache::PyCache; };
 struct StreamingCache : PyCache { using PyCache::PyCache; };
 struct WindowCache : PyCache { using PyCache::PyCache; };
 struct TOVACache : PyCache { using PyCache::PyCache; };
+struct SnapKVCache : PyCache { using PyCache::PyCache; };
 
 /// Binds the subclass `Sub` of Cache for policy `policy`: the same options, without `policy`.
 template <class Sub>
@@ -130,6 +131,7 @@ void bind_cache(py::module_& m) {
   bind_preset<WindowCache>(m, "Window", "window", "Cache('window', ...): the most recent k tokens.");
   bind_preset<TOVACache>(m, "TOVA", "tova",
                          "Cache('tova', ...): the top-k of the current step's attention (recent must be 0).");
+  bind_preset<SnapKVCache>(m, "SnapKV", "snapkv", doc::kSnapKV);
 
   m.def("attention_logits",
         [](PyCache& cache, py::handle q, py::handle scale, py::handle bias, py::handle out) {

@@ -32,7 +32,7 @@ Cache(policy, *, n_q_heads, budget='50%', recent=None, n_kv_heads=None, capacity
       snap_pooling=None, snap_decode=None)
 
 policy      'keyformer', 'h2o', 'streaming', 'window', 'tova' or 'snapkv' (or use the subclasses
-            kvevict.Keyformer, H2O, StreamingLLM, Window, TOVA).
+            kvevict.Keyformer, H2O, StreamingLLM, Window, TOVA, SnapKV).
 n_q_heads   query heads of the layer, a positive multiple g * n_kv_heads (GQA: query head h
             reads KV head h // g). Required.
 budget      k, tokens kept per KV head: an int (tokens), a float r (k = floor(r * P) at
@@ -61,6 +61,13 @@ shared_heads
 An option that the policy does not use raises ValueError (it would be ignored otherwise); None
 means "not given". Raises ValueError / TypeError / OverflowError for bad arguments, with the
 library's message.)doc";
+
+constexpr const char* kSnapKV =
+    R"doc(Cache('snapkv', ...): SnapKV (Li et al. 2024). Prefill keeps the observation window
+(the last snap_window = L prompt tokens) plus the top k - L prompt tokens by the window's attention,
+pooled over snap_kernel neighbours ('max' or 'avg' snap_pooling); decoding continues by H2O
+accumulation (snap_decode='h2o': recent window + heavy hitters, C++ kvevict::SnapKV) or evicts the
+oldest token (snap_decode='window', kvevict::SnapKVWindow). Defaults: L = min(32, k), kernel 7, 'max'.)doc";
 
 constexpr const char* kAppend =
     R"doc(Appends one token to every KV head: k and v are C-contiguous arrays [n_kv_heads, head_dim]
