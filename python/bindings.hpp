@@ -8,6 +8,8 @@ namespace kvpy {
 
 /// kvevict.Cache and its policy subclasses, make_cache, attention_logits, select_keep (cache_binding.cpp).
 void bind_cache(pybind11::module_& m);
+/// kvevict.PagePool, kvevict.PagedCache and attention_logits over a paged cache (paged_binding.cpp).
+void bind_paged(pybind11::module_& m);
 /// kvevict.replay, the library behind kvevict-replay (replay_binding.cpp).
 void bind_replay(pybind11::module_& m);
 

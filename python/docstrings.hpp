@@ -8,7 +8,9 @@ namespace kvpy::doc {
 constexpr const char* kModule =
     R"doc(kvevict: KV-cache eviction (Keyformer, H2O, StreamingLLM, window, TOVA, SnapKV) for your
 own decode loop. One cache per transformer layer (and sequence); K/V live in NumPy arrays (float32 or
-float16) that the cache owns or wraps, usable from PyTorch with torch.from_numpy without copying.
+float16) that the cache owns or wraps, usable from PyTorch with torch.from_numpy without copying:
+kvevict.Cache over contiguous storage [n_kv_heads, capacity, head_dim], kvevict.PagedCache over a
+kvevict.PagePool of K/V pages shared by the sequences of a layer.
 
 Protocol per sequence: append the prompt's K/V (cache.append), cache.prefill(logits[H_q, P, P]),
 then per generated token cache.append(...) and cache.decode_step(logits[H_q, n]) with the
@@ -16,12 +18,12 @@ logits over slots [0, n) in slot order (kvevict.attention_logits computes them).
 
 Options are keyword-only; an unknown keyword raises pybind11's TypeError (its message lists the
 keywords of the call). Errors: ValueError (bad argument; the C++ std::invalid_argument message),
-IndexError (KV head out of range), OverflowError (a full KV head on append, or an int too large
-for 64 bits), TypeError (an argument of the wrong kind).
+IndexError (KV head out of range), OverflowError (a full KV head or page pool on append, or an int
+too large for 64 bits), TypeError (an argument of the wrong kind).
 
 Threads: prefill, decode_step, attention_logits and replay release the GIL, so caches of
-different layers or sequences can run in parallel threads; calls on one cache are serialised by
-its own lock. The K/V arrays themselves are not locked: do not write
+different layers or sequences can run in parallel threads; calls on one cache (on one page pool,
+for paged caches) are serialised by a lock. The K/V arrays themselves are not locked: do not write
 them from another thread while that cache's prefill or decode_step moves rows.)doc";
 
 constexpr const char* kCache = R"doc(One transformer layer's evicting KV cache (kvevict::make_cache over a KVView).
@@ -132,6 +134,10 @@ bias: optional float32 [n_q_heads, n]; out: optional writeable float32 [n_q_head
 fill (else a new array). n = lengths[0] (every head must hold n slots). Returns out.
 O(n_q_heads * n * head_dim); the GIL is released.)doc";
 
+constexpr const char* kPagedAttentionLogits =
+    R"doc(The same over a PagedCache (kvevict::paged_attention_logits): x[h, s] for the
+sequence's logical slots s in [0, length), read through its page table.)doc";
+
 constexpr const char* kReplay =
     R"doc(Replays a policy over one layer's attention-logit trace, exactly as kvevict-replay does
 (the library itself runs it), and returns its JSON Lines records as dicts:
@@ -149,5 +155,76 @@ gen_steps (horizon T, default N - P), noise ('auto' when None, 'none', 'gumbel' 
 or 'trace' (the gumbel array, float32 [H_q, N, N])), gumbel, seed (default 42).
 shared_heads: one selection from scores summed over KV heads.
 The GIL is released. ValueError naming the argument on bad input.)doc";
+
+constexpr const char* kPagePool =
+    R"doc(One layer's K and V page pools in NumPy arrays, shared by the sequences (PagedCache) of
+the layer, and the pool of page ids (kvevict::PagePool: a fresh pool hands out pages 0, 1, 2, ...;
+the most recently freed page is handed out first).
+
+PagePool(k=None, v=None, *, num_pages=None, page_size=None, n_kv_heads=None, head_dim=None,
+         dtype=None, layout='NHD')
+
+k, v        caller pools: writeable C-contiguous float32 or float16 arrays of one dtype and shape
+            [num_pages, page_size, n_kv_heads, head_dim] (layout 'NHD', vLLM / FlashInfer NHD) or
+            [num_pages, n_kv_heads, page_size, head_dim] ('HND'), not overlapping; wrapped without a
+            copy, the pool (and so every PagedCache over it) keeps them alive.
+num_pages, page_size, n_kv_heads, head_dim, dtype
+            without k and v: the pool allocates zeroed pools of that shape (dtype 'float32' or
+            'float16', default float32); with k and v: taken from k (do not pass them).
+layout      'NHD' (default) or 'HND'.
+
+ValueError naming the argument for a wrong dtype, shape, layout, a read-only or non-contiguous
+array, overlapping k and v, or num_pages above 2^31 - 1.)doc";
+
+constexpr const char* kPagedCache =
+    R"doc(One sequence of one layer over a PagePool (kvevict::make_paged_cache): the same policies,
+options and protocol as Cache, with the sequence's K/V in pages of the pool. All KV heads share one
+selection (scores summed over KV heads, as Cache with shared_heads=True, which the token unit equals
+bit for bit). Deleting the cache (or reset) returns its pages to the pool.
+
+PagedCache(policy, pool, *, n_q_heads, max_pages=None, budget='50%', recent=None, unit='token',
+           start_pages=0, page_score='sum', sinks=None, tau_init=None, tau_end=None, horizon=None,
+           noise=None, seed=None, snap_window=None, snap_kernel=None, snap_pooling=None,
+           snap_decode=None)
+
+pool        the kvevict.PagePool (kept alive by the cache).
+max_pages   entries of the sequence's page table (capacity max_pages * page_size slots; default
+            the pool's num_pages).
+unit        'token': evicts single tokens (an eviction moves the last slot into the hole; a page
+            emptied at the end of the table goes back to the pool); 'page': the sequence is cut only
+            by whole pages once it exceeds k by a page: the middle page (not one of the first
+            start_pages, not holding one of the last max(w, 1) tokens) with the lowest page_score
+            ('sum' or 'mean' of its tokens' scores) leaves the table, no K/V bytes move.
+start_pages, page_score
+            page unit only (ValueError with the token unit unless 0 and 'sum').
+Other options as Cache (no shared_heads: always one selection). ValueError / TypeError /
+OverflowError as Cache, with the library's message.)doc";
+
+constexpr const char* kPagedAppend =
+    R"doc(Appends one token: k and v [n_kv_heads, head_dim] of the pool's dtype are written into
+slot length of the sequence (its last page, or a page taken from the pool when that is full), with
+position ID `position`. All-or-nothing: OverflowError if the sequence is at capacity or the pool has
+no free page, ValueError for a wrong array.)doc";
+
+constexpr const char* kPagedPrefill =
+    R"doc(Scores the prompt and evicts (Cache.prefill): the sequence holds the P prompt tokens;
+logits float32 [n_q_heads, P, P] (None for 'streaming' / 'window'), gumbel optional. Token unit:
+keeps min(k, P) tokens in position order and returns the emptied pages; page unit: evicts
+floor((P - k) / page_size) middle pages. The GIL is released; ValueError leaves everything unchanged.)doc";
+
+constexpr const char* kPagedDecodeStep =
+    R"doc(One decode step after append (Cache.decode_step): logits float32 [n_q_heads, n] by
+logical slot, n = length; gumbel optional. Token unit: if n > k evicts one token; page unit: evicts
+a middle page when n - k reaches page_size. No allocation in C++; the GIL is released.)doc";
+
+constexpr const char* kPagedRestorePositionOrder =
+    "Token unit: sorts the logical slots into ascending position order (K, V rows, positions and scores "
+    "together; pages stay where they are). Page unit: slots are always in position order.";
+constexpr const char* kPagedReset =
+    "Ends the sequence: returns all its pages to the pool (page table entries -1, length 0), scores 0, step 0, "
+    "and re-seeds the noise generator with `seed` (default: the latest seed).";
+constexpr const char* kPageTable =
+    "The sequence's page table, int32 [max_pages] (a copy): entry i is the pool page holding logical slots "
+    "[i * page_size, (i + 1) * page_size); -1 (no page) past pages_in_use.";
 
 }  // namespace kvpy::doc
