@@ -142,9 +142,9 @@ py::list run_replay(py::handle logits, py::handle prompt_len, const Options& o) 
 }  // namespace
 
 void bind_replay(py::module_& m) {
-  const auto f = taking_options<py::handle, py::handle>(
+  const auto f = taking_options<py::object, py::object>(
       kReplayOptions,
-      [](py::handle logits, py::handle prompt_len, Options o) { return run_replay(logits, prompt_len, o); });
+      [](py::object logits, py::object prompt_len, Options o) { return run_replay(logits, prompt_len, o); });
   with_args(kReplayOptions, [&](auto... args) {
     m.def("replay", f, py::arg("logits"), py::arg("prompt_len"), py::kw_only(), args..., doc::kReplay);
   });

@@ -3,6 +3,7 @@ bit for bit (as the C++ tests assert), the page unit on a hand example, bad inpu
 pool arrays."""
 import gc
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -284,3 +285,32 @@ def test_signatures_show_in_help():
     assert "pool: kvevict.PagePool, *, n_q_heads: object = None, max_pages: object = None" in \
         kvevict.PagedCache.__init__.__doc__
     assert "layout: object = 'NHD'" in kvevict.PagePool.__init__.__doc__
+
+
+def test_sequences_of_one_pool_step_in_parallel_threads():
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((16, 2, N_KV, D)).astype(np.float32)
+    logits = rng.standard_normal((N_Q, 10, 10)).astype(np.float32)
+    qs = rng.standard_normal((6, N_Q, D)).astype(np.float32)
+
+    def run(seq, out, key):
+        for t in range(10):
+            seq.append(t, rows[t, 0], rows[t, 1])
+        seq.prefill(logits)
+        for i, t in enumerate(range(10, 16)):
+            seq.append(t, rows[t, 0], rows[t, 1])
+            seq.decode_step(kvevict.attention_logits(seq, qs[i]))
+        out[key] = (seq.retained_positions(0), seq.scores(1).tolist(), seq.k_rows(1).tolist())
+
+    pool = kvevict.PagePool(num_pages=40, page_size=2, n_kv_heads=N_KV, head_dim=D)
+    seqs = [kvevict.PagedCache("h2o", pool, n_q_heads=N_Q, max_pages=8, budget=5, recent=1) for _ in range(5)]
+    want = {}
+    run(seqs[0], want, 0)
+    got = {}
+    threads = [threading.Thread(target=run, args=(s, got, i)) for i, s in enumerate(seqs[1:])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and all(g == want[0] for g in got.values())
+    assert pool.used_pages == 5 * 3  # 5 tokens in 3 pages per sequence
