@@ -39,7 +39,8 @@ class CMakeBuild(build_ext):
 setup(
     name="kvevict",
     version=VERSION,
-    description="KV-cache eviction (Keyformer, H2O, StreamingLLM, window, TOVA) over NumPy / PyTorch memory",
+    description="KV-cache eviction (Keyformer, H2O, StreamingLLM, window, TOVA, SnapKV) over NumPy / PyTorch memory, "
+                "contiguous or paged",
     license="Apache-2.0",
     python_requires=">=3.8",
     install_requires=["numpy"],

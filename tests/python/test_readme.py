@@ -25,3 +25,24 @@ def test_readme_python_example_runs(capsys):
     kept = cache.retained_positions(0)
     assert len(kept) == 6 and kept[-1] == P + T - 1
     assert str(kept) in capsys.readouterr().out
+
+
+def test_readme_paged_example_runs(capsys):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Python\n"):readme.index("## Performance\n")]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[1]
+    rng = np.random.default_rng(1)
+    P, T = 12, 6
+    env = dict(kvevict=__import__("kvevict"), P=P, T=T,
+               k_rows=rng.standard_normal((P, 4, 64)).astype(np.float32),
+               v_rows=rng.standard_normal((P, 4, 64)).astype(np.float32),
+               prompt_logits=rng.standard_normal((8, P, P)).astype(np.float32),
+               k_new=np.ones((4, 64), np.float32), v_new=np.ones((4, 64), np.float32),
+               q=rng.standard_normal((8, 64)).astype(np.float32))
+    exec(compile(code, "README.md", "exec"), env)
+    seq, pool = env["seq"], env["pool"]
+    assert seq.length == 10 and seq.step == T and seq.budget == 10 and seq.recent_window == 2
+    assert seq.pages_in_use == 3 and pool.used_pages == 3
+    kept = seq.retained_positions(0)
+    assert len(kept) == 10 and kept[-2:] == [P + T - 2, P + T - 1]
+    assert str(kept) in capsys.readouterr().out

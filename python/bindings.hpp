@@ -1,0 +1,19 @@
+// python/bindings.hpp — the bind_* functions, one per topic file, that module.cpp calls to build `kvevict`.
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace kvpy {
+
+/// kvevict.Cache and its policy subclasses, make_cache, attention_logits, select_keep (cache_binding.cpp).
+void bind_cache(pybind11::module_& m);
+/// kvevict.PagePool, kvevict.PagedCache and attention_logits over a paged cache (paged_binding.cpp).
+void bind_paged(pybind11::module_& m);
+/// kvevict.replay, the library behind kvevict-replay (replay_binding.cpp).
+void bind_replay(pybind11::module_& m);
+
+}  // namespace kvpy
+
+/// kvevict.read_gguf (gguf_binding.cpp).
+void bind_gguf(pybind11::module_& m);

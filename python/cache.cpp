@@ -1,0 +1,317 @@
+// python/cache.cpp — PyCache (cache.hpp): storage, checks and locking around kvevict::make_cache.
+// SPDX-License-Identifier: Apache-2.0
+#include "cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+namespace kvpy {
+
+namespace {
+
+template <class T>
+struct OwnedKV final : StorageBase {
+  explicit OwnedKV(std::size_t elements) : k(elements), v(elements) {}
+  std::vector<T> k, v;
+};
+
+}  // namespace
+
+PyCache::PyCache(const std::string& policy, const Options& o) : setup_(policy_of(policy, o)) {
+  // ---- storage: owned (n_kv_heads, capacity, head_dim[, dtype]) or wrapped (k, v) ----
+  const py::object k = o.get("k"), v = o.get("v");
+  if (k || v)
+    wrap_storage(k, v, o);
+  else
+    own_storage(o);
+  positions_.assign(n_kv_heads_ * capacity_, 0);
+  lengths_.assign(n_kv_heads_, 0);
+
+  configure(setup_, o, /*has_shared_heads=*/true);
+  try {
+    if (dtype_ == DType::float32)
+      cache_ = kvevict::make_cache(setup_.policy, setup_.config, view<float>(), setup_.params);
+    else
+      cache_ = kvevict::make_cache(setup_.policy, setup_.config, view<Eigen::half>(), setup_.params);
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(setup_.name_snap_window(e.what()));
+  }
+}
+
+void PyCache::wrap_storage(py::object k, py::object v, const Options& o) {
+  if (!k || !v)
+    throw py::value_error("give both k and v to wrap caller storage (got only " + std::string(k ? "k" : "v") + ")");
+  for (const char* key : {"n_kv_heads", "capacity", "head_dim"})
+    if (o.has(key))
+      throw py::value_error(std::string(key) + " is taken from the shape of k when wrapping k and v; do not pass it");
+  const py::array ka = py::isinstance<py::array>(k) ? py::reinterpret_borrow<py::array>(k)
+                                                     : py::array(py::module_::import("numpy").attr("asarray")(k));
+  if (ka.ndim() != 3)
+    throw py::value_error("k must be a C-contiguous float32 or float16 array of shape [n_kv_heads, capacity, "
+                          "head_dim], got shape " + array_shape(ka));
+  if (has_elem(ka, Elem::float16))
+    dtype_ = DType::float16;
+  else if (has_elem(ka, Elem::float32))
+    dtype_ = DType::float32;
+  else
+    throw py::value_error("k must be a float32 or float16 array of shape [n_kv_heads, capacity, head_dim], got " +
+                          dtype_text(ka));
+  if (o.has("dtype") && to_dtype(o.get("dtype")) != dtype_)
+    throw py::value_error(std::string("dtype = ") + dtype_name(to_dtype(o.get("dtype"))) + " but k is " +
+                          dtype_name(dtype_));
+  n_kv_heads_ = static_cast<std::size_t>(ka.shape(0));
+  capacity_ = static_cast<std::size_t>(ka.shape(1));
+  head_dim_ = static_cast<std::size_t>(ka.shape(2));
+  const std::vector<py::ssize_t> shape{ka.shape(0), ka.shape(1), ka.shape(2)};
+  const std::string what = "[n_kv_heads, capacity, head_dim]";
+  k_obj_ = checked_array(k, "k", elem_of(dtype_), shape, what, true);
+  v_obj_ = checked_array(v, "v", elem_of(dtype_), shape, what + " (the shape of k)", true);
+  require_disjoint(k_obj_, v_obj_);
+  if (n_kv_heads_ == 0 || capacity_ == 0 || head_dim_ == 0)
+    throw py::value_error("k must have no zero dimension, got shape " + array_shape(k_obj_));
+  k_ptr_ = k_obj_.mutable_data();
+  v_ptr_ = v_obj_.mutable_data();
+}
+
+void PyCache::own_storage(const Options& o) {
+  for (const char* key : {"n_kv_heads", "capacity", "head_dim"})
+    if (!o.has(key))
+      throw py::value_error(std::string("give n_kv_heads, capacity and head_dim (owned storage) or k and v "
+                                        "(wrapped storage); ") + key + " is missing");
+  n_kv_heads_ = to_size(o.get("n_kv_heads"), "n_kv_heads");
+  capacity_ = to_size(o.get("capacity"), "capacity");
+  head_dim_ = to_size(o.get("head_dim"), "head_dim");
+  dtype_ = o.has("dtype") ? to_dtype(o.get("dtype")) : DType::float32;
+  for (auto [key, value] : {std::pair<const char*, std::size_t>{"n_kv_heads", n_kv_heads_}, {"capacity", capacity_},
+                            {"head_dim", head_dim_}})
+    if (value == 0) throw py::value_error(std::string(key) + " must be >= 1 (got 0)");
+  std::size_t elements = 0;
+  if (__builtin_mul_overflow(n_kv_heads_, capacity_, &elements) ||
+      __builtin_mul_overflow(elements, head_dim_, &elements))
+    throw py::value_error("n_kv_heads * capacity * head_dim = " + std::to_string(n_kv_heads_) + " * " +
+                          std::to_string(capacity_) + " * " + std::to_string(head_dim_) + " overflows");
+  // Bounded before any allocation, so that a huge capacity is named (not std::vector's max_size).
+  const std::size_t max_elements = dtype_ == DType::float32 ? std::vector<float>().max_size()
+                                                            : std::vector<Eigen::half>().max_size();
+  if (elements > max_elements || n_kv_heads_ * capacity_ > std::vector<std::int64_t>().max_size())
+    throw py::value_error("capacity = " + std::to_string(capacity_) + " is too large: n_kv_heads * capacity * "
+                          "head_dim = " + std::to_string(elements) + " elements exceed the largest array (" +
+                          std::to_string(max_elements) + ")");
+  if (dtype_ == DType::float32) {
+    auto s = std::make_shared<OwnedKV<float>>(elements);
+    k_ptr_ = s->k.data();
+    v_ptr_ = s->v.data();
+    owned_ = std::move(s);
+  } else {
+    auto s = std::make_shared<OwnedKV<Eigen::half>>(elements);
+    k_ptr_ = s->k.data();
+    v_ptr_ = s->v.data();
+    owned_ = std::move(s);
+  }
+}
+
+void PyCache::append(py::handle position, py::handle k, py::handle v) {
+  const std::int64_t pos = to_i64(position, "position");
+  const std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(n_kv_heads_), static_cast<py::ssize_t>(head_dim_)};
+  const py::array ka = checked_array(k, "k", elem_of(dtype_), shape, "[n_kv_heads, head_dim]");
+  const py::array va = checked_array(v, "v", elem_of(dtype_), shape, "[n_kv_heads, head_dim]");
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (dtype_ == DType::float32)
+    view<float>().append(pos, static_cast<const float*>(ka.data()), static_cast<const float*>(va.data()));
+  else
+    view<Eigen::half>().append(pos, static_cast<const Eigen::half*>(ka.data()),
+                               static_cast<const Eigen::half*>(va.data()));
+}
+
+void PyCache::prefill(py::handle logits, py::handle gumbel) {
+  std::size_t P = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    P = lengths_[0];
+  }
+  const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), p = static_cast<py::ssize_t>(P);
+  // (py::array{} is an empty array, not a null handle: the pointers say what was given.)
+  py::array la, ga;
+  const float *lp = nullptr, *gp = nullptr;
+  if (!logits.is_none()) {
+    la = checked_array(logits, "logits", Elem::float32, {H, p, p}, "[n_q_heads, P, P]");
+    lp = static_cast<const float*>(la.data());
+  }
+  setup_.check_gumbel(gumbel);
+  if (!gumbel.is_none()) {
+    ga = checked_array(gumbel, "gumbel", Elem::float32, {H, p, p}, "[n_q_heads, P, P]");
+    gp = static_cast<const float*>(ga.data());
+  }
+  bool failed = false;
+  std::string message;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      cache_->prefill(lp, P, gp);
+    } catch (const std::invalid_argument& e) {  // re-raised below, with the GIL and without the lock
+      failed = true;
+      message = e.what();
+    }
+  }
+  if (failed) throw py::value_error(setup_.name_snap_window(message));
+}
+
+void PyCache::decode_step(py::handle logits, py::handle gumbel) {
+  std::size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    n = lengths_[0];
+  }
+  const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
+  py::array la, ga;
+  const float *lp = nullptr, *gp = nullptr;
+  if (!logits.is_none()) {
+    la = checked_array(logits, "logits", Elem::float32, {H, nn}, "[n_q_heads, n]");
+    lp = static_cast<const float*>(la.data());
+  }
+  setup_.check_gumbel(gumbel);
+  if (!gumbel.is_none()) {
+    ga = checked_array(gumbel, "gumbel", Elem::float32, {H, nn}, "[n_q_heads, n]");
+    gp = static_cast<const float*>(ga.data());
+  }
+  py::gil_scoped_release nogil;
+  std::lock_guard<std::mutex> lock(mutex_);
+  cache_->decode_step(lp, n, gp);
+}
+
+py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out) {
+  std::size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    n = lengths_[0];
+  }
+  const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
+  const py::array qa =
+      checked_array(q, "q", Elem::float32, {H, static_cast<py::ssize_t>(head_dim_)}, "[n_q_heads, head_dim]");
+  py::array ba;
+  const float* bp = nullptr;
+  if (!bias.is_none()) {
+    ba = checked_array(bias, "bias", Elem::float32, {H, nn}, "[n_q_heads, n]");
+    bp = static_cast<const float*>(ba.data());
+  }
+  py::array oa = out.is_none() ? py::array_t<float>(std::vector<py::ssize_t>{H, nn})
+                               : checked_array(out, "out", Elem::float32, {H, nn}, "[n_q_heads, n]", true);
+  const float s = scale.is_none() ? 1.0f / std::sqrt(static_cast<float>(head_dim_))
+                                  : static_cast<float>(to_double(scale, "scale"));
+  if (!std::isfinite(s)) throw py::value_error("scale must be finite (got " + text(scale) + ")");
+  const float* qp = static_cast<const float*>(qa.data());
+  float* op = static_cast<float*>(oa.mutable_data());
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (dtype_ == DType::float32)
+      kvevict::attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
+    else
+      kvevict::attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+  }
+  return oa;
+}
+
+py::array PyCache::storage(bool keys) {
+  if (!owned_) return keys ? k_obj_ : v_obj_;
+  const py::dtype dt(dtype_name(dtype_));
+  const auto item = static_cast<py::ssize_t>(dt.itemsize());
+  const std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(n_kv_heads_), static_cast<py::ssize_t>(capacity_),
+                                       static_cast<py::ssize_t>(head_dim_)};
+  const std::vector<py::ssize_t> strides{shape[1] * shape[2] * item, shape[2] * item, item};
+  // The capsule owns one reference to the storage: the array keeps it alive on its own.
+  py::capsule base(new std::shared_ptr<StorageBase>(owned_),
+                   [](void* p) { delete static_cast<std::shared_ptr<StorageBase>*>(p); });
+  return py::array(dt, shape, strides, keys ? k_ptr_ : v_ptr_, base);
+}
+
+py::list PyCache::lengths() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  py::list out;
+  for (std::size_t len : lengths_) out.append(len);
+  return out;
+}
+
+py::array_t<std::int64_t> PyCache::positions(py::handle h) {
+  const std::size_t j = head(h, "positions");
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::int64_t* p = guarded([&] { return cache_->positions(j); });
+  py::array_t<std::int64_t> out(static_cast<py::ssize_t>(lengths_[j]));
+  std::copy_n(p, lengths_[j], out.mutable_data());
+  return out;
+}
+
+py::array_t<float> PyCache::scores(py::handle h) {
+  const std::size_t j = head(h, "scores");
+  std::lock_guard<std::mutex> lock(mutex_);
+  const float* s = guarded([&] { return cache_->scores(j); });
+  py::array_t<float> out(static_cast<py::ssize_t>(lengths_[j]));
+  std::copy_n(s, lengths_[j], out.mutable_data());
+  return out;
+}
+
+py::list PyCache::retained_positions(py::handle h) {
+  const std::size_t j = head(h, "retained_positions");
+  std::lock_guard<std::mutex> lock(mutex_);
+  py::list out;
+  for (std::int64_t p : guarded([&] { return cache_->retained_positions(j); })) out.append(p);
+  return out;
+}
+
+void PyCache::restore_position_order() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cache_->restore_position_order();
+}
+
+void PyCache::reset(py::handle seed) {
+  const std::uint64_t s = seed.is_none() ? setup_.seed : to_u64(seed, "seed");
+  std::lock_guard<std::mutex> lock(mutex_);
+  cache_->reset(s);
+  setup_.seed = s;
+}
+
+std::size_t PyCache::budget() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_->budget();
+}
+bool PyCache::budget_resolved() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_->budget_resolved();
+}
+std::size_t PyCache::recent_window() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_->recent_window();
+}
+std::size_t PyCache::step() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_->step();
+}
+float PyCache::temperature() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_->temperature();
+}
+
+std::string PyCache::describe() {
+  std::ostringstream os;
+  os << "kvevict.Cache(policy='" << setup_.name << "', n_kv_heads=" << n_kv_heads_ << ", n_q_heads="
+     << setup_.config.n_q_heads << ", capacity=" << capacity_ << ", head_dim=" << head_dim_
+     << ", dtype=" << dtype_name(dtype_)
+     << ", budget=" << (budget_resolved() ? std::to_string(budget()) : setup_.unresolved_budget())
+     << ", recent_window=" << recent_window() << ", lengths=" << py::repr(lengths()).cast<std::string>()
+     << (owned_ ? "" : ", wrapping caller arrays") << ")";
+  return os.str();
+}
+
+std::size_t PyCache::head(py::handle h, const char* who) const {
+  const std::int64_t j = to_i64(h, "h");
+  if (j < 0)
+    throw py::index_error(std::string("kvevict.Cache.") + who + ": KV head " + std::to_string(j) +
+                          " out of range (n_kv_heads = " + std::to_string(n_kv_heads_) + ")");
+  return static_cast<std::size_t>(j);
+}
+
+}  // namespace kvpy

@@ -1,0 +1,144 @@
+// python/cache_binding.cpp — kvevict.Cache and its policy classes (Keyformer, H2O, StreamingLLM, Window,
+// TOVA, SnapKV), make_cache, attention_logits and select_keep: signatures, options table, docstrings.
+// SPDX-License-Identifier: Apache-2.0
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <array>
+#include <kvevict/kvevict.hpp>
+#include <string>
+#include <vector>
+
+#include "bindings.hpp"
+#include "cache.hpp"
+#include "conversions.hpp"
+#include "docstrings.hpp"
+#include "options.hpp"
+
+namespace kvpy {
+
+namespace {
+
+/// Cache's keyword-only options after `policy`, in the order help() shows them (kCacheDoc explains each).
+const std::array<OptionSpec, 20> kCacheOptions{{{"n_q_heads"},
+                                                {"budget", default_budget},
+                                                {"recent"},
+                                                {"n_kv_heads"},
+                                                {"capacity"},
+                                                {"head_dim"},
+                                                {"dtype"},
+                                                {"k"},
+                                                {"v"},
+                                                {"sinks"},
+                                                {"tau_init"},
+                                                {"tau_end"},
+                                                {"horizon"},
+                                                {"noise"},
+                                                {"seed"},
+                                                {"shared_heads", default_false},
+                                                {"snap_window"},
+                                                {"snap_kernel"},
+                                                {"snap_pooling"},
+                                                {"snap_decode"}}};
+
+/// The ready-made policies as subclasses (`kvevict.Keyformer(...)` = `kvevict.Cache("keyformer", ...)`).
+struct KeyformerCache : PyCache { using PyCache::PyCache; };
+struct H2OCache : PyCache { using PyCache::PyCache; };
+struct StreamingCache : PyCache { using PyCache::PyCache; };
+struct WindowCache : PyCache { using PyCache::PyCache; };
+struct TOVACache : PyCache { using PyCache::PyCache; };
+struct SnapKVCache : PyCache { using PyCache::PyCache; };
+
+/// Binds the subclass `Sub` of Cache for policy `policy`: the same options, without `policy`.
+template <class Sub>
+void bind_preset(py::module_& m, const char* name, const char* policy, const char* doc) {
+  auto init = taking_options<>(kCacheOptions, [policy](Options o) { return new Sub(policy, o); });
+  py::class_<Sub, PyCache> c(m, name, doc);
+  with_args(kCacheOptions, [&](auto... args) { c.def(py::init(init), py::kw_only(), args...); });
+}
+
+template <class Class>
+void bind_cache_methods(Class& c) {
+  c.def("append", &PyCache::append, py::arg("position"), py::arg("k"), py::arg("v"), doc::kAppend)
+      .def("prefill", &PyCache::prefill, py::arg("logits") = py::none(), py::arg("gumbel") = py::none(), doc::kPrefill)
+      .def("decode_step", &PyCache::decode_step, py::arg("logits") = py::none(), py::arg("gumbel") = py::none(),
+           doc::kDecodeStep)
+      .def("positions", &PyCache::positions, py::arg("h"), doc::kPositions)
+      .def("scores", &PyCache::scores, py::arg("h"), doc::kScores)
+      .def("retained_positions", &PyCache::retained_positions, py::arg("h"), doc::kRetainedPositions)
+      .def("restore_position_order", &PyCache::restore_position_order, doc::kRestorePositionOrder)
+      .def("reset", &PyCache::reset, py::arg("seed") = py::none(), doc::kReset)
+      .def_property_readonly("k", [](PyCache& self) { return self.storage(true); }, doc::kK)
+      .def_property_readonly("v", [](PyCache& self) { return self.storage(false); }, doc::kV)
+      .def_property_readonly("lengths", &PyCache::lengths, "Live slots per KV head, a list of n_kv_heads ints.")
+      .def_property_readonly("budget", &PyCache::budget, doc::kBudget)
+      .def_property_readonly("budget_resolved", &PyCache::budget_resolved, doc::kBudgetResolved)
+      .def_property_readonly("recent_window", &PyCache::recent_window,
+                             "Resolved recent window w (0 before the first prefill).")
+      .def_property_readonly("step", &PyCache::step, "Decode steps done since prefill.")
+      .def_property_readonly("temperature", &PyCache::temperature, doc::kTemperature)
+      .def_property_readonly("policy", &PyCache::policy, "Canonical policy name.")
+      .def_property_readonly("n_kv_heads", &PyCache::n_kv_heads, "KV heads.")
+      .def_property_readonly("n_q_heads", &PyCache::n_q_heads, "Query heads.")
+      .def_property_readonly("capacity", &PyCache::capacity, "Slots per KV head.")
+      .def_property_readonly("head_dim", &PyCache::head_dim, "Elements per K or V row.")
+      .def_property_readonly("dtype", &PyCache::dtype, "numpy dtype of K and V (float32 or float16).")
+      .def_property_readonly("owns_storage", &PyCache::owns_storage,
+                             "True if the cache allocated k and v, False if it wraps caller arrays.")
+      .def("__repr__", &PyCache::describe);
+}
+
+py::list select_keep(py::handle scores, py::handle k, py::handle w) {
+  std::vector<float> s;
+  if (py::isinstance<py::array>(scores)) {
+    const auto a = py::reinterpret_borrow<py::array>(scores);
+    if (a.ndim() != 1 || !has_elem(a, Elem::float32))
+      throw py::value_error("scores must be a 1-D float32 array of shape [n] (or a list of numbers), got a " +
+                            a.dtype().attr("name").cast<std::string>() + " array of shape " + array_shape(a));
+    const py::array c = py::module_::import("numpy").attr("ascontiguousarray")(a);
+    s.assign(static_cast<const float*>(c.data()), static_cast<const float*>(c.data()) + c.size());
+  } else if (py::isinstance<py::sequence>(scores) && !py::isinstance<py::str>(scores)) {
+    std::size_t i = 0;
+    for (py::handle x : scores) s.push_back(static_cast<float>(to_double(x, "scores[" + std::to_string(i++) + "]")));
+  } else {
+    throw py::type_error("scores must be a sequence of numbers or a 1-D float32 array, got " + type_name(scores));
+  }
+  const std::size_t kk = to_size(k, "k"), ww = to_size(w, "w");
+  py::list out;
+  for (std::size_t i : kvevict::select_keep(s, kk, ww)) out.append(i);
+  return out;
+}
+
+}  // namespace
+
+void bind_cache(py::module_& m) {
+  m.def("select_keep", &select_keep, py::arg("scores"), py::arg("k"), py::arg("w"), doc::kSelectKeep);
+
+  py::class_<PyCache> cache(m, "Cache", doc::kCache);
+  const auto make = taking_options<const std::string&>(
+      kCacheOptions, [](const std::string& policy, Options o) { return new PyCache(policy, o); });
+  with_args(kCacheOptions, [&](auto... args) {
+    cache.def(py::init(make), py::arg("policy"), py::kw_only(), args...);
+    m.def("make_cache", make, py::arg("policy"), py::kw_only(), args...,
+          "make_cache(policy, **options): the same as Cache(policy, **options).");
+  });
+  bind_cache_methods(cache);
+  bind_preset<KeyformerCache>(m, "Keyformer", "keyformer",
+                              "Cache('keyformer', ...): Gumbel-logit score, tau_init -> tau_end over horizon steps.");
+  bind_preset<H2OCache>(m, "H2O", "h2o", "Cache('h2o', ...): accumulated attention (heavy hitters) + recent window.");
+  bind_preset<StreamingCache>(m, "StreamingLLM", "streaming",
+                              "Cache('streaming', ...): `sinks` attention sinks + the most recent tokens.");
+  bind_preset<WindowCache>(m, "Window", "window", "Cache('window', ...): the most recent k tokens.");
+  bind_preset<TOVACache>(m, "TOVA", "tova",
+                         "Cache('tova', ...): the top-k of the current step's attention (recent must be 0).");
+  bind_preset<SnapKVCache>(m, "SnapKV", "snapkv", doc::kSnapKV);
+
+  m.def("attention_logits",
+        [](PyCache& cache, py::handle q, py::handle scale, py::handle bias, py::handle out) {
+          return cache.attention_logits(q, scale, bias, out);
+        },
+        py::arg("cache"), py::arg("q"), py::arg("scale") = py::none(), py::arg("bias") = py::none(),
+        py::arg("out") = py::none(), doc::kAttentionLogits);
+}
+
+}  // namespace kvpy

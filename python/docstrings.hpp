@@ -1,0 +1,230 @@
+// python/docstrings.hpp — the docstrings of the kvevict module (what help() prints after the signatures that
+// pybind11 writes from the py::arg lists), kept apart so that the binding files read as code.
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+namespace kvpy::doc {
+
+constexpr const char* kModule =
+    R"doc(kvevict: KV-cache eviction (Keyformer, H2O, StreamingLLM, window, TOVA, SnapKV) for your
+own decode loop. One cache per transformer layer (and sequence); K/V live in NumPy arrays (float32 or
+float16) that the cache owns or wraps, usable from PyTorch with torch.from_numpy without copying:
+kvevict.Cache over contiguous storage [n_kv_heads, capacity, head_dim], kvevict.PagedCache over a
+kvevict.PagePool of K/V pages shared by the sequences of a layer.
+
+Protocol per sequence: append the prompt's K/V (cache.append), cache.prefill(logits[H_q, P, P]),
+then per generated token cache.append(...) and cache.decode_step(logits[H_q, n]) with the
+logits over slots [0, n) in slot order (kvevict.attention_logits computes them).
+
+Options are keyword-only; an unknown keyword raises pybind11's TypeError (its message lists the
+keywords of the call). Errors: ValueError (bad argument; the C++ std::invalid_argument message),
+IndexError (KV head out of range), OverflowError (a full KV head or page pool on append, or an int
+too large for 64 bits), TypeError (an argument of the wrong kind).
+
+Threads: prefill, decode_step, attention_logits and replay release the GIL, so caches of
+different layers or sequences can run in parallel threads; calls on one cache (on one page pool,
+for paged caches) are serialised by a lock. The K/V arrays themselves are not locked: do not write
+them from another thread while that cache's prefill or decode_step moves rows.)doc";
+
+constexpr const char* kCache = R"doc(One transformer layer's evicting KV cache (kvevict::make_cache over a KVView).
+
+Cache(policy, *, n_q_heads, budget='50%', recent=None, n_kv_heads=None, capacity=None, head_dim=None,
+      dtype=None, k=None, v=None, sinks=None, tau_init=None, tau_end=None, horizon=None,
+      noise=None, seed=None, shared_heads=False, snap_window=None, snap_kernel=None,
+      snap_pooling=None, snap_decode=None)
+
+policy      'keyformer', 'h2o', 'streaming', 'window', 'tova' or 'snapkv' (or use the subclasses
+            kvevict.Keyformer, H2O, StreamingLLM, Window, TOVA, SnapKV).
+n_q_heads   query heads of the layer, a positive multiple g * n_kv_heads (GQA: query head h
+            reads KV head h // g). Required.
+budget      k, tokens kept per KV head: an int (tokens), a float r (k = floor(r * P) at
+            prefill) or a percentage string ('50%', the default).
+recent      w, the recent window always kept: an int (tokens), a float q (w = floor(q * k)) or
+            '30%' (the default for 'keyformer', 'h2o' and 'snapkv'). Must resolve to <= k; must be 0
+            for 'tova', 'streaming' and 'window' (the last two keep the most recent k - sinks tokens).
+Storage     owned: n_kv_heads, capacity (slots per KV head; at least max(P, k + 1)), head_dim
+            and dtype ('float32', the default, or 'float16'), zero-initialised; or wrapped: k and v,
+            writeable C-contiguous arrays [n_kv_heads, capacity, head_dim] of one dtype (no copy; the
+            cache keeps them alive; do not pass n_kv_heads/capacity/head_dim then).
+sinks       'streaming' only: attention sinks (default 4).
+tau_init, tau_end, horizon, noise
+            'keyformer' only: temperature rises linearly from tau_init (default 1) to tau_end
+            (default 2) over horizon T decode steps (required, >= 1); noise=False drops the
+            Gumbel noise (deterministic variant; default True).
+seed        'keyformer' only: seed of the Gumbel noise generator (default 42; same seed, same result).
+snap_window, snap_kernel, snap_pooling, snap_decode
+            'snapkv' only (SnapKV, Li et al. 2024): the last snap_window = L prompt rows score the
+            prompt (default min(32, k), must be <= k), pooled with an odd kernel (default 7) by 'max'
+            (default) or 'avg'; decoding continues by 'h2o' (default, kvevict::SnapKV) or 'window'
+            (kvevict::SnapKVWindow). prefill only (no prefill_chunk).
+shared_heads
+            True: one selection per layer from scores summed over KV heads.
+
+An option that the policy does not use raises ValueError (it would be ignored otherwise); None
+means "not given". Raises ValueError / TypeError / OverflowError for bad arguments, with the
+library's message.)doc";
+
+constexpr const char* kSnapKV =
+    R"doc(Cache('snapkv', ...): SnapKV (Li et al. 2024). Prefill keeps the observation window
+(the last snap_window = L prompt tokens) plus the top k - L prompt tokens by the window's attention,
+pooled over snap_kernel neighbours ('max' or 'avg' snap_pooling); decoding continues by H2O
+accumulation (snap_decode='h2o': recent window + heavy hitters, C++ kvevict::SnapKV) or evicts the
+oldest token (snap_decode='window', kvevict::SnapKVWindow). Defaults: L = min(32, k), kernel 7, 'max'.)doc";
+
+constexpr const char* kAppend =
+    R"doc(Appends one token to every KV head: k and v are C-contiguous arrays [n_kv_heads, head_dim]
+of the cache's dtype, written into slot lengths[h] of each head with position ID `position`
+(int64; apply RoPE before). O(n_kv_heads * head_dim). All-or-nothing: OverflowError if a KV
+head is full (capacity reached), ValueError for a wrong array.)doc";
+
+constexpr const char* kPrefill =
+    R"doc(Scores the prompt and evicts every KV head to min(k, P) tokens (Keyformer Algorithm 1,
+prompt phase). Every KV head must hold the P prompt tokens (positions strictly ascending).
+logits: float32 [n_q_heads, P, P], x[h, r, c] = logit of query r against slot c (only c <= r
+is read; -inf = masked); may be None for 'streaming' and 'window' (no score; ignored by them).
+gumbel: optional pre-drawn noise, same shape ('keyformer' with noise=True only).
+The GIL is released while it runs. O(n_q_heads * P^2). ValueError (the library's message) on a
+second prefill, a budget resolving to 0, w > k, NaN / +inf logits, ...; the cache is then unchanged.)doc";
+
+constexpr const char* kDecodeStep =
+    R"doc(One decode step after appending the new token (every head holds n = previous length + 1
+slots): logits float32 [n_q_heads, n] by slot (as kvevict.attention_logits returns them;
+None allowed for 'streaming' / 'window'); gumbel optional, same shape. Scores the step at tau_t
+and, if n > k, evicts one slot per KV head by moving slot n - 1 into it (slot order is then
+not position order). No allocation in C++; the GIL is released. O(n_q_heads * n).
+ValueError (the library's message) if called before prefill, on a wrong n, NaN / +inf logits, ...;
+the cache is then unchanged.)doc";
+
+constexpr const char* kPositions =
+    "Position IDs of KV head h by slot, int64 [lengths[h]] (a copy). IndexError if h is out of range.";
+constexpr const char* kScores =
+    "Scores of KV head h by slot, float32 [lengths[h]] (a copy), aligned with positions(h). IndexError if h is out "
+    "of range.";
+constexpr const char* kRetainedPositions =
+    "Retained position IDs of KV head h, ascending, as a list of ints. O(n log n). IndexError if h is out of range.";
+constexpr const char* kRestorePositionOrder =
+    "Sorts every KV head's slots into ascending position order (K, V, positions and scores together). "
+    "O(n log n + n * head_dim) per head.";
+constexpr const char* kReset =
+    "Starts a new sequence: lengths 0, scores 0, step 0, and re-seeds the noise generator with `seed` (default: the "
+    "latest seed). K/V bytes are left as they are.";
+constexpr const char* kK =
+    "Keys, [n_kv_heads, capacity, head_dim] of dtype, no copy (slots [0, lengths[h]) of head h are live). Owned "
+    "storage stays alive as long as this array does, even after the cache is deleted.";
+constexpr const char* kV = "Values, same layout and lifetime as k.";
+constexpr const char* kBudget = "Resolved budget k; 0 until the first prefill resolves it (see budget_resolved).";
+constexpr const char* kBudgetResolved =
+    "Whether the budget is resolved (after prefill): before, budget reads 0, which does not mean 'keep nothing'.";
+constexpr const char* kTemperature =
+    "Temperature tau used by the latest prefill or decode step (1 for policies without one).";
+
+constexpr const char* kSelectKeep =
+    R"doc(The recent-window + top-k selection rule (Keyformer §3.3, H2O §4): of n candidates in
+position order keep min(k, n): the last w (recent window) plus the k - w highest scores among
+the others (ties keep the older). scores: a sequence of numbers or a 1-D float32 array
+(as float32). Returns the kept indices, ascending.
+select_keep([0.40, 0.20, 0.10, 0.05, 0.25], 3, 1) == [0, 1, 4]. Average O(n).
+ValueError if k < 1, w > k or a score is NaN.)doc";
+
+constexpr const char* kAttentionLogits =
+    R"doc(Decode-step logits over the cache's live slots (kvevict::attention_logits):
+x[h, s] = scale * (q[h] . K[h // g, s]) (+ bias[h, s]), by slot, as decode_step expects.
+q: float32 [n_q_heads, head_dim] (RoPE applied); scale: default 1 / sqrt(head_dim);
+bias: optional float32 [n_q_heads, n]; out: optional writeable float32 [n_q_heads, n] to
+fill (else a new array). n = lengths[0] (every head must hold n slots). Returns out.
+O(n_q_heads * n * head_dim); the GIL is released.)doc";
+
+constexpr const char* kPagedAttentionLogits =
+    R"doc(The same over a PagedCache (kvevict::paged_attention_logits): x[h, s] for the
+sequence's logical slots s in [0, length), read through its page table.)doc";
+
+constexpr const char* kReplay =
+    R"doc(Replays a policy over one layer's attention-logit trace, exactly as kvevict-replay does
+(the library itself runs it), and returns its JSON Lines records as dicts:
+[{"t": t, "tau": tau, "kept": [[positions of KV head 0, ascending], ...],
+  "scores": [[matching scores], ...]}, ...], one after prefill (t = P - 1) and one per decode
+position t = P .. N - 1.
+
+logits: float32 [H_q, N, N] (row t = query at position t; only j <= t is read), copied.
+policy: as Cache (default 'keyformer'). q_heads_per_kv: g (default 1).
+budget / recent: as in Cache (int tokens, float fraction, or '50%'; defaults '50%' and '30%' for
+'keyformer', 'h2o', 'snapkv', else 0); kvevict-replay's --budget / --budget-ratio and --recent /
+--recent-ratio. sinks: 'streaming' / 'window' sinks (default 4).
+'keyformer' only (ValueError for another policy): tau_init (default 1), tau_end (default 2),
+gen_steps (horizon T, default N - P), noise ('auto' when None, 'none', 'gumbel' (seeded generator)
+or 'trace' (the gumbel array, float32 [H_q, N, N])), gumbel, seed (default 42).
+shared_heads: one selection from scores summed over KV heads.
+The GIL is released. ValueError naming the argument on bad input.)doc";
+
+constexpr const char* kPagePool =
+    R"doc(One layer's K and V page pools in NumPy arrays, shared by the sequences (PagedCache) of
+the layer, and the pool of page ids (kvevict::PagePool: a fresh pool hands out pages 0, 1, 2, ...;
+the most recently freed page is handed out first).
+
+PagePool(k=None, v=None, *, num_pages=None, page_size=None, n_kv_heads=None, head_dim=None,
+         dtype=None, layout='NHD')
+
+k, v        caller pools: writeable C-contiguous float32 or float16 arrays of one dtype and shape
+            [num_pages, page_size, n_kv_heads, head_dim] (layout 'NHD', vLLM / FlashInfer NHD) or
+            [num_pages, n_kv_heads, page_size, head_dim] ('HND'), not overlapping; wrapped without a
+            copy, the pool (and so every PagedCache over it) keeps them alive.
+num_pages, page_size, n_kv_heads, head_dim, dtype
+            without k and v: the pool allocates zeroed pools of that shape (dtype 'float32' or
+            'float16', default float32); with k and v: taken from k (do not pass them).
+layout      'NHD' (default) or 'HND'.
+
+ValueError naming the argument for a wrong dtype, shape, layout, a read-only or non-contiguous
+array, overlapping k and v, or num_pages above 2^31 - 1.)doc";
+
+constexpr const char* kPagedCache =
+    R"doc(One sequence of one layer over a PagePool (kvevict::make_paged_cache): the same policies,
+options and protocol as Cache, with the sequence's K/V in pages of the pool. All KV heads share one
+selection (scores summed over KV heads, as Cache with shared_heads=True, which the token unit equals
+bit for bit). Deleting the cache (or reset) returns its pages to the pool.
+
+PagedCache(policy, pool, *, n_q_heads, max_pages=None, budget='50%', recent=None, unit='token',
+           start_pages=0, page_score='sum', sinks=None, tau_init=None, tau_end=None, horizon=None,
+           noise=None, seed=None, snap_window=None, snap_kernel=None, snap_pooling=None,
+           snap_decode=None)
+
+pool        the kvevict.PagePool (kept alive by the cache).
+max_pages   entries of the sequence's page table (capacity max_pages * page_size slots; default
+            the pool's num_pages).
+unit        'token': evicts single tokens (an eviction moves the last slot into the hole; a page
+            emptied at the end of the table goes back to the pool); 'page': the sequence is cut only
+            by whole pages once it exceeds k by a page: the middle page (not one of the first
+            start_pages, not holding one of the last max(w, 1) tokens) with the lowest page_score
+            ('sum' or 'mean' of its tokens' scores) leaves the table, no K/V bytes move.
+start_pages, page_score
+            page unit only (ValueError with the token unit unless 0 and 'sum').
+Other options as Cache (no shared_heads: always one selection). ValueError / TypeError /
+OverflowError as Cache, with the library's message.)doc";
+
+constexpr const char* kPagedAppend =
+    R"doc(Appends one token: k and v [n_kv_heads, head_dim] of the pool's dtype are written into
+slot length of the sequence (its last page, or a page taken from the pool when that is full), with
+position ID `position`. All-or-nothing: OverflowError if the sequence is at capacity or the pool has
+no free page, ValueError for a wrong array.)doc";
+
+constexpr const char* kPagedPrefill =
+    R"doc(Scores the prompt and evicts (Cache.prefill): the sequence holds the P prompt tokens;
+logits float32 [n_q_heads, P, P] (None for 'streaming' / 'window'), gumbel optional. Token unit:
+keeps min(k, P) tokens in position order and returns the emptied pages; page unit: evicts
+floor((P - k) / page_size) middle pages. The GIL is released; ValueError leaves everything unchanged.)doc";
+
+constexpr const char* kPagedDecodeStep =
+    R"doc(One decode step after append (Cache.decode_step): logits float32 [n_q_heads, n] by
+logical slot, n = length; gumbel optional. Token unit: if n > k evicts one token; page unit: evicts
+a middle page when n - k reaches page_size. No allocation in C++; the GIL is released.)doc";
+
+constexpr const char* kPagedRestorePositionOrder =
+    "Token unit: sorts the logical slots into ascending position order (K, V rows, positions and scores "
+    "together; pages stay where they are). Page unit: slots are always in position order.";
+constexpr const char* kPagedReset =
+    "Ends the sequence: returns all its pages to the pool (page table entries -1, length 0), scores 0, step 0, "
+    "and re-seeds the noise generator with `seed` (default: the latest seed).";
+constexpr const char* kPageTable =
+    "The sequence's page table, int32 [max_pages] (a copy): entry i is the pool page holding logical slots "
+    "[i * page_size, (i + 1) * page_size); -1 (no page) past pages_in_use.";
+
+}  // namespace kvpy::doc
