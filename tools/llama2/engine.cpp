@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -92,21 +91,14 @@ void Engine::gemm_t(RowMatrix& y, const RowMatrix& x, const float* w, std::size_
 }
 
 Engine::Engine(const Model& model, CacheFactory make_cache, std::size_t prefill_chunk)
-    : model_(model), make_cache_(std::move(make_cache)), prefill_chunk_(prefill_chunk) {
+    : model_(model),
+      store_(std::make_unique<ContiguousKVStore>(model.config(), std::move(make_cache))),
+      prefill_chunk_(prefill_chunk) {
   init();
 }
 
 Engine::Engine(const Model& model, const PagedKVOptions& paged, PagedCacheFactory make_cache)
-    : model_(model), paged_(true), paged_options_(paged), make_paged_cache_(std::move(make_cache)) {
-  if (paged.page_size == 0)
-    throw std::invalid_argument("llama2::Engine: page_size must be >= 1 (got 0)");
-  if (paged.layout != kvevict::PageLayout::NHD && paged.layout != kvevict::PageLayout::HND)
-    throw std::invalid_argument("llama2::Engine: unknown page layout " + std::to_string(static_cast<int>(paged.layout)));
-  const Config& c = model_.config();
-  // Shaped exactly like a contiguous block's buffer (capacity seq_len + 1), so that the attention
-  // runs on the same strides and the logits match the contiguous layout bit for bit.
-  gather_buffer_ = std::make_unique<kvevict::KVBuffer<float>>(c.n_kv_heads, c.seq_len + 1, c.head_dim());
-  gather_view_ = gather_buffer_->view();
+    : model_(model), store_(std::make_unique<PagedKVStore>(model.config(), paged, std::move(make_cache))) {
   init();
 }
 
@@ -137,49 +129,8 @@ void Engine::init() {
 }
 
 void Engine::reset() {
-  const Config& c = model_.config();
   position_ = 0;
-  if (paged_) {
-    paged_caches_.clear();
-    paged_layers_.clear();
-    // seq_len + 1 slots, as the contiguous buffers: a budget k = seq_len stays valid.
-    const std::size_t ps = paged_options_.page_size, pages = (c.seq_len + 1 + ps - 1) / ps, hd = c.head_dim();
-    for (std::size_t l = 0; l < c.n_layers; ++l) {
-      auto pl = std::make_unique<PagedLayer>(pages);
-      pl->k.assign(pages * ps * c.n_kv_heads * hd, 0.0f);
-      pl->v.assign(pl->k.size(), 0.0f);
-      pl->table.assign(pages, kvevict::kNoPage);
-      pl->positions.assign(pages * ps, 0);
-      pl->view.k = pl->k.data();
-      pl->view.v = pl->v.data();
-      pl->view.num_pages = pages;
-      pl->view.page_size = ps;
-      pl->view.n_kv_heads = c.n_kv_heads;
-      pl->view.head_dim = hd;
-      pl->view.layout = paged_options_.layout;
-      pl->view.page_table = pl->table.data();
-      pl->view.max_pages = pages;
-      pl->view.length = &pl->length;
-      pl->view.positions = pl->positions.data();
-      pl->view.validate();
-      paged_layers_.push_back(std::move(pl));
-      PagedLayer& layer = *paged_layers_.back();
-      paged_caches_.push_back(make_paged_cache_ ? make_paged_cache_(l, layer.view, layer.pool) : nullptr);
-    }
-    apply_executor();
-    return;
-  }
-  buffers_.clear();
-  views_.clear();
-  caches_.clear();
-  buffers_.reserve(c.n_layers);
-  for (std::size_t l = 0; l < c.n_layers; ++l) {
-    // One slot beyond the context, so that a budget k = seq_len is valid (a decode step appends before it evicts).
-    buffers_.emplace_back(c.n_kv_heads, c.seq_len + 1, c.head_dim());
-    views_.push_back(buffers_.back().view());
-    caches_.push_back(make_cache_ ? make_cache_(l, views_.back()) : nullptr);
-  }
-  position_ = 0;
+  store_->reset();
   apply_executor();
 }
 
@@ -195,77 +146,30 @@ void Engine::set_threads(std::size_t threads) {
 
 void Engine::set_pool(kvexample::ThreadPool* pool) {
   pool_ = pool;
-  for (auto& cache : caches_)
-    if (cache) cache->set_executor(kvevict::ExecutorRef());
-  for (auto& cache : paged_caches_)
-    if (cache) cache->set_executor(kvevict::ExecutorRef());
+  store_->set_executor(kvevict::ExecutorRef());
   apply_executor();
 }
 
 void Engine::apply_executor() {
-  if (!pool_) return;
-  for (auto& cache : caches_)
-    if (cache) cache->set_executor(*pool_);
-  for (auto& cache : paged_caches_)
-    if (cache) cache->set_executor(*pool_);
-}
-
-std::size_t Engine::kv_bytes_held() const {
-  std::size_t bytes = 0;
-  for (const auto& b : buffers_) bytes += b.live_kv_bytes();
-  for (const auto& pl : paged_layers_) bytes += pl->length * 2 * model_.config().kv_dim() * sizeof(float);
-  return bytes;
+  if (pool_) store_->set_executor(*pool_);
 }
 
 const kvevict::KVView<float>& Engine::view(std::size_t layer) const {
-  if (paged_) throw std::logic_error("llama2::Engine::view: the engine is paged; use paged_view()");
-  return views_[layer];
+  const kvevict::KVView<float>* v = store_->view(layer);
+  if (v == nullptr) throw std::logic_error("llama2::Engine::view: the engine is paged; use paged_view()");
+  return *v;
 }
 
 const kvevict::PagedKVView<float>& Engine::paged_view(std::size_t layer) const {
-  if (!paged_) throw std::logic_error("llama2::Engine::paged_view: the engine's KV layout is contiguous");
-  return paged_layers_[layer]->view;
+  const kvevict::PagedKVView<float>* v = store_->paged_view(layer);
+  if (v == nullptr) throw std::logic_error("llama2::Engine::paged_view: the engine's KV layout is contiguous");
+  return *v;
 }
 
 const kvevict::PagePool& Engine::page_pool(std::size_t layer) const {
-  if (!paged_) throw std::logic_error("llama2::Engine::page_pool: the engine's KV layout is contiguous");
-  return paged_layers_[layer]->pool;
-}
-
-std::size_t Engine::pages_in_use() const {
-  std::size_t n = 0;
-  for (const auto& pl : paged_layers_) n += pl->pool.used_pages();
-  return n;
-}
-
-std::size_t Engine::pages_freed() const {
-  std::size_t n = 0;
-  for (const auto& pl : paged_layers_) n += pl->pool.pages_released();
-  return n;
-}
-
-const kvevict::KVView<float>& Engine::gather(const kvevict::PagedKVView<float>& pv, std::size_t from) {
-  const std::size_t n = *pv.length, bytes = pv.head_dim * sizeof(float);
-  for (std::size_t h = 0; h < pv.n_kv_heads; ++h) {
-    for (std::size_t s = from; s < n; ++s) {
-      std::memcpy(gather_view_.k_row(h, s), pv.k_row(h, s), bytes);
-      std::memcpy(gather_view_.v_row(h, s), pv.v_row(h, s), bytes);
-    }
-    std::copy(pv.positions + from, pv.positions + n, gather_view_.head_positions(h) + from);
-    gather_view_.lengths[h] = n;
-  }
-  return gather_view_;
-}
-
-const kvevict::KVView<float>& Engine::append_kv(std::size_t layer, std::size_t pos, const float* k, const float* v,
-                                                bool incremental) {
-  if (!paged_) {
-    views_[layer].append(static_cast<std::int64_t>(pos), k, v);
-    return views_[layer];
-  }
-  PagedLayer& pl = *paged_layers_[layer];
-  pl.pool.append(pl.view, static_cast<std::int64_t>(pos), k, v);
-  return gather(pl.view, incremental ? pl.length - 1 : 0);
+  const kvevict::PagePool* pool = store_->page_pool(layer);
+  if (pool == nullptr) throw std::logic_error("llama2::Engine::page_pool: the engine's KV layout is contiguous");
+  return *pool;
 }
 
 std::size_t Engine::kv_bytes_full() const {
@@ -298,7 +202,7 @@ void Engine::set_reindex_positions(bool on) {
   if (position_ != 0)
     throw std::logic_error("llama2::Engine::set_reindex_positions: the sequence has already started (position " +
                            std::to_string(position_) + "); call reset() first");
-  if (on && paged_)
+  if (on && store_->paged())
     throw std::invalid_argument("llama2::Engine::set_reindex_positions: re-indexed positions need the contiguous "
                                 "KV layout (the engine is paged)");
   const Config& c = model_.config();
@@ -309,8 +213,8 @@ void Engine::set_reindex_positions(bool on) {
 // Slots into position order, then each key from the position it is rotated at to its slot index
 // (kvevict::rope_rotate_key: Δ = index − rotated_at, the angle in double). O(n log n + n · head_dim).
 void Engine::reindex_layer(std::size_t layer) {
-  caches_[layer]->restore_position_order();
-  const kvevict::KVView<float>& view = views_[layer];
+  store_->cache(layer)->restore_position_order();
+  const kvevict::KVView<float>& view = *store_->view(layer);  // contiguous: set_reindex_positions checks it
   for (std::size_t h = 0; h < view.n_kv_heads; ++h)
     for (std::size_t s = 0; s < view.length(h); ++s) {
       std::int64_t& at = rotated_at(layer, h, static_cast<std::size_t>(view.head_positions(h)[s]));
@@ -360,19 +264,17 @@ const float* Engine::step(int token) {
     gemv(k_.data(), w.wk, c.kv_dim(), c.dim, xb_.data(), false);
     gemv(v_.data(), w.wv, c.kv_dim(), c.dim, xb_.data(), false);
     // Re-indexed positions: the new token sits at cache index n (the block's live slots).
-    const std::size_t rot = reindex_ ? views_[l].length(0) : position_;
+    const std::size_t rot = reindex_ ? store_->length(l, 0) : position_;
     rope(q_.data(), c.n_heads, rot);
     rope(k_.data(), c.n_kv_heads, rot);
-    const kvevict::KVView<float>& view = append_kv(l, position_, k_.data(), v_.data(), false);
+    const kvevict::KVView<float>& view = store_->append(l, position_, k_.data(), v_.data(), false);
     if (reindex_)
       for (std::size_t h = 0; h < c.n_kv_heads; ++h) rotated_at(l, h, position_) = static_cast<std::int64_t>(rot);
 
     attend(view, q_.data(), att_logits_.data(), xb2_.data());
     if (attention_hook_) attention_hook_(l, att_logits_.data(), view.length(0));
-    if (paged_) {
-      if (paged_caches_[l]) paged_caches_[l]->decode_step(att_logits_.data(), view.length(0));
-    } else if (caches_[l]) {
-      caches_[l]->decode_step(att_logits_.data(), view.length(0));
+    if (kvevict::CacheInterface* cache = store_->cache(l)) {
+      cache->decode_step(att_logits_.data(), view.length(0));
       if (reindex_) reindex_layer(l);
     }
     gemv(x_.data(), w.wo, c.dim, c.dim, xb2_.data(), true);
@@ -432,8 +334,8 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
     // Causal attention: query t runs right after token t joins the view, so it sees the slots
     // [0, held + i] (one-shot: held = 0, i = t, positions 0..t). Its logits become row i of the
     // chunk's [q_head][C][n] matrix (one-shot: row t of [q_head][P][P]). Paged engines prefill in
-    // one shot (PagedCache has no chunked prefill).
-    kvevict::CacheInterface* cache = paged_ ? nullptr : caches_[l].get();
+    // one shot (PagedCache has no chunked prefill: the paged constructor leaves prefill_chunk_ 0).
+    kvevict::CacheInterface* cache = store_->cache(l);
     for (std::size_t c0 = 0; c0 < P; c0 += C) {
       const std::size_t len = std::min(C, P - c0);
       std::size_t held = 0, n = len;
@@ -446,7 +348,7 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
           for (std::size_t h = 0; h < c.n_kv_heads; ++h) rotated_at(l, h, t) = static_cast<std::int64_t>(t);
         // Paged: the block's sequence is empty before t = 0 and nothing is evicted before the
         // whole prompt is in, so the gather scratch only needs the new slot (t > 0).
-        const kvevict::KVView<float>& view = append_kv(l, t, K.row(r).data(), V.row(r).data(), t > 0);
+        const kvevict::KVView<float>& view = store_->append(l, t, K.row(r).data(), V.row(r).data(), t > 0);
         if (i == 0) held = view.length(0) - 1, n = held + len;
         attend(view, Q.row(r).data(), att_logits_.data(), XB2.row(r).data());
         for (std::size_t h = 0; h < c.n_heads; ++h)
@@ -455,9 +357,7 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
       if (cache && prefill_chunk_ != 0) cache->prefill_chunk(prompt_attention_logits_.data(), len, n);
     }
     gemm_t(X, XB2, w.wo, c.dim, true);
-    if (paged_) {
-      if (paged_caches_[l]) paged_caches_[l]->prefill(prompt_attention_logits_.data(), P);
-    } else if (cache) {
+    if (cache) {
       if (prefill_chunk_ == 0)
         cache->prefill(prompt_attention_logits_.data(), P);
       else

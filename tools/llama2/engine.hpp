@@ -11,45 +11,23 @@
 #include <Eigen/Core>
 
 #include "kvevict/cache_interface.hpp"
-#include "kvevict/kv/kv_buffer.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/paged/page_pool.hpp"
-#include "kvevict/paged/paged_cache.hpp"
-#include "thread_pool.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
+#include "llama2/kv_store.hpp"
 #include "llama2/model.hpp"
+#include "thread_pool.hpp"
 
 namespace llama2 {
 
 /// Row-major float matrix (`[rows][cols]`, rows contiguous).
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// Builds the eviction cache of block `layer` over that block's KV view, or
-/// returns `nullptr` to keep the full cache. Called once per layer by the
-/// `Engine` constructor and by `Engine::reset`.
-using CacheFactory =
-    std::function<std::unique_ptr<kvevict::CacheInterface>(std::size_t layer, const kvevict::KVView<float>& view)>;
-
-/// Builds the paged eviction cache of block `layer` over that block's paged
-/// view and page pool, or returns `nullptr` to keep every token. Called once
-/// per layer by the paged `Engine` constructor and by `Engine::reset`.
-using PagedCacheFactory = std::function<std::unique_ptr<kvevict::PagedCacheInterface>(
-    std::size_t layer, const kvevict::PagedKVView<float>& view, kvevict::PagePool& pool)>;
-
 /// Observer of each decode step's attention (`Engine::set_decode_attention_hook`): block `layer`'s
 /// pre-softmax logits `q·k / sqrt(head_dim)`, `[q_head][n]` row-major by slot (`n` = live slots of
 /// the block, the new token included), valid only during the call. Read `Engine::view(layer)` for
 /// the slots' position IDs (a full cache: slot = position).
 using DecodeAttentionHook = std::function<void(std::size_t layer, const float* logits, std::size_t n)>;
-
-/// Paged KV storage of an `Engine`: every block owns K and V page
-/// pools of `ceil((seq_len + 1) / page_size)` pages in `layout`, a `PagePool`
-/// over them and the sequence's page table (page unit: a budget k needs
-/// `k + page_size <= ` that many slots).
-struct PagedKVOptions {
-  std::size_t page_size = 16;                             ///< tokens per page, >= 1
-  kvevict::PageLayout layout = kvevict::PageLayout::NHD;  ///< NHD or HND
-};
 
 /// The prompt positions `Engine::prefill` returns logits for.
 enum class PrefillLogits { all, last };
@@ -83,7 +61,8 @@ enum class PrefillLogits { all, last };
 /// like the contiguous layout's buffer (a real engine would run a paged
 /// attention kernel instead), so the logits, and with them every eviction
 /// decision, are bit for bit those of the contiguous layout with
-/// `shared_heads`. The caches are `kvevict::PagedCacheInterface`s.
+/// `shared_heads`. The caches are `kvevict::PagedCacheInterface`s. The two
+/// layouts are the two `KVStore`s (kv_store.hpp); the forward pass is one.
 ///
 /// The engine keeps a reference to `model`, which must outlive it. `step`
 /// does not allocate.
@@ -167,9 +146,7 @@ class Engine {
   /// Tokens processed so far (the position of the next token).
   std::size_t position() const { return position_; }
   /// Live KV entries of `kv_head` of block `layer` (no bounds check).
-  std::size_t retained(std::size_t layer, std::size_t kv_head = 0) const {
-    return paged_ ? paged_layers_[layer]->length : views_[layer].length(kv_head);
-  }
+  std::size_t retained(std::size_t layer, std::size_t kv_head = 0) const { return store_->length(layer, kv_head); }
   /// The KV view of block `layer` (no bounds check). Contiguous layout only:
   /// throws `std::logic_error` for a paged engine (use `paged_view`).
   const kvevict::KVView<float>& view(std::size_t layer) const;
@@ -179,17 +156,15 @@ class Engine {
   /// The page pool of block `layer` (paged layout only, else `std::logic_error`).
   const kvevict::PagePool& page_pool(std::size_t layer) const;
   /// The eviction cache of block `layer`, or `nullptr` for a full cache.
-  const kvevict::CacheInterface* cache(std::size_t layer) const {
-    return paged_ ? static_cast<const kvevict::CacheInterface*>(paged_caches_[layer].get()) : caches_[layer].get();
-  }
+  const kvevict::CacheInterface* cache(std::size_t layer) const { return store_->cache(layer); }
   /// Whether the KV storage is paged.
-  bool paged() const { return paged_; }
+  bool paged() const { return store_->paged(); }
   /// Pages held now, all blocks (0 for the contiguous layout).
-  std::size_t pages_in_use() const;
+  std::size_t pages_in_use() const { return store_->pages_in_use(); }
   /// Pages returned to the blocks' pools since the last `reset` (0 for the contiguous layout).
-  std::size_t pages_freed() const;
+  std::size_t pages_freed() const { return store_->pages_freed(); }
   /// Bytes of K and V rows currently held, all blocks.
-  std::size_t kv_bytes_held() const;
+  std::size_t kv_bytes_held() const { return store_->kv_bytes_held(); }
   /// Bytes a full cache would hold at this position: `position * n_layers * 2 * kv_dim * 4`.
   std::size_t kv_bytes_full() const;
   const Config& config() const { return model_.config(); }
@@ -211,39 +186,11 @@ class Engine {
     return rotated_at_[(layer * c.n_kv_heads + kv_head) * (c.seq_len + 1) + pos];
   }
   void attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out);
-  /// Copies slots `[from, length)` of `pv` into the gather scratch (lengths = length).
-  const kvevict::KVView<float>& gather(const kvevict::PagedKVView<float>& pv, std::size_t from);
-  /// Appends (k, v) at `pos` to block `layer`'s storage; returns the view to attend over.
-  const kvevict::KVView<float>& append_kv(std::size_t layer, std::size_t pos, const float* k, const float* v,
-                                          bool incremental);
-
-  /// One block's paged storage (paged layout), at a stable address.
-  struct PagedLayer {
-    std::vector<float> k, v;               // [num_pages][page] per PagedKVOptions::layout
-    std::vector<std::int32_t> table;       // [num_pages]
-    std::vector<std::int64_t> positions;   // [num_pages * page_size]
-    std::size_t length = 0;
-    kvevict::PagePool pool;
-    kvevict::PagedKVView<float> view;
-    explicit PagedLayer(std::size_t num_pages) : pool(num_pages) {}
-  };
 
   const Model& model_;
-  CacheFactory make_cache_;
-  std::vector<kvevict::KVBuffer<float>> buffers_;
-  std::vector<kvevict::KVView<float>> views_;
-  std::vector<std::unique_ptr<kvevict::CacheInterface>> caches_;
+  std::unique_ptr<KVStore> store_;  // the KV layout: contiguous or paged, with each block's cache
   std::size_t position_ = 0;
   std::size_t prefill_chunk_ = 0;
-
-  // Paged layout.
-  bool paged_ = false;
-  PagedKVOptions paged_options_;
-  PagedCacheFactory make_paged_cache_;
-  std::vector<std::unique_ptr<PagedLayer>> paged_layers_;
-  std::vector<std::unique_ptr<kvevict::PagedCacheInterface>> paged_caches_;
-  std::unique_ptr<kvevict::KVBuffer<float>> gather_buffer_;  // [kv_head][seq_len][head_dim]
-  kvevict::KVView<float> gather_view_;
 
   std::vector<float> rope_cos_, rope_sin_;  // [seq_len][head_dim / 2]
   DecodeAttentionHook attention_hook_;
