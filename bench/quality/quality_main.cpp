@@ -72,6 +72,7 @@
 #include "llama2/tokenizer.hpp"
 #include "oracle.hpp"
 #include "quality_eval.hpp"
+#include "reindex.hpp"
 #include "retrieval.hpp"
 #include "rows.hpp"
 
@@ -425,8 +426,8 @@ int main(int argc, char** argv) {
           s.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
           s.prefill_chunk = row.bounded_chunk != 0 ? row.bounded_chunk : prefill_chunk;
           s.bounded_prefill = row.bounded_chunk != 0 || bounded_prefill;
-          s.reindex_positions = row.reindexed;
           std::unique_ptr<llama2::Engine> e = llama2::make_engine(model, s);
+          if (row.reindexed) kvquality::reindex_positions(*e);
           e->set_pool(step_pool);
           return e;
     };

@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "kvevict/attention/rope.hpp"
 #include "kvevict/attention/attention_logits.hpp"
 
 namespace llama2 {
@@ -198,33 +197,6 @@ void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
   }
 }
 
-void Engine::set_reindex_positions(bool on) {
-  if (position_ != 0)
-    throw std::logic_error("llama2::Engine::set_reindex_positions: the sequence has already started (position " +
-                           std::to_string(position_) + "); call reset() first");
-  if (on && store_->paged())
-    throw std::invalid_argument("llama2::Engine::set_reindex_positions: re-indexed positions need the contiguous "
-                                "KV layout (the engine is paged)");
-  const Config& c = model_.config();
-  if (on) rotated_at_.assign(c.n_layers * c.n_kv_heads * (c.seq_len + 1), 0);
-  reindex_ = on;
-}
-
-// Slots into position order, then each key from the position it is rotated at to its slot index
-// (kvevict::rope_rotate_key: Δ = index − rotated_at, the angle in double). O(n log n + n · head_dim).
-void Engine::reindex_layer(std::size_t layer) {
-  store_->cache(layer)->restore_position_order();
-  const kvevict::KVView<float>& view = *store_->view(layer);  // contiguous: set_reindex_positions checks it
-  for (std::size_t h = 0; h < view.n_kv_heads; ++h)
-    for (std::size_t s = 0; s < view.length(h); ++s) {
-      std::int64_t& at = rotated_at(layer, h, static_cast<std::size_t>(view.head_positions(h)[s]));
-      const auto index = static_cast<std::int64_t>(s);
-      if (at == index) continue;
-      kvevict::rope_rotate_key(view, h, s, static_cast<double>(index - at));
-      at = index;
-    }
-}
-
 // All query heads against the live slots [0, n) of the view (n = every KV head's length):
 // logits[h][s] = q_h·k_s / sqrt(head_dim) (kvevict::attention_logits), out_h = sum_s softmax(logits[h])_s v_s.
 void Engine::attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out) {
@@ -263,19 +235,16 @@ const float* Engine::step(int token) {
     gemv(q_.data(), w.wq, c.dim, c.dim, xb_.data(), false);
     gemv(k_.data(), w.wk, c.kv_dim(), c.dim, xb_.data(), false);
     gemv(v_.data(), w.wv, c.kv_dim(), c.dim, xb_.data(), false);
-    // Re-indexed positions: the new token sits at cache index n (the block's live slots).
-    const std::size_t rot = reindex_ ? store_->length(l, 0) : position_;
+    const std::size_t rot = hooks_ ? hooks_->rotary_position(*this, l, position_) : position_;
     rope(q_.data(), c.n_heads, rot);
     rope(k_.data(), c.n_kv_heads, rot);
     const kvevict::KVView<float>& view = store_->append(l, position_, k_.data(), v_.data(), false);
-    if (reindex_)
-      for (std::size_t h = 0; h < c.n_kv_heads; ++h) rotated_at(l, h, position_) = static_cast<std::int64_t>(rot);
 
     attend(view, q_.data(), att_logits_.data(), xb2_.data());
-    if (attention_hook_) attention_hook_(l, att_logits_.data(), view.length(0));
+    if (hooks_) hooks_->decode_attention(*this, l, att_logits_.data(), view.length(0));
     if (kvevict::CacheInterface* cache = store_->cache(l)) {
       cache->decode_step(att_logits_.data(), view.length(0));
-      if (reindex_) reindex_layer(l);
+      if (hooks_) hooks_->after_cache(*this, l, *cache, false);
     }
     gemv(x_.data(), w.wo, c.dim, c.dim, xb2_.data(), true);
 
@@ -344,15 +313,14 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
         const auto r = static_cast<Eigen::Index>(t);
         rope(Q.row(r).data(), c.n_heads, t);
         rope(K.row(r).data(), c.n_kv_heads, t);
-        if (reindex_)
-          for (std::size_t h = 0; h < c.n_kv_heads; ++h) rotated_at(l, h, t) = static_cast<std::int64_t>(t);
         // Paged: the block's sequence is empty before t = 0 and nothing is evicted before the
         // whole prompt is in, so the gather scratch only needs the new slot (t > 0).
         const kvevict::KVView<float>& view = store_->append(l, t, K.row(r).data(), V.row(r).data(), t > 0);
         if (i == 0) held = view.length(0) - 1, n = held + len;
         attend(view, Q.row(r).data(), att_logits_.data(), XB2.row(r).data());
         for (std::size_t h = 0; h < c.n_heads; ++h)
-          std::copy_n(att_logits_.data() + h * (held + i + 1), held + i + 1, prompt_attention_logits_.data() + (h * len + i) * n);
+          std::copy_n(att_logits_.data() + h * (held + i + 1), held + i + 1,
+                      prompt_attention_logits_.data() + (h * len + i) * n);
       }
       if (cache && prefill_chunk_ != 0) cache->prefill_chunk(prompt_attention_logits_.data(), len, n);
     }
@@ -362,7 +330,7 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
         cache->prefill(prompt_attention_logits_.data(), P);
       else
         cache->finish_prefill();
-      if (reindex_) reindex_layer(l);
+      if (hooks_) hooks_->after_cache(*this, l, *cache, true);
     }
 
     for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim, c.rms_eps);

@@ -23,11 +23,33 @@ namespace llama2 {
 /// Row-major float matrix (`[rows][cols]`, rows contiguous).
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// Observer of each decode step's attention (`Engine::set_decode_attention_hook`): block `layer`'s
-/// pre-softmax logits `q·k / sqrt(head_dim)`, `[q_head][n]` row-major by slot (`n` = live slots of
-/// the block, the new token included), valid only during the call. Read `Engine::view(layer)` for
-/// the slots' position IDs (a full cache: slot = position).
-using DecodeAttentionHook = std::function<void(std::size_t layer, const float* logits, std::size_t n)>;
+class Engine;
+
+/// What a research harness may observe or change in an `Engine`'s forward pass (`Engine::set_hooks`; the
+/// quality harness records the full cache's attention for its oracle and re-indexes positions with it).
+/// Every member does nothing by default. Called on the engine's thread, never from its pool; in a decode
+/// step a hook must not allocate if the step is to stay allocation-free.
+class EngineHooks {
+ public:
+  virtual ~EngineHooks() = default;
+  /// Decode step, block `layer`, before the new token's key joins the block: the position at which the token
+  /// at `position` has its query and key RoPE-rotated. Default: `position`.
+  virtual std::size_t rotary_position(const Engine& /*engine*/, std::size_t /*layer*/, std::size_t position) {
+    return position;
+  }
+  /// Decode step, after the attention and before the block's cache sees the logits: block `layer`'s
+  /// pre-softmax logits `q·k / sqrt(head_dim)`, `[q_head][n]` row-major by slot (`n` = live slots of the
+  /// block, the new token included), valid only during the call. `Engine::view(layer)` gives the slots'
+  /// position IDs (a full cache: slot = position).
+  virtual void decode_attention(const Engine& /*engine*/, std::size_t /*layer*/, const float* /*logits*/,
+                                std::size_t /*n*/) {}
+  /// After block `layer`'s eviction cache `cache` has seen the logits: at the end of the prompt
+  /// (`prompt` true; chunked prefill: after `finish_prefill`) and after every decode step. The hook may
+  /// reorder the cache (`restore_position_order`) and rewrite the keys of `Engine::view(layer)`. Blocks
+  /// without a cache are not reported.
+  virtual void after_cache(Engine& /*engine*/, std::size_t /*layer*/, kvevict::CacheInterface& /*cache*/,
+                           bool /*prompt*/) {}
+};
 
 /// The prompt positions `Engine::prefill` returns logits for.
 enum class PrefillLogits { all, last };
@@ -104,25 +126,11 @@ class Engine {
   /// one only (what generation needs; a [P][vocab] classifier product is skipped). Kept across `reset`.
   void set_prefill_logits(PrefillLogits which) { prefill_logits_mode_ = which; }
 
-  /// Calls `hook` (empty: none, the default) in every `step`, for every block, after the
-  /// attention and before the block's cache sees the logits (see `DecodeAttentionHook`). Used by
-  /// kvevict-quality's oracle bound to record the full cache's attention. Kept across `reset`.
-  void set_decode_attention_hook(DecodeAttentionHook hook) { attention_hook_ = std::move(hook); }
-
-  /// Positions re-indexed (Keyformer §4.4.1 / Table 3 ablation; StreamingLLM's positions within the
-  /// cache; OpenVINO GenAI's cache rotation). Off by default: a key keeps the RoPE rotation of its
-  /// token's original position. On: after every eviction of a block (prefill cut, decode step) the
-  /// block's slots are sorted into position order (`CacheInterface::restore_position_order`) and
-  /// each retained key is re-rotated (`kvevict::rope_rotate_key`, interleaved pairs, θ = 10000, the
-  /// angle in double) to its cache index: slots 0..n-1 hold keys at positions 0..n-1; a decode step's
-  /// query and key then use position n (the block's live slots before the new token). The view's
-  /// position IDs stay the original ones (the caches' recency and sinks use them). Without eviction
-  /// nothing changes (cache index = position). During a chunked prefill the chunks use the original
-  /// positions; the keys are re-indexed once the prompt is finished. Contiguous layout only.
-  /// Throws `std::logic_error` unless `position() == 0`, `std::invalid_argument` for a paged engine.
-  void set_reindex_positions(bool on);
-  /// Whether positions are re-indexed (see `set_reindex_positions`).
-  bool reindex_positions() const { return reindex_; }
+  /// Installs `hooks` (`nullptr`: none, the default), replacing and destroying the previous ones; the
+  /// engine owns them. Kept across `reset`.
+  void set_hooks(std::unique_ptr<EngineHooks> hooks) { hooks_ = std::move(hooks); }
+  /// The installed hooks, or `nullptr`.
+  EngineHooks* hooks() const { return hooks_.get(); }
 
   /// Starts a new sequence: empties every KV buffer and rebuilds the caches
   /// with the factory given to the constructor (so seeds restart). Allocates.
@@ -178,13 +186,6 @@ class Engine {
   const RowMatrix& run_prefill(const std::vector<int>& tokens);
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
-  /// Re-indexing: sorts block `layer`'s slots and re-rotates each key to its slot index.
-  void reindex_layer(std::size_t layer);
-  /// Re-indexing: the position key (layer, kv_head, original position `pos`) is rotated at.
-  std::int64_t& rotated_at(std::size_t layer, std::size_t kv_head, std::size_t pos) {
-    const Config& c = model_.config();
-    return rotated_at_[(layer * c.n_kv_heads + kv_head) * (c.seq_len + 1) + pos];
-  }
   void attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out);
 
   const Model& model_;
@@ -193,9 +194,7 @@ class Engine {
   std::size_t prefill_chunk_ = 0;
 
   std::vector<float> rope_cos_, rope_sin_;  // [seq_len][head_dim / 2]
-  DecodeAttentionHook attention_hook_;
-  bool reindex_ = false;
-  std::vector<std::int64_t> rotated_at_;  // re-indexing: [layer][kv_head][seq_len + 1], by original position
+  std::unique_ptr<EngineHooks> hooks_;
 
   // Decode-step scratch, allocated once.
   Eigen::VectorXf x_, xb_, xb2_, q_, k_, v_, h1_, h3_, logits_;

@@ -111,8 +111,6 @@ std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& 
     if (settings.prefill_chunk != 0 || settings.bounded_prefill)
       throw std::invalid_argument("llama2::make_engine: prefill_chunk = " + std::to_string(settings.prefill_chunk) +
                                   " needs kv_layout = contiguous (PagedCache has no chunked prefill)");
-    if (settings.reindex_positions)
-      throw std::invalid_argument("llama2::make_engine: reindex_positions needs kv_layout = contiguous");
     if (settings.page_size == 0) throw std::invalid_argument("llama2::make_engine: page_size must be >= 1 (got 0)");
     PagedKVOptions options;
     options.page_size = settings.page_size;
@@ -129,10 +127,8 @@ std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& 
                                 " needs kv_layout = paged and evict_unit = page");
   if (settings.page_score != kvevict::PageScore::sum)
     throw std::invalid_argument("llama2::make_engine: page_score = mean needs kv_layout = paged and evict_unit = page");
-  auto engine = std::make_unique<Engine>(model, make_cache_factory(settings, n_q, model.config().n_layers),
-                                         settings.prefill_chunk);
-  engine->set_reindex_positions(settings.reindex_positions);
-  return engine;
+  return std::make_unique<Engine>(model, make_cache_factory(settings, n_q, model.config().n_layers),
+                                  settings.prefill_chunk);
 }
 
 }  // namespace llama2

@@ -67,9 +67,6 @@ struct EvictionSettings {
   /// Bounded prefill (needs `prefill_chunk >= 1` and a token budget): every
   /// cache evicts to `k` after each chunk (`CacheConfig::bounded_prefill`).
   bool bounded_prefill = false;
-  /// Positions re-indexed after every eviction (`Engine::set_reindex_positions`; Keyformer
-  /// §4.4.1 ablation). Off by default (original positions kept). Contiguous layout only.
-  bool reindex_positions = false;
   /// Noise seed; block `l` uses `seed + l * 0x9E3779B97F4A7C15` (wrapping) so
   /// blocks draw independent noise and each run is reproducible.
   std::uint64_t seed = 0;
@@ -105,7 +102,6 @@ PagedCacheFactory make_paged_cache_factory(const EvictionSettings& settings, std
 /// paged (`PagedKVOptions{page_size, page_layout}`, `make_paged_cache_factory`).
 /// Throws `std::invalid_argument` for paged options with the contiguous layout
 /// (`evict_unit = page`, `start_pages != 0`, `page_score = mean`), `page_size == 0`,
-/// `reindex_positions` with the paged layout,
 /// and whatever the factories throw.
 std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& settings);
 

@@ -1,11 +1,14 @@
-// tests/llama2/llama2_reindex_test.cpp — the engine's "positions re-indexed" option (Keyformer §4.4.1
-// ablation; Engine::set_reindex_positions): without eviction it changes nothing, bit for bit; with
-// eviction every retained key equals a fresh RoPE rotation of the same key at its cache index; misuse
-// is rejected. Also the decode attention hook.
+// tests/quality/reindex_test.cpp — the quality harness's "positions re-indexed" rows (Keyformer §4.4.1
+// ablation; bench/quality/reindex.hpp, on the engine's hooks): without eviction it changes nothing, bit for
+// bit; with eviction every retained key equals a fresh RoPE rotation of the same key at its cache index;
+// a re-indexed decode step allocates nothing; misuse is rejected.
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
+#include "../support/allocation_counter.hpp"
+
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "llama2/engine.hpp"
 #include "llama2/eviction.hpp"
 #include "llama2/model.hpp"
+#include "reindex.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -30,15 +34,21 @@ Model make_model(const Header& h, std::uint32_t seed) {
 
 const std::vector<int> kTokens = {1, 5, 17, 3, 30, 8, 8, 21, 2, 11, 19, 4, 27, 6, 13, 9, 22, 7, 15, 0};
 
-llama2::EvictionSettings settings(const std::string& policy, std::size_t k, bool reindex) {
+llama2::EvictionSettings settings(const std::string& policy, std::size_t k) {
   llama2::EvictionSettings s;
   s.policy = policy;
   s.budget = kvevict::Budget::tokens(k);
   s.recent = kvevict::RecentWindow::tokens(policy == "keyformer" || policy == "h2o" ? 1 : 0);
   s.params.horizon = 16;
   s.seed = 3;
-  s.reindex_positions = reindex;
   return s;
+}
+
+// An engine as `settings(policy, k)` describe it, re-indexed if `reindex`.
+std::unique_ptr<Engine> make(const Model& m, const std::string& policy, std::size_t k, bool reindex) {
+  auto e = llama2::make_engine(m, settings(policy, k));
+  if (reindex) kvquality::reindex_positions(*e);
+  return e;
 }
 
 std::vector<float> logits_of(const float* l, std::size_t n) { return std::vector<float>(l, l + n); }
@@ -48,9 +58,10 @@ TEST(Llama2Reindex, WithoutEvictionTheIdsAndLogitsAreUnchanged) {
   const std::size_t vocab = m.config().vocab_size;
   const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 8);
   for (const char* policy : {"full", "keyformer", "h2o", "streaming", "window", "tova"}) {
-    auto plain = llama2::make_engine(m, settings(policy, 40, false));
-    auto reindexed = llama2::make_engine(m, settings(policy, 40, true));
-    ASSERT_TRUE(reindexed->reindex_positions());
+    auto plain = make(m, policy, 40, false);
+    auto reindexed = make(m, policy, 40, true);
+    ASSERT_TRUE(kvquality::reindexes_positions(*reindexed));
+    ASSERT_FALSE(kvquality::reindexes_positions(*plain));
     EXPECT_EQ(reindexed->prefill(prompt), plain->prefill(prompt)) << policy;
     for (std::size_t t = 8; t < kTokens.size(); ++t)
       ASSERT_EQ(logits_of(reindexed->step(kTokens[t]), vocab), logits_of(plain->step(kTokens[t]), vocab)) << policy;
@@ -81,8 +92,8 @@ TEST(Llama2Reindex, RetainedKeysEqualAFreshRotationAtTheirCacheIndex) {
   const Model m = make_model(Header{}, 42);
   const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 10);
   for (const char* policy : {"keyformer", "h2o", "streaming", "tova"}) {
-    auto e = llama2::make_engine(m, settings(policy, 5, true));
-    auto plain = llama2::make_engine(m, settings(policy, 5, false));
+    auto e = make(m, policy, 5, true);
+    auto plain = make(m, policy, 5, false);
     Engine full(m);
     full.prefill(prompt);
     e->prefill(prompt);
@@ -104,25 +115,39 @@ TEST(Llama2Reindex, MisuseIsRejected) {
   const Model m = make_model(Header{}, 43);
   Engine e(m);
   e.step(1);
-  EXPECT_THROW(e.set_reindex_positions(true), std::logic_error);
-  EXPECT_FALSE(e.reindex_positions());
-  llama2::EvictionSettings s = settings("h2o", 5, true);
+  EXPECT_THROW(kvquality::reindex_positions(e), std::logic_error);
+  EXPECT_FALSE(kvquality::reindexes_positions(e));
+  EXPECT_EQ(e.hooks(), nullptr);
+  llama2::EvictionSettings s = settings("h2o", 5);
   s.kv_layout = llama2::KvLayout::paged;
-  EXPECT_THROW(llama2::make_engine(m, s), std::invalid_argument);
+  auto paged_h2o = llama2::make_engine(m, s);
+  EXPECT_THROW(kvquality::reindex_positions(*paged_h2o), std::invalid_argument);
+  EXPECT_EQ(paged_h2o->hooks(), nullptr);
   Engine paged(m, llama2::PagedKVOptions{});
-  EXPECT_THROW(paged.set_reindex_positions(true), std::invalid_argument);
+  EXPECT_THROW(kvquality::reindex_positions(paged), std::invalid_argument);
 }
 
-TEST(Llama2Reindex, AttentionHookSeesEveryLayersLogitsOfEveryStep) {
-  const Model m = make_model(Header{}, 44);
-  Engine e(m);
-  std::vector<std::size_t> calls;  // layer * 100 + n
-  e.set_decode_attention_hook([&](std::size_t layer, const float*, std::size_t n) { calls.push_back(layer * 100 + n); });
-  e.step(3);
-  e.step(4);
-  e.reset();  // the hook stays
-  e.step(5);
-  EXPECT_EQ(calls, (std::vector<std::size_t>{1, 101, 2, 102, 1, 101}));
+// A step sorts the slots and re-rotates keys in place without allocating.
+TEST(Llama2Reindex, ReindexedDecodeStepsAllocateNothing) {
+  llama2_test::Header h;
+  h.seq_len = 64;
+  llama2_test::TempFile f("kvevict_noalloc_reindex");
+  llama2_test::write_checkpoint(f.path, h, llama2_test::random_weights(h, 31));
+  const llama2::Model model = llama2::Model::load(f.path);
+  for (const char* policy : {"keyformer", "h2o", "streaming", "tova"}) {
+    llama2::EvictionSettings s;
+    s.policy = policy;
+    s.budget = kvevict::Budget::tokens(8);
+    s.recent = kvevict::RecentWindow::tokens(kvevict::takes_recent_window(kvevict::parse_policy(policy)) ? 2 : 0);
+    s.params.horizon = 40;
+    auto engine = llama2::make_engine(model, s);
+    kvquality::reindex_positions(*engine);
+    engine->prefill({1, 4, 9, 16, 25, 6, 17, 30, 11, 2, 13, 24});
+    const long before = kvtest::allocation_count();
+    for (int t = 0; t < 40; ++t) engine->step(t % 32);
+    EXPECT_EQ(kvtest::allocation_count() - before, 0) << policy;
+    EXPECT_EQ(engine->retained(0), 8u) << policy;
+  }
 }
 
 }  // namespace
