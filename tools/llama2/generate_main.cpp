@@ -165,25 +165,15 @@ int main(int argc, char** argv) {
 
     // ---- eviction policy: k, w, sinks resolved as every kvevict tool resolves them ----
     const kvcli::Resolved resolved = kvcli::resolve(flags, prompt_ids.size());
-    llama2::EvictionSettings ev;
-    ev.policy = flags.policy;
-    ev.budget = kvevict::Budget::tokens(std::max<std::size_t>(resolved.k, 1));
-    ev.recent = kvcli::recent_for(flags, resolved, flags.policy);
-    ev.params = kvcli::policy_params(flags, resolved);
+    llama2::EvictionSettings ev = llama2::eviction_settings(flags, resolved, flags.policy);
     ev.params.horizon = std::max<std::size_t>(steps, 1);
     ev.params.gumbel_noise = !no_noise;
-    ev.layer_budgets = kvcli::layer_budgets_for(flags, resolved, flags.policy);
     ev.prompt_len = prompt_ids.size();
     try {  // a schedule that does not fit the model (weights per layer, floor) names the flag
       (void)llama2::layer_budget_tokens(ev, cfg.n_layers);
     } catch (const std::invalid_argument& e) {
       throw kvcli::UsageError("--layer-budgets", kvcli::strip_origin(e.what()));
     }
-    ev.seed = flags.seed;
-    ev.shared_heads = flags.shared_heads || flags.paged;
-    ev.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
-    ev.page_size = flags.page_size;
-    ev.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
     ev.prefill_chunk = prefill_chunk;
     ev.bounded_prefill = bounded_prefill;
     if (bounded_prefill && resolved.k + prefill_chunk > cfg.seq_len + 1)

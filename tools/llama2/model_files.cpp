@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "llama2/model_files.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <new>
 #include <stdexcept>
@@ -72,6 +73,22 @@ LoadedModel load_model(const std::string& model_arg, const std::string& tokenize
                                 " pieces but the model '" + file + "' has vocab_size " +
                                 std::to_string(cfg.vocab_size) + "; pass the model's own tokenizer");
   return m;
+}
+
+EvictionSettings eviction_settings(const kvcli::EvictionFlags& flags, const kvcli::Resolved& resolved,
+                                   const std::string& policy) {
+  EvictionSettings s;
+  s.policy = policy;
+  s.budget = kvevict::Budget::tokens(std::max<std::size_t>(resolved.k, 1));
+  s.recent = kvcli::recent_for(flags, resolved, policy);
+  s.params = kvcli::policy_params(flags, resolved);
+  s.layer_budgets = kvcli::layer_budgets_for(flags, resolved, policy);
+  s.seed = flags.seed;
+  s.shared_heads = flags.shared_heads || flags.paged;
+  s.kv_layout = flags.paged ? KvLayout::paged : KvLayout::contiguous;
+  s.page_size = flags.page_size;
+  s.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
+  return s;
 }
 
 }  // namespace llama2

@@ -1,11 +1,14 @@
 // kvevict tools — llama2/model_files.hpp: the model and tokenizer a kvevict tool's --model and
-// --tokenizer name, located, recognised and loaded once for every tool.
+// --tokenizer name, located, recognised and loaded once for every tool, and the engine settings its
+// shared eviction flags describe.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include "cli/kvevict_cli.hpp"
+#include "llama2/eviction.hpp"
 #include "llama2/model.hpp"
 #include "llama2/tokenizer.hpp"
 
@@ -35,5 +38,15 @@ struct LoadedModel {
 /// `--tokenizer` for a missing, unreadable or malformed file, or a tokenizer whose vocabulary size is not
 /// the model's; lets `std::bad_alloc` through.
 LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg, bool need_tokenizer);
+
+/// The engine settings the shared flags `flags` describe for `policy` with k, w and sinks resolved as
+/// `resolved` (kvcli::resolve): the policy, the token budget `max(k, 1)`, the recent window
+/// (kvcli::recent_for), the parameters (kvcli::policy_params), the per-layer budgets
+/// (kvcli::layer_budgets_for), `flags.seed`, one selection per layer with --shared-heads or the paged
+/// layout, and the KV layout, page size and eviction unit. The tool sets the rest: `params.horizon`,
+/// `params.gumbel_noise`, `prompt_len`, the prefill chunk and whatever its own flags change. Throws what
+/// kvcli::recent_for and kvcli::layer_budgets_for throw.
+EvictionSettings eviction_settings(const kvcli::EvictionFlags& flags, const kvcli::Resolved& resolved,
+                                   const std::string& policy);
 
 }  // namespace llama2
