@@ -81,7 +81,8 @@ void expect_keys_at_cache_index(const Engine& e, const Engine& full, const std::
       if (s > 0) {
         ASSERT_LT(view.head_positions(h)[s - 1], p) << what << ": slots in position order";
       }
-      std::vector<float> want(ref.k_row(h, static_cast<std::size_t>(p)), ref.k_row(h, static_cast<std::size_t>(p)) + hd);
+      const float* key = ref.k_row(h, static_cast<std::size_t>(p));
+      std::vector<float> want(key, key + hd);
       kvevict::rope_rotate(want.data(), hd, static_cast<double>(s) - static_cast<double>(p));
       for (std::size_t i = 0; i < hd; ++i)
         ASSERT_NEAR(view.k_row(h, s)[i], want[i], 1e-5) << what << " head " << h << " slot " << s << " pos " << p;
