@@ -1,5 +1,5 @@
 // Parallel decode steps: each scoring policy's steady-state step on W workers of
-// the example thread pool (examples/thread_pool.hpp), W = 1, 2, 4, ... up to the hardware
+// the thread pool of tools/ (tools/thread_pool.hpp), W = 1, 2, 4, ... up to the hardware
 // threads (and the hardware count itself). The cache is filled once per shape and shared by
 // every W (`set_executor` switches the pool), so the rows compare the same layer.
 //

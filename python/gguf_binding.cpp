@@ -1,5 +1,5 @@
 // python/gguf_binding.cpp — kvevict.read_gguf: a GGUF file's metadata and its tensors dequantized to
-// float32 NumPy arrays, through the llama2 example's checked reader (examples/llama2/gguf.hpp).
+// float32 NumPy arrays, through the llama2 engine's checked reader (tools/llama2/gguf.hpp).
 // SPDX-License-Identifier: Apache-2.0
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

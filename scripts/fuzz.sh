@@ -8,6 +8,6 @@ bash scripts/deps.sh
 seconds="${FUZZ_SECONDS:-40}"
 CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVEVICT_FUZZ=ON \
       -DKVEVICT_FUZZ_SECONDS="$seconds" -DKVEVICT_BUILD_TESTS=OFF -DKVEVICT_BUILD_EXAMPLES=OFF \
-      -DKVEVICT_BUILD_BENCH=OFF >/dev/null
+      -DKVEVICT_BUILD_TOOLS=OFF -DKVEVICT_BUILD_BENCH=OFF >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_targets
 ctest --test-dir build-fuzz -L fuzz --output-on-failure -j"$(nproc)"

@@ -122,7 +122,7 @@ TEST(NoAllocation, PrefillChunksAllocateNothing) {
             << kvevict::policy_name(policy) << (bounded ? " bounded" : " unbounded") << (shared ? " shared" : "");
 }
 
-// With an executor of W > 1 workers (the example thread pool; its threads exist before the
+// With an executor of W > 1 workers (the thread pool of tools/; its threads exist before the
 // count starts), prefill chunks and decode steps allocate nothing either: the per-task
 // scratch is sized by set_executor. n_kv = 1 < W splits each row across 512-slot chunks;
 // n_kv = 4 >= W splits across KV heads.

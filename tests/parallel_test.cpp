@@ -1,7 +1,7 @@
 // Parallel prefill and decode steps: for every policy and both selections,
 // contiguous and paged, with n_kv_heads below and above the worker count, the scores,
 // kept positions and errors are bit-identical for W = 1 (the serial default), 2, 3 and 7
-// workers of the example thread pool; rows that are not `concurrent()` are only read on
+// workers of the thread pool of tools/; rows that are not `concurrent()` are only read on
 // the calling thread; errors keep the all-or-nothing contract.
 #include <cstdint>
 #include <cstring>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -120,6 +121,24 @@ std::vector<Recurrence> recurrence_classes(const std::vector<int>& tokens, std::
   return out;
 }
 
+namespace {
+
+// The oracle's view of the full cache: every decode step's attention of every block, into `future`.
+class AttentionRecorder final : public llama2::EngineHooks {
+ public:
+  AttentionRecorder(FutureAttention& future, std::size_t prompt) : future_(future), prompt_(prompt) {}
+  void decode_attention(const llama2::Engine& engine, std::size_t layer, const float* logits,
+                        std::size_t n) override {
+    future_.add_step(layer, engine.position() - prompt_, logits, n, engine.view(layer).head_positions(0));
+  }
+
+ private:
+  FutureAttention& future_;
+  std::size_t prompt_;
+};
+
+}  // namespace
+
 Reference full_reference(llama2::Engine& engine, const std::vector<int>& tokens, std::size_t prompt,
                          FutureAttention* future) {
   Reference ref;
@@ -127,9 +146,7 @@ Reference full_reference(llama2::Engine& engine, const std::vector<int>& tokens,
   if (future != nullptr) {
     const llama2::Config& c = engine.config();
     future->reset(c.n_layers, c.n_kv_heads, c.n_heads / c.n_kv_heads, tokens.size() - prompt - 1, tokens.size());
-    engine.set_decode_attention_hook([future, &engine, prompt](std::size_t layer, const float* logits, std::size_t n) {
-      future->add_step(layer, engine.position() - prompt, logits, n, engine.view(layer).head_positions(0));
-    });
+    engine.set_hooks(std::make_unique<AttentionRecorder>(*future, prompt));
   }
   engine.prefill(std::vector<int>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(prompt)));
   const std::size_t vocab = engine.config().vocab_size;
@@ -143,7 +160,7 @@ Reference full_reference(llama2::Engine& engine, const std::vector<int>& tokens,
   }
   ref.nll /= static_cast<double>(ref.logp.size());
   if (future != nullptr) {
-    engine.set_decode_attention_hook({});
+    engine.set_hooks(nullptr);
     future->finish();
   }
   return ref;

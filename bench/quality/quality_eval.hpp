@@ -77,8 +77,8 @@ std::vector<Recurrence> recurrence_classes(const std::vector<int>& tokens, std::
                                            std::size_t far_from);
 
 /// Runs the window with `engine` (a full cache): prefill `prompt` tokens, then teacher-forced steps.
-/// With `future` (optional) also records the decode steps' attention of every block into it (via
-/// `Engine::set_decode_attention_hook`) and finishes it, for the oracle rows.
+/// With `future` (optional) also records the decode steps' attention of every block into it (through
+/// the engine's hooks, `Engine::set_hooks`, which it clears after) and finishes it, for the oracle rows.
 Reference full_reference(llama2::Engine& engine, const std::vector<int>& tokens, std::size_t prompt,
                          FutureAttention* future = nullptr);
 

@@ -72,6 +72,7 @@
 #include "llama2/tokenizer.hpp"
 #include "oracle.hpp"
 #include "quality_eval.hpp"
+#include "reindex.hpp"
 #include "retrieval.hpp"
 #include "rows.hpp"
 
@@ -408,25 +409,18 @@ int main(int argc, char** argv) {
                   return std::make_unique<kvquality::OracleCache>(config, view, future, layer);
                 });
           }
-          llama2::EvictionSettings s;
-          s.policy = row.policy;
-          s.budget = kvevict::Budget::tokens(run.kws.k);
-          const kvcli::EvictionFlags f = flags_for(run.ratio, &row);
-          s.recent = kvcli::recent_for(f, run.kws, row.policy);  // per-layer budgets: a ratio of each layer's k
-          s.params = kvcli::policy_params(f, run.kws);
+          // The row's flags (--ratios, @recent, +pyramid): per-layer budgets take the recent window as a
+          // ratio of each layer's k.
+          llama2::EvictionSettings s = llama2::eviction_settings(flags_for(run.ratio, &row), run.kws, row.policy);
           s.params.horizon = horizon;
           s.params.gumbel_noise = row.noise;
-          s.layer_budgets = kvcli::layer_budgets_for(f, run.kws, row.policy);
           s.prompt_len = prompt;
           s.seed = run.seed;
-          s.shared_heads = flags.shared_heads || flags.paged || row.shared;
-          s.kv_layout = flags.paged ? llama2::KvLayout::paged : llama2::KvLayout::contiguous;
-          s.page_size = flags.page_size;
-          s.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
+          s.shared_heads = s.shared_heads || row.shared;
           s.prefill_chunk = row.bounded_chunk != 0 ? row.bounded_chunk : prefill_chunk;
           s.bounded_prefill = row.bounded_chunk != 0 || bounded_prefill;
-          s.reindex_positions = row.reindexed;
           std::unique_ptr<llama2::Engine> e = llama2::make_engine(model, s);
+          if (row.reindexed) kvquality::reindex_positions(*e);
           e->set_pool(step_pool);
           return e;
     };

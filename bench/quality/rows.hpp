@@ -11,7 +11,7 @@
 //   +pyramid      PyramidKV per-layer budgets (kvevict::LayerBudgets::make_pyramid(): β = 20; same total;
 //                 snapkv keeps its observation window in every layer), the recent window a ratio of each
 //                 layer's k
-//   +reindexed    positions re-indexed after every eviction (llama2::Engine::set_reindex_positions)
+//   +reindexed    positions re-indexed after every eviction (reindex.hpp)
 //   +boundedC     the prompt prefilled in chunks of C tokens, cut to k after each (bounded prefill)
 //   @recent=Q     recent window w = floor(Q · k) (Q in [0, 1]) instead of --recent (keyformer, h2o, snapkv,
 //                 oracle)

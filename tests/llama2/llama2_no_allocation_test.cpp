@@ -7,6 +7,7 @@
 #include "../support/allocation_counter.hpp"
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,12 +43,25 @@ TEST(Llama2NoAllocation, DecodeStepsAllocateNothing) {
   }
 }
 
-// Positions re-indexed (Engine::set_reindex_positions) and the decode attention hook: a step sorts
-// the slots and re-rotates keys in place, and calls the hook, without allocating.
-TEST(Llama2NoAllocation, ReindexedDecodeStepsAndTheHookAllocateNothing) {
+// Hooks that count their calls (Engine::set_hooks): a decode step calls them without allocating.
+class CountingHooks final : public llama2::EngineHooks {
+ public:
+  explicit CountingHooks(std::size_t& calls) : calls_(calls) {}
+  std::size_t rotary_position(const llama2::Engine&, std::size_t, std::size_t position) override {
+    ++calls_;
+    return position;
+  }
+  void decode_attention(const llama2::Engine&, std::size_t, const float*, std::size_t) override { ++calls_; }
+  void after_cache(llama2::Engine&, std::size_t, kvevict::CacheInterface&, bool) override { ++calls_; }
+
+ private:
+  std::size_t& calls_;
+};
+
+TEST(Llama2NoAllocation, DecodeStepsWithHooksAllocateNothing) {
   llama2_test::Header h;
   h.seq_len = 64;
-  llama2_test::TempFile f("kvevict_noalloc_reindex");
+  llama2_test::TempFile f("kvevict_noalloc_hooks");
   llama2_test::write_checkpoint(f.path, h, llama2_test::random_weights(h, 31));
   const llama2::Model model = llama2::Model::load(f.path);
   for (const char* policy : {"keyformer", "h2o", "streaming", "tova"}) {
@@ -56,15 +70,15 @@ TEST(Llama2NoAllocation, ReindexedDecodeStepsAndTheHookAllocateNothing) {
     s.budget = kvevict::Budget::tokens(8);
     s.recent = kvevict::RecentWindow::tokens(kvevict::takes_recent_window(kvevict::parse_policy(policy)) ? 2 : 0);
     s.params.horizon = 40;
-    s.reindex_positions = true;
     auto engine = llama2::make_engine(model, s);
     std::size_t calls = 0;
-    engine->set_decode_attention_hook([&calls](std::size_t, const float*, std::size_t) { ++calls; });
+    engine->set_hooks(std::make_unique<CountingHooks>(calls));
     engine->prefill({1, 4, 9, 16, 25, 6, 17, 30, 11, 2, 13, 24});
+    EXPECT_EQ(calls, model.config().n_layers) << policy << ": one after_cache per block at the prompt's end";
     const long before = kvtest::allocation_count();
     for (int t = 0; t < 40; ++t) engine->step(t % 32);
     EXPECT_EQ(kvtest::allocation_count() - before, 0) << policy;
-    EXPECT_EQ(calls, 40u * model.config().n_layers) << policy;
+    EXPECT_EQ(calls, model.config().n_layers + 40u * 3 * model.config().n_layers) << policy;
     EXPECT_EQ(engine->retained(0), 8u) << policy;
   }
 }

@@ -31,12 +31,12 @@ def _tool(build_dir, rel):
 
 @pytest.fixture(scope="session")
 def replay_bin(build_dir):
-    return _tool(build_dir, "examples/replay/kvevict-replay")
+    return _tool(build_dir, "tools/replay/kvevict-replay")
 
 
 @pytest.fixture(scope="session")
 def generate_bin(build_dir):
-    return _tool(build_dir, "examples/llama2/kvevict-generate")
+    return _tool(build_dir, "tools/llama2/kvevict-generate")
 
 
 @pytest.fixture(scope="session")

@@ -59,7 +59,7 @@ def cli_records(replay_bin, trace, policy, budget, recent, o):
 
 
 def cache_records(trace, policy, budget, recent, o):
-    """The replay driver of examples/replay/replay.cpp, written against the Python Cache."""
+    """The replay driver of tools/replay/replay.cpp, written against the Python Cache."""
     logits, gumbel = trace["logits"], trace["gumbel"]
     opts = dict(budget=budget, recent=recent, shared_heads=o.get("shared_heads", False))
     if policy == "streaming":

@@ -1,0 +1,104 @@
+// tests/llama2/llama2_hooks_test.cpp — the engine's hooks (Engine::set_hooks, llama2::EngineHooks): which
+// calls a prefill and decode steps make, in order; a rotary position moves the RoPE of the query and key;
+// the hooks stay across reset and go with set_hooks(nullptr).
+// SPDX-License-Identifier: Apache-2.0
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llama2/engine.hpp"
+#include "llama2/eviction.hpp"
+#include "llama2/model.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using llama2::Engine;
+using llama2::Model;
+using llama2_test::Header;
+
+Model make_model(const Header& h, std::uint32_t seed) {
+  llama2_test::TempFile f("kvevict_hooks");
+  llama2_test::write_checkpoint(f.path, h, llama2_test::random_weights(h, seed));
+  return Model::load(f.path);
+}
+
+// Writes every call as a line: "rot L P", "att L N", "cache L prompt|step".
+class Log final : public llama2::EngineHooks {
+ public:
+  explicit Log(std::vector<std::string>& out, std::size_t shift = 0) : out_(out), shift_(shift) {}
+  std::size_t rotary_position(const Engine&, std::size_t layer, std::size_t position) override {
+    out_.push_back("rot " + std::to_string(layer) + " " + std::to_string(position));
+    return position + shift_;
+  }
+  void decode_attention(const Engine&, std::size_t layer, const float*, std::size_t n) override {
+    out_.push_back("att " + std::to_string(layer) + " " + std::to_string(n));
+  }
+  void after_cache(Engine&, std::size_t layer, kvevict::CacheInterface&, bool prompt) override {
+    out_.push_back("cache " + std::to_string(layer) + (prompt ? " prompt" : " step"));
+  }
+
+ private:
+  std::vector<std::string>& out_;
+  std::size_t shift_;
+};
+
+std::vector<float> logits_of(const float* l, std::size_t n) { return std::vector<float>(l, l + n); }
+
+TEST(Llama2Hooks, AFullCacheEngineReportsEveryLayersRotationAndAttentionOfEveryStep) {
+  const Model m = make_model(Header{}, 44);  // 2 layers
+  Engine e(m);
+  std::vector<std::string> calls;
+  e.set_hooks(std::make_unique<Log>(calls));
+  ASSERT_NE(e.hooks(), nullptr);
+  e.step(3);
+  e.step(4);
+  e.reset();  // the hooks stay
+  e.step(5);
+  EXPECT_EQ(calls, (std::vector<std::string>{"rot 0 0", "att 0 1", "rot 1 0", "att 1 1", "rot 0 1", "att 0 2",
+                                             "rot 1 1", "att 1 2", "rot 0 0", "att 0 1", "rot 1 0", "att 1 1"}));
+  e.set_hooks(nullptr);
+  EXPECT_EQ(e.hooks(), nullptr);
+  e.step(6);
+  EXPECT_EQ(calls.size(), 12u);
+}
+
+TEST(Llama2Hooks, AnEvictingEngineReportsEachCacheAtThePromptsEndAndAfterEveryStep) {
+  const Model m = make_model(Header{}, 45);
+  llama2::EvictionSettings s;
+  s.policy = "h2o";
+  s.budget = kvevict::Budget::tokens(3);
+  s.recent = kvevict::RecentWindow::tokens(1);
+  s.params.horizon = 4;
+  auto e = llama2::make_engine(m, s);
+  std::vector<std::string> calls;
+  e->set_hooks(std::make_unique<Log>(calls));
+  e->prefill({1, 5, 17, 3});  // the prompt's rows go to the caches without a rotary call
+  e->step(30);
+  EXPECT_EQ(calls, (std::vector<std::string>{"cache 0 prompt", "cache 1 prompt", "rot 0 4", "att 0 4", "cache 0 step",
+                                             "rot 1 4", "att 1 4", "cache 1 step"}));
+}
+
+// The default hooks change nothing, bit for bit; a rotary position shifted by 3 changes the logits.
+TEST(Llama2Hooks, TheRotaryPositionIsWhereTheQueryAndKeyAreRotated) {
+  const Model m = make_model(Header{}, 46);
+  const std::size_t vocab = m.config().vocab_size;
+  Engine plain(m), hooked(m), shifted(m);
+  std::vector<std::string> sink;
+  hooked.set_hooks(std::make_unique<llama2::EngineHooks>());
+  shifted.set_hooks(std::make_unique<Log>(sink, 3));
+  EXPECT_EQ(hooked.prefill({1, 5, 17}), plain.prefill({1, 5, 17}));
+  shifted.prefill({1, 5, 17});
+  bool differs = false;
+  for (int t : {3, 30, 8}) {
+    const auto want = logits_of(plain.step(t), vocab);
+    ASSERT_EQ(logits_of(hooked.step(t), vocab), want);
+    differs |= logits_of(shifted.step(t), vocab) != want;
+  }
+  EXPECT_TRUE(differs);
+}
+
+}  // namespace

@@ -1,0 +1,354 @@
+// kvevict tools — llama2/engine.cpp: the forward pass (llama2.c's run.c, with Eigen and kvevict).
+// SPDX-License-Identifier: Apache-2.0
+#include "llama2/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kvevict/attention/attention_logits.hpp"
+
+namespace llama2 {
+namespace {
+
+using ConstMatrixMap = Eigen::Map<const RowMatrix>;
+using ConstVectorMap = Eigen::Map<const Eigen::VectorXf>;
+using VectorMap = Eigen::Map<Eigen::VectorXf>;
+// `n` K or V rows of one KV head: row s = slot s, `slot_stride` floats apart.
+using SlotRows = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
+
+// out = weight * x / sqrt(mean(x^2) + eps), in llama2.c's order of operations.
+void rmsnorm(float* out, const float* x, const float* weight, std::size_t size, float eps) {
+  float ss = 0.0f;
+  for (std::size_t j = 0; j < size; ++j) ss += x[j] * x[j];
+  ss /= static_cast<float>(size);
+  ss += eps;
+  ss = 1.0f / std::sqrt(ss);
+  for (std::size_t j = 0; j < size; ++j) out[j] = weight[j] * (ss * x[j]);
+}
+
+// h1 = silu(h1) * h3, elementwise (SwiGLU).
+void swiglu(float* h1, const float* h3, std::size_t size) {
+  for (std::size_t i = 0; i < size; ++i) {
+    float val = h1[i];
+    val *= 1.0f / (1.0f + std::exp(-val));
+    h1[i] = val * h3[i];
+  }
+}
+
+// In-place softmax of x[0..n).
+void softmax(float* x, std::size_t n) {
+  const float max_val = *std::max_element(x, x + n);
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_val);
+    sum += x[i];
+  }
+  for (std::size_t i = 0; i < n; ++i) x[i] /= sum;
+}
+
+// Output features per task of the weight products below. Fixed, so that the floats a product gives do not
+// depend on how many workers run the tasks (Eigen's blocking depends on the operand sizes only).
+constexpr std::size_t kRowsPerTask = 64;
+
+}  // namespace
+
+void Engine::gemv(float* y, const float* w, std::size_t out, std::size_t in, const float* x, bool accumulate) {
+  const std::size_t tasks = (out + kRowsPerTask - 1) / kRowsPerTask;
+  auto task = [&](std::size_t t) {
+    const std::size_t r0 = t * kRowsPerTask, n = std::min(kRowsPerTask, out - r0);
+    VectorMap dst(y + r0, static_cast<Eigen::Index>(n));
+    const ConstMatrixMap rows(w + r0 * in, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(in));
+    const ConstVectorMap src(x, static_cast<Eigen::Index>(in));
+    if (accumulate)
+      dst.noalias() += rows * src;
+    else
+      dst.noalias() = rows * src;
+  };
+  if (pool_)
+    pool_->parallel_for(tasks, task);
+  else
+    for (std::size_t t = 0; t < tasks; ++t) task(t);
+}
+
+void Engine::gemm_t(RowMatrix& y, const RowMatrix& x, const float* w, std::size_t out, bool accumulate) {
+  const std::size_t in = static_cast<std::size_t>(x.cols()), tasks = (out + kRowsPerTask - 1) / kRowsPerTask;
+  auto task = [&](std::size_t t) {
+    const std::size_t c0 = t * kRowsPerTask, n = std::min(kRowsPerTask, out - c0);
+    auto dst = y.middleCols(static_cast<Eigen::Index>(c0), static_cast<Eigen::Index>(n));
+    const ConstMatrixMap rows(w + c0 * in, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(in));
+    if (accumulate)
+      dst.noalias() += x * rows.transpose();
+    else
+      dst.noalias() = x * rows.transpose();
+  };
+  if (pool_)
+    pool_->parallel_for(tasks, task);
+  else
+    for (std::size_t t = 0; t < tasks; ++t) task(t);
+}
+
+Engine::Engine(const Model& model, CacheFactory make_cache, std::size_t prefill_chunk)
+    : model_(model),
+      store_(std::make_unique<ContiguousKVStore>(model.config(), std::move(make_cache))),
+      prefill_chunk_(prefill_chunk) {
+  init();
+}
+
+Engine::Engine(const Model& model, const PagedKVOptions& paged, PagedCacheFactory make_cache)
+    : model_(model), store_(std::make_unique<PagedKVStore>(model.config(), paged, std::move(make_cache))) {
+  init();
+}
+
+void Engine::init() {
+  const Config& c = model_.config();
+  const std::size_t hd = c.head_dim(), half = hd / 2;
+  rope_cos_.resize(c.seq_len * half);
+  rope_sin_.resize(c.seq_len * half);
+  for (std::size_t pos = 0; pos < c.seq_len; ++pos)
+    for (std::size_t i = 0; i < half; ++i) {
+      const float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(hd));
+      const float angle = static_cast<float>(pos) * freq;
+      rope_cos_[pos * half + i] = std::cos(angle);
+      rope_sin_[pos * half + i] = std::sin(angle);
+    }
+  x_.resize(c.dim);
+  xb_.resize(c.dim);
+  xb2_.resize(c.dim);
+  q_.resize(c.dim);
+  k_.resize(c.kv_dim());
+  v_.resize(c.kv_dim());
+  h1_.resize(c.hidden_dim);
+  h3_.resize(c.hidden_dim);
+  logits_.resize(c.vocab_size);
+  att_logits_.resize(c.n_heads * c.seq_len);
+  att_probs_.resize(c.n_heads * c.seq_len);
+  reset();
+}
+
+void Engine::reset() {
+  position_ = 0;
+  store_->reset();
+  apply_executor();
+}
+
+void Engine::set_threads(std::size_t threads) {
+  if (threads == 0 || threads > 1024)
+    throw std::invalid_argument("llama2::Engine::set_threads: threads must be in [1, 1024] (got " +
+                                std::to_string(threads) + ")");
+  if (threads == this->threads() && (pool_ == nullptr || pool_ == own_pool_.get())) return;
+  auto pool = threads > 1 ? std::make_unique<kvexample::ThreadPool>(threads) : nullptr;
+  set_pool(pool.get());
+  own_pool_ = std::move(pool);
+}
+
+void Engine::set_pool(kvexample::ThreadPool* pool) {
+  pool_ = pool;
+  store_->set_executor(kvevict::ExecutorRef());
+  apply_executor();
+}
+
+void Engine::apply_executor() {
+  if (pool_) store_->set_executor(*pool_);
+}
+
+const kvevict::KVView<float>& Engine::view(std::size_t layer) const {
+  const kvevict::KVView<float>* v = store_->view(layer);
+  if (v == nullptr) throw std::logic_error("llama2::Engine::view: the engine is paged; use paged_view()");
+  return *v;
+}
+
+const kvevict::PagedKVView<float>& Engine::paged_view(std::size_t layer) const {
+  const kvevict::PagedKVView<float>* v = store_->paged_view(layer);
+  if (v == nullptr) throw std::logic_error("llama2::Engine::paged_view: the engine's KV layout is contiguous");
+  return *v;
+}
+
+const kvevict::PagePool& Engine::page_pool(std::size_t layer) const {
+  const kvevict::PagePool* pool = store_->page_pool(layer);
+  if (pool == nullptr) throw std::logic_error("llama2::Engine::page_pool: the engine's KV layout is contiguous");
+  return *pool;
+}
+
+std::size_t Engine::kv_bytes_full() const {
+  const Config& c = model_.config();
+  return position_ * c.n_layers * 2 * c.kv_dim() * sizeof(float);
+}
+
+void Engine::check_token(int token, const char* where) const {
+  if (token < 0 || static_cast<std::size_t>(token) >= model_.config().vocab_size)
+    throw std::invalid_argument(std::string("llama2::Engine::") + where + ": token id " + std::to_string(token) +
+                                " is outside the vocabulary [0, " + std::to_string(model_.config().vocab_size) + ")");
+}
+
+// Rotates each head's interleaved pairs (2i, 2i+1) of v by pos * theta^(-2i/head_dim).
+void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
+  const std::size_t hd = model_.config().head_dim(), half = hd / 2;
+  const float* cs = rope_cos_.data() + pos * half;
+  const float* sn = rope_sin_.data() + pos * half;
+  for (std::size_t h = 0; h < n_heads; ++h) {
+    float* head = v + h * hd;
+    for (std::size_t i = 0; i < half; ++i) {
+      const float v0 = head[2 * i], v1 = head[2 * i + 1];
+      head[2 * i] = v0 * cs[i] - v1 * sn[i];
+      head[2 * i + 1] = v0 * sn[i] + v1 * cs[i];
+    }
+  }
+}
+
+// All query heads against the live slots [0, n) of the view (n = every KV head's length):
+// logits[h][s] = q_h·k_s / sqrt(head_dim) (kvevict::attention_logits), out_h = sum_s softmax(logits[h])_s v_s.
+void Engine::attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out) {
+  const Config& c = model_.config();
+  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
+  kvevict::attention_logits(view, q, c.n_heads, logits, 1.0f / std::sqrt(static_cast<float>(hd)));
+  const Eigen::OuterStride<> stride(static_cast<Eigen::Index>(view.slot_stride));
+  auto head = [&](std::size_t h) {  // each head its own probs row: heads may run in parallel
+    float* probs = att_probs_.data() + h * c.seq_len;
+    const SlotRows values(view.v_row(h / group, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd),
+                          stride);
+    std::copy(logits + h * n, logits + (h + 1) * n, probs);
+    softmax(probs, n);
+    VectorMap(out + h * hd, static_cast<Eigen::Index>(hd)).noalias() =
+        values.transpose() * ConstVectorMap(probs, static_cast<Eigen::Index>(n));
+  };
+  if (pool_)
+    pool_->parallel_for(c.n_heads, head);
+  else
+    for (std::size_t h = 0; h < c.n_heads; ++h) head(h);
+}
+
+const float* Engine::step(int token) {
+  const Config& c = model_.config();
+  check_token(token, "step");
+  if (position_ >= c.seq_len)
+    throw std::length_error("llama2::Engine::step: the context is full (position " + std::to_string(position_) +
+                            " = seq_len)");
+  const auto dim = static_cast<Eigen::Index>(c.dim);
+
+  x_ = ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(token) * c.dim, dim);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model_.layer(l);
+    // Attention: q, k, v; RoPE; k and v join the cache once, at this position.
+    rmsnorm(xb_.data(), x_.data(), w.rms_att, c.dim, c.rms_eps);
+    gemv(q_.data(), w.wq, c.dim, c.dim, xb_.data(), false);
+    gemv(k_.data(), w.wk, c.kv_dim(), c.dim, xb_.data(), false);
+    gemv(v_.data(), w.wv, c.kv_dim(), c.dim, xb_.data(), false);
+    const std::size_t rot = hooks_ ? hooks_->rotary_position(*this, l, position_) : position_;
+    rope(q_.data(), c.n_heads, rot);
+    rope(k_.data(), c.n_kv_heads, rot);
+    const kvevict::KVView<float>& view = store_->append(l, position_, k_.data(), v_.data(), false);
+
+    attend(view, q_.data(), att_logits_.data(), xb2_.data());
+    if (hooks_) hooks_->decode_attention(*this, l, att_logits_.data(), view.length(0));
+    if (kvevict::CacheInterface* cache = store_->cache(l)) {
+      cache->decode_step(att_logits_.data(), view.length(0));
+      if (hooks_) hooks_->after_cache(*this, l, *cache, false);
+    }
+    gemv(x_.data(), w.wo, c.dim, c.dim, xb2_.data(), true);
+
+    // Feed-forward: x += w2 (silu(w1 xb) * w3 xb).
+    rmsnorm(xb_.data(), x_.data(), w.rms_ffn, c.dim, c.rms_eps);
+    gemv(h1_.data(), w.w1, c.hidden_dim, c.dim, xb_.data(), false);
+    gemv(h3_.data(), w.w3, c.hidden_dim, c.dim, xb_.data(), false);
+    swiglu(h1_.data(), h3_.data(), c.hidden_dim);
+    gemv(x_.data(), w.w2, c.dim, c.hidden_dim, h1_.data(), true);
+  }
+  rmsnorm(xb_.data(), x_.data(), model_.rms_final(), c.dim, c.rms_eps);
+  gemv(logits_.data(), model_.classifier(), c.vocab_size, c.dim, xb_.data(), false);
+  ++position_;
+  return logits_.data();
+}
+
+const RowMatrix& Engine::prefill(const std::vector<int>& tokens) {
+  const Config& c = model_.config();
+  if (position_ != 0)
+    throw std::logic_error("llama2::Engine::prefill: the sequence has already started (position " +
+                           std::to_string(position_) + "); call reset() first");
+  if (tokens.empty() || tokens.size() > c.seq_len)
+    throw std::invalid_argument("llama2::Engine::prefill: prompt length must be in [1, seq_len = " +
+                                std::to_string(c.seq_len) + "] (got " + std::to_string(tokens.size()) + ")");
+  for (int t : tokens) check_token(t, "prefill");
+  try {
+    return run_prefill(tokens);
+  } catch (...) {
+    reset();  // a cache may have thrown half-way through the blocks
+    throw;
+  }
+}
+
+const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
+  const Config& c = model_.config();
+  const std::size_t P = tokens.size();
+  const auto rows = static_cast<Eigen::Index>(P), dim = static_cast<Eigen::Index>(c.dim),
+             kv_dim = static_cast<Eigen::Index>(c.kv_dim()), hidden = static_cast<Eigen::Index>(c.hidden_dim);
+
+  // Block by block over the whole prompt: X is the residual stream, row t = position t.
+  RowMatrix X(rows, dim), XB(rows, dim), XB2(rows, dim), Q(rows, dim), K(rows, kv_dim), V(rows, kv_dim),
+      H1(rows, hidden), H3(rows, hidden);
+  for (std::size_t t = 0; t < P; ++t)
+    X.row(static_cast<Eigen::Index>(t)) =
+        ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(tokens[t]) * c.dim, dim).transpose();
+  // One-shot: [q_head][P][P]. Chunked: [q_head][C][n] for the current chunk (n = held + C <= P).
+  const std::size_t C = prefill_chunk_ == 0 ? P : std::min(prefill_chunk_, P);
+  prompt_attention_logits_.assign(c.n_heads * C * P, 0.0f);
+
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model_.layer(l);
+    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_att, c.dim, c.rms_eps);
+    gemm_t(Q, XB, w.wq, c.dim, false);
+    gemm_t(K, XB, w.wk, c.kv_dim(), false);
+    gemm_t(V, XB, w.wv, c.kv_dim(), false);
+    // Causal attention: query t runs right after token t joins the view, so it sees the slots
+    // [0, held + i] (one-shot: held = 0, i = t, positions 0..t). Its logits become row i of the
+    // chunk's [q_head][C][n] matrix (one-shot: row t of [q_head][P][P]). Paged engines prefill in
+    // one shot (PagedCache has no chunked prefill: the paged constructor leaves prefill_chunk_ 0).
+    kvevict::CacheInterface* cache = store_->cache(l);
+    for (std::size_t c0 = 0; c0 < P; c0 += C) {
+      const std::size_t len = std::min(C, P - c0);
+      std::size_t held = 0, n = len;
+      for (std::size_t i = 0; i < len; ++i) {
+        const std::size_t t = c0 + i;
+        const auto r = static_cast<Eigen::Index>(t);
+        rope(Q.row(r).data(), c.n_heads, t);
+        rope(K.row(r).data(), c.n_kv_heads, t);
+        // Paged: the block's sequence is empty before t = 0 and nothing is evicted before the
+        // whole prompt is in, so the gather scratch only needs the new slot (t > 0).
+        const kvevict::KVView<float>& view = store_->append(l, t, K.row(r).data(), V.row(r).data(), t > 0);
+        if (i == 0) held = view.length(0) - 1, n = held + len;
+        attend(view, Q.row(r).data(), att_logits_.data(), XB2.row(r).data());
+        for (std::size_t h = 0; h < c.n_heads; ++h)
+          std::copy_n(att_logits_.data() + h * (held + i + 1), held + i + 1,
+                      prompt_attention_logits_.data() + (h * len + i) * n);
+      }
+      if (cache && prefill_chunk_ != 0) cache->prefill_chunk(prompt_attention_logits_.data(), len, n);
+    }
+    gemm_t(X, XB2, w.wo, c.dim, true);
+    if (cache) {
+      if (prefill_chunk_ == 0)
+        cache->prefill(prompt_attention_logits_.data(), P);
+      else
+        cache->finish_prefill();
+      if (hooks_) hooks_->after_cache(*this, l, *cache, true);
+    }
+
+    for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim, c.rms_eps);
+    gemm_t(H1, XB, w.w1, c.hidden_dim, false);
+    gemm_t(H3, XB, w.w3, c.hidden_dim, false);
+    for (Eigen::Index t = 0; t < rows; ++t) swiglu(H1.row(t).data(), H3.row(t).data(), c.hidden_dim);
+    gemm_t(X, H1, w.w2, c.dim, true);
+  }
+  // The classifier for every position, or (PrefillLogits::last) for the last one only: a [P][vocab]
+  // product is most of a long prompt's time on a large vocabulary (SmolLM2: 49152).
+  const Eigen::Index first = prefill_logits_mode_ == PrefillLogits::all ? 0 : rows - 1;
+  RowMatrix final_rows(rows - first, dim);
+  for (Eigen::Index t = first; t < rows; ++t)
+    rmsnorm(final_rows.row(t - first).data(), X.row(t).data(), model_.rms_final(), c.dim, c.rms_eps);
+  prefill_logits_.resize(rows - first, static_cast<Eigen::Index>(c.vocab_size));
+  gemm_t(prefill_logits_, final_rows, model_.classifier(), c.vocab_size, false);
+  position_ = P;
+  return prefill_logits_;
+}
+
+}  // namespace llama2

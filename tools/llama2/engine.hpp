@@ -1,0 +1,210 @@
+// kvevict tools — llama2/engine.hpp: the Llama-2 forward pass over kvevict KV caches.
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "kvevict/cache_interface.hpp"
+#include "kvevict/kv/kv_view.hpp"
+#include "kvevict/paged/page_pool.hpp"
+#include "kvevict/paged/paged_kv_view.hpp"
+#include "llama2/kv_store.hpp"
+#include "llama2/model.hpp"
+#include "thread_pool.hpp"
+
+namespace llama2 {
+
+/// Row-major float matrix (`[rows][cols]`, rows contiguous).
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+class Engine;
+
+/// What a research harness may observe or change in an `Engine`'s forward pass (`Engine::set_hooks`; the
+/// quality harness records the full cache's attention for its oracle and re-indexes positions with it).
+/// Every member does nothing by default. Called on the engine's thread, never from its pool; in a decode
+/// step a hook must not allocate if the step is to stay allocation-free.
+class EngineHooks {
+ public:
+  virtual ~EngineHooks() = default;
+  /// Decode step, block `layer`, before the new token's key joins the block: the position at which the token
+  /// at `position` has its query and key RoPE-rotated. Default: `position`.
+  virtual std::size_t rotary_position(const Engine& /*engine*/, std::size_t /*layer*/, std::size_t position) {
+    return position;
+  }
+  /// Decode step, after the attention and before the block's cache sees the logits: block `layer`'s
+  /// pre-softmax logits `q·k / sqrt(head_dim)`, `[q_head][n]` row-major by slot (`n` = live slots of the
+  /// block, the new token included), valid only during the call. `Engine::view(layer)` gives the slots'
+  /// position IDs (a full cache: slot = position).
+  virtual void decode_attention(const Engine& /*engine*/, std::size_t /*layer*/, const float* /*logits*/,
+                                std::size_t /*n*/) {}
+  /// After block `layer`'s eviction cache `cache` has seen the logits: at the end of the prompt
+  /// (`prompt` true; chunked prefill: after `finish_prefill`) and after every decode step. The hook may
+  /// reorder the cache (`restore_position_order`) and rewrite the keys of `Engine::view(layer)`. Blocks
+  /// without a cache are not reported.
+  virtual void after_cache(Engine& /*engine*/, std::size_t /*layer*/, kvevict::CacheInterface& /*cache*/,
+                           bool /*prompt*/) {}
+};
+
+/// The prompt positions `Engine::prefill` returns logits for.
+enum class PrefillLogits { all, last };
+
+/// Single-sequence Llama-2 inference (RMSNorm, RoPE on interleaved pairs,
+/// grouped-query attention, SwiGLU, tied or separate classifier) in float32.
+///
+/// KV cache: one `kvevict::KVBuffer<float>` per block, `[kv_head][slot][head_dim]`,
+/// capacity `seq_len`. A key is rotated (RoPE) once, when it is appended, with
+/// its token's position; the query is rotated with the current position.
+/// Attention runs over the live slots `[0, view.length(h))` of each KV head, in
+/// slot order (which is not position order after an eviction; RoPE makes that
+/// irrelevant). The pre-softmax attention logits `q·k / sqrt(head_dim)` of each
+/// block go to that block's eviction cache, if the factory made one:
+///  - `prefill` appends the prompt token by token, query t attending to slots
+///    `[0, t]` (causal), and only after the whole prompt hands the cache the
+///    `[q_head][P][P]` logits (row t = query t, columns 0..t valid, the rest 0);
+///    the cache then evicts to its budget. With a prefill chunk `C > 0` the
+///    block instead hands its cache each chunk's `[q_head][C][n]` logits as
+///    soon as the chunk's K/V are in (`prefill_chunk`), then `finish_prefill`:
+///    a bounded-prefill cache evicts between chunks, so the chunk's queries
+///    attend to the tokens kept so far plus the chunk (README "Long prompts");
+///    otherwise the ids equal the one-shot path's exactly (same arithmetic);
+///  - `step` appends the new token, attends, then hands the cache the
+///    `[q_head][n]` logits by slot (n = live slots including the new token) and
+///    the cache evicts at most one slot per KV head.
+///
+/// Paged layout (second constructor): each block's K/V live in pages taken
+/// from the block's `PagePool` by `PagePool::append`; attention gathers the
+/// sequence's rows, by logical slot, into one contiguous scratch view shaped
+/// like the contiguous layout's buffer (a real engine would run a paged
+/// attention kernel instead), so the logits, and with them every eviction
+/// decision, are bit for bit those of the contiguous layout with
+/// `shared_heads`. The caches are `kvevict::PagedCacheInterface`s. The two
+/// layouts are the two `KVStore`s (kv_store.hpp); the forward pass is one.
+///
+/// The engine keeps a reference to `model`, which must outlive it. `step`
+/// does not allocate.
+class Engine {
+ public:
+  /// An engine at position 0 with empty caches. `make_cache` (optional) picks
+  /// each block's eviction policy; empty = full cache everywhere.
+  /// `prefill_chunk`: 0 = one-shot prefill; `C >= 1` = chunked prefill in
+  /// chunks of `C` tokens (the caches should be built with
+  /// `CacheConfig::max_prefill_chunk >= C`; see `EvictionSettings`).
+  explicit Engine(const Model& model, CacheFactory make_cache = {}, std::size_t prefill_chunk = 0);
+  /// An engine with paged KV storage (see above); `make_cache` (optional) picks
+  /// each block's paged eviction cache. Throws `std::invalid_argument` if
+  /// `paged.page_size` is 0 or the layout is unknown.
+  Engine(const Model& model, const PagedKVOptions& paged, PagedCacheFactory make_cache = {});
+
+  /// Runs `tokens` (ids in `[0, vocab)`) at positions `0 .. P-1` with full
+  /// causal attention, then lets each block's cache evict to its budget.
+  /// Returns the next-token logits for every prompt position, `[P][vocab]`
+  /// (`set_prefill_logits(PrefillLogits::last)`: `[1][vocab]`, the last position's, within a few ulp
+  /// of that row of `[P][vocab]`: a one-row product sums in another order),
+  /// valid until the next `prefill` or `reset`. The weight products run on the
+  /// pool of `set_threads` / `set_pool` in fixed blocks of output features, so the
+  /// floats are the same for every thread count.
+  /// Throws `std::logic_error` unless `position() == 0`, `std::invalid_argument`
+  /// if `tokens` is empty, longer than `seq_len` or holds an id out of range,
+  /// and whatever the cache throws (e.g. a budget that resolves to 0); after
+  /// any of these the engine is reset (position 0, empty caches).
+  const RowMatrix& prefill(const std::vector<int>& tokens);
+
+  /// Runs one token at position `position()` and advances. Returns the
+  /// next-token logits `[vocab]`, valid until the next call.
+  /// Throws `std::invalid_argument` for an id out of range and
+  /// `std::length_error` when `position() == seq_len` (RoPE positions beyond
+  /// the trained context are not supported).
+  const float* step(int token);
+
+  /// Which prompt positions `prefill` computes next-token logits for: every one (default) or the last
+  /// one only (what generation needs; a [P][vocab] classifier product is skipped). Kept across `reset`.
+  void set_prefill_logits(PrefillLogits which) { prefill_logits_mode_ = which; }
+
+  /// Installs `hooks` (`nullptr`: none, the default), replacing and destroying the previous ones; the
+  /// engine owns them. Kept across `reset`.
+  void set_hooks(std::unique_ptr<EngineHooks> hooks) { hooks_ = std::move(hooks); }
+  /// The installed hooks, or `nullptr`.
+  EngineHooks* hooks() const { return hooks_.get(); }
+
+  /// Starts a new sequence: empties every KV buffer and rebuilds the caches
+  /// with the factory given to the constructor (so seeds restart). Allocates.
+  void reset();
+
+  /// Runs the work of every block on a pool of `threads` workers (the calling
+  /// thread included; 1 = serial, the default): the decode step's attention
+  /// (query heads as tasks) and each cache's scoring (`set_executor`: prefill and
+  /// decode steps, bit-identical results for any thread count), also for the
+  /// caches `reset` builds later. Throws `std::invalid_argument` if `threads` is
+  /// 0 or above 1024. Allocates (the pool's threads, the caches' per-task scratch).
+  void set_threads(std::size_t threads);
+  /// As `set_threads`, on a pool the caller owns (shared by several engines that
+  /// run one after another on one thread; it must outlive its use here); `nullptr`
+  /// = serial. Allocates the caches' per-task scratch.
+  void set_pool(kvexample::ThreadPool* pool);
+  /// Worker threads in use (1 = serial).
+  std::size_t threads() const { return pool_ ? pool_->workers() : 1; }
+  /// Prefill chunk size `C` (0 = one-shot).
+  std::size_t prefill_chunk() const { return prefill_chunk_; }
+  /// Tokens processed so far (the position of the next token).
+  std::size_t position() const { return position_; }
+  /// Live KV entries of `kv_head` of block `layer` (no bounds check).
+  std::size_t retained(std::size_t layer, std::size_t kv_head = 0) const { return store_->length(layer, kv_head); }
+  /// The KV view of block `layer` (no bounds check). Contiguous layout only:
+  /// throws `std::logic_error` for a paged engine (use `paged_view`).
+  const kvevict::KVView<float>& view(std::size_t layer) const;
+  /// The paged view of block `layer` (no bounds check). Paged layout only:
+  /// throws `std::logic_error` for a contiguous engine.
+  const kvevict::PagedKVView<float>& paged_view(std::size_t layer) const;
+  /// The page pool of block `layer` (paged layout only, else `std::logic_error`).
+  const kvevict::PagePool& page_pool(std::size_t layer) const;
+  /// The eviction cache of block `layer`, or `nullptr` for a full cache.
+  const kvevict::CacheInterface* cache(std::size_t layer) const { return store_->cache(layer); }
+  /// Whether the KV storage is paged.
+  bool paged() const { return store_->paged(); }
+  /// Pages held now, all blocks (0 for the contiguous layout).
+  std::size_t pages_in_use() const { return store_->pages_in_use(); }
+  /// Pages returned to the blocks' pools since the last `reset` (0 for the contiguous layout).
+  std::size_t pages_freed() const { return store_->pages_freed(); }
+  /// Bytes of K and V rows currently held, all blocks.
+  std::size_t kv_bytes_held() const { return store_->kv_bytes_held(); }
+  /// Bytes a full cache would hold at this position: `position * n_layers * 2 * kv_dim * 4`.
+  std::size_t kv_bytes_full() const;
+  const Config& config() const { return model_.config(); }
+
+ private:
+  void init();
+  void gemv(float* y, const float* w, std::size_t out, std::size_t in, const float* x, bool accumulate);
+  void gemm_t(RowMatrix& y, const RowMatrix& x, const float* w, std::size_t out, bool accumulate);
+  /// Gives every cache the pool (`set_executor`), if there is one.
+  void apply_executor();
+  const RowMatrix& run_prefill(const std::vector<int>& tokens);
+  void check_token(int token, const char* where) const;
+  void rope(float* v, std::size_t n_heads, std::size_t pos) const;
+  void attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out);
+
+  const Model& model_;
+  std::unique_ptr<KVStore> store_;  // the KV layout: contiguous or paged, with each block's cache
+  std::size_t position_ = 0;
+  std::size_t prefill_chunk_ = 0;
+
+  std::vector<float> rope_cos_, rope_sin_;  // [seq_len][head_dim / 2]
+  std::unique_ptr<EngineHooks> hooks_;
+
+  // Decode-step scratch, allocated once.
+  Eigen::VectorXf x_, xb_, xb2_, q_, k_, v_, h1_, h3_, logits_;
+  std::vector<float> att_logits_;  // [n_heads][seq_len], one block at a time
+  std::vector<float> att_probs_;   // [n_heads][seq_len]: one row per query head (heads run in parallel)
+  kvexample::ThreadPool* pool_ = nullptr;             // null: serial
+  std::unique_ptr<kvexample::ThreadPool> own_pool_;  // the pool of set_threads
+
+  // Prefill storage, grown on demand.
+  RowMatrix prefill_logits_;           // [P][vocab], or [1][vocab] for PrefillLogits::last
+  PrefillLogits prefill_logits_mode_ = PrefillLogits::all;
+  std::vector<float> prompt_attention_logits_;  // [n_heads][P][P] (chunked: [n_heads][C][n]), one block at a time
+};
+
+}  // namespace llama2
