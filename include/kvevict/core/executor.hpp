@@ -14,8 +14,8 @@
 // (the cache calls it where its state is half updated; `ExecutorRef::parallel_for` is
 // `noexcept`, so an executor that throws ends the program instead of leaving a cache
 // corrupt). It is called by one thread at a time per executor (a cache never nests
-// calls). The library creates no thread: a pool adapter lives in the examples
-// (examples/thread_pool.hpp).
+// calls). The library creates no thread: a pool adapter lives in the tools
+// (tools/thread_pool.hpp).
 //
 // Determinism: the cache's results do not depend on the executor, on `workers()` or
 // on the order the tasks run in — each task writes its own outputs, and every
