@@ -286,7 +286,8 @@ TEST(ScoreHooks, ErrorsNameTheScore) {
   c.n_q_heads = 1;
   kvevict::KVBuffer<float> buf(1, 8, 1);
   using Half = kvevict::Cache<SecondHalfScore, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
-  EXPECT_EQ(message_of([&] { Half cache(c, buf.view()); }), "kvevict::Cache: SecondHalf needs an even budget k (got 3)");
+  EXPECT_EQ(message_of([&] { Half cache(c, buf.view()); }),
+            "kvevict::Cache: SecondHalf needs an even budget k (got 3)");
   c.budget = kvevict::Budget::ratio(0.5);  // k = 3 for P = 6
   Half cache(c, buf.view());
   auto kv = buf.view();
@@ -378,7 +379,8 @@ TEST(ScoreHooks, EachHookIsDetected) {
                   kvevict::is_score_policy<DoubleKeyScore>::value, kvevict::is_score_policy<KeyScoreWithLogits>::value,
                   kvevict::is_score_policy<FirstRowWithoutWholePrompt>::value,
                   kvevict::is_score_policy<FirstRowOnLastRow>::value,
-                  kvevict::is_score_policy<BoolValidateBudget>::value, kvevict::is_score_policy<NameNotAPointer>::value})
+                  kvevict::is_score_policy<BoolValidateBudget>::value,
+                  kvevict::is_score_policy<NameNotAPointer>::value})
     EXPECT_FALSE(ok);
 }
 

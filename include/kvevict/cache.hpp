@@ -176,10 +176,10 @@ class Cache final
                     "kvevict::Cache::prefill_chunk: the rows hold n_q_heads = ", rows.n_q_heads(),
                     " but the cache has n_q_heads = ", config_.n_q_heads, " (pass the cache's query-head count)");
     detail::require(!prefilled_, "kvevict::Cache::prefill_chunk: the prompt is finished; call reset() first");
-    if constexpr (detail::has_whole_prompt<Score>)
+    if constexpr (detail::has_whole_prompt<Score>)  // e.g. SnapKV: its rows are the prompt's last L
       throw std::invalid_argument(detail::concat("kvevict::Cache::prefill_chunk: ", detail::score_name<Score>(), " ",
-                                                 Score::kWholePrompt,
-                                                 ", unknown until the prompt ends; use prefill() with the whole prompt"));
+                                                 Score::kWholePrompt, ", unknown until the prompt ends; use "
+                                                 "prefill() with the whole prompt"));
     detail::require(cap == 0 || C <= cap, "kvevict::Cache::prefill_chunk: chunk_len = ", C,
                     " exceeds config.max_prefill_chunk = ", cap);
     detail::check_chunk_view(kv(), C, n, n_, last_position_);
@@ -293,8 +293,8 @@ class Cache final
 
  private:
   /// Books a scored chunk of `C` tokens (slots `[n_, n_ + C)`): scores = the accumulators' fold (0 for
-  /// `NoScore`; the key scores for a key score). The chunk's newest position is recorded before any cut can evict it: a decode step's
-  /// token must come after every prompt position, kept or not. Cannot throw.
+  /// `NoScore`; a key score's values). The chunk's newest position is recorded before any cut can
+  /// evict it: a decode step's token must come after every prompt position, kept or not. Cannot throw.
   void take_chunk(std::size_t C, float tau) noexcept {
     const std::size_t n = n_ + C;
     scorer_.fold(slots_.all_scores(), slots_.capacity(), n);

@@ -62,9 +62,8 @@ inline std::size_t checked_group(std::size_t n_q_heads, std::size_t n_kv_heads, 
 /// All-or-nothing: a NaN / `+inf` in `x + ζ` throws `std::invalid_argument`
 /// with the scores exactly as before.
 ///
-/// The optional hooks of the score (concepts.hpp) are called here and nowhere else in the caches'
-/// scoring: `first_scored_row` (`first_row`), `selection_scores`, `validate_budget`
-/// (`check_budget`) and `key_score` (`score_keys`, `score_key_step`, which replace the softmax).
+/// The score's optional hooks (concepts.hpp) are called here only: `first_scored_row` (`first_row`),
+/// `selection_scores`, `validate_budget` (`check_budget`), `key_score` (`score_keys`, `score_key_step`).
 template <class Score>
 class Scorer {
  public:
@@ -307,16 +306,17 @@ class Scorer {
     }
   }
 
-  /// Key score (`has_key_score<Score>`), prefill slots `[s0, s1)`: `acc[j · g][s] = key_score(K row
-  /// of (j, s) as floats)`, the group's other accumulators 0 there, so that `fold` gives every KV
-  /// head its key scores (`reload` and later chunks work as for logits); `k_row(j, s)`: the row's bytes. Throws `std::invalid_argument` "<who>::<method>: key_score of KV head j, slot s is v
-  /// (must be finite and >= 0)" at the first bad value, with `acc[·][0, s0)` untouched. Serial;
-  /// O(n_kv_heads · (s1 − s0) · head_dim); no allocation.
+  /// Key score, prefill slots `[s0, s1)`: `acc[j · g][s] = key_score(K row (j, s) as floats)`, the
+  /// group's other accumulators 0 there, so that `fold` gives each KV head its key scores (`reload`
+  /// and later chunks work as for logits); `k_row(j, s)` gives the row's bytes. Throws
+  /// `std::invalid_argument` "<who>::<method>: key_score of KV head j, slot s is v (must be finite
+  /// and >= 0)" at the first bad value, `acc[·][0, s0)` untouched. Serial; O(n_kv_heads · (s1 − s0)
+  /// · head_dim); no allocation.
   template <class KRow>
   void score_keys(KRow k_row, std::size_t s0, std::size_t s1, const char* method) {
     for (std::size_t j = 0; j < n_kv_heads_; ++j) {
       for (std::size_t s = s0; s < s1; ++s) acc(j * group_)[s] = key_of(k_row(j, s), j, s, method);
-      for (std::size_t t = 1; t < group_; ++t) std::fill(acc(j * group_ + t) + s0, acc(j * group_ + t) + s1, 0.0f);
+      for (std::size_t t = 1; t < group_; ++t) std::fill_n(acc(j * group_ + t) + s0, s1 - s0, 0.0f);
     }
   }
   /// Key score, decode step over `n` slots: `scores[j][n − 1] = key_score(K row of (j, n − 1))` for
