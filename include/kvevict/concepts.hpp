@@ -6,7 +6,8 @@
 //
 // ---- Score policy (what a token's score is; e.g. GumbelLogitScore) -----------
 //   static constexpr bool kUsesLogits;       reads the attention logits at all (false:
-//                                            logits may be nullptr, scores stay 0);
+//                                            logits may be nullptr, scores stay 0, or
+//                                            are the `key_score` hook's, see below);
 //   static constexpr bool kAccumulates;      scores persist and grow over steps
 //                                            (false: each step replaces them, TOVA);
 //   static constexpr bool kUsesTemperature;  divide by the schedule's τ (false: τ = 1,
@@ -39,7 +40,8 @@
 //       The scores a prefill cut ranks (the selection's `prefill_keep`), written to `out[0, n)` from the
 //       cut's `n` candidates' scores `s[0, n)` (position order; summed over KV heads with shared_heads).
 //       `out` (the scorer's scratch, `n` floats) never overlaps `s`; every value must be finite and
-//       >= 0. The cache's stored scores stay `s`; decode steps rank them unchanged. Default: `s` itself.
+//       >= 0. The cache's stored scores stay `s`; decode steps rank them unchanged, and so does the
+//       page unit of `PagedCache` (its pages by raw scores). Default: `s` itself.
 //       Must not throw (it runs after the cache has started to change state); no allocation.
 //       SnapKV: pooled over positions, the observation window at FLT_MAX.
 //   void validate_budget(std::size_t k, std::size_t w) const;

@@ -1,10 +1,12 @@
-// detail/key_reader.hpp — reads a cached K row of the view's element type as floats, for a key score.
+// detail/key_reader.hpp — reads a cached K row of the view's element type as floats, for a key score,
+// and the scorer's scratch for it.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kvevict/concepts.hpp"
 
@@ -44,6 +46,21 @@ KeyReader key_reader(std::size_t head_dim) {
     return KeyReader{};
   }
 }
+
+/// The part of `Scorer` that only a key score has: the reader and `head_dim + n_kv_heads` floats of
+/// scratch (one K row, then a decode step's per-head scores). Empty for any other score, as
+/// `Scorer`'s base (empty-base optimisation), so that their scorer is laid out as without key scores.
+template <bool kKeyScore>
+struct KeyScratch {
+  KeyScratch(KeyReader, std::size_t) {}
+};
+template <>
+struct KeyScratch<true> {
+  /// Allocates `keys.head_dim + n_kv_heads` floats.
+  KeyScratch(KeyReader keys, std::size_t n_kv_heads) : keys_(keys), key_(keys.head_dim + n_kv_heads, 0.0f) {}
+  KeyReader keys_;          // reads a K row as floats
+  std::vector<float> key_;  // [head_dim + n_kv_heads]: one K row, then a step's per-head scores
+};
 
 }  // namespace detail
 }  // namespace kvevict

@@ -65,7 +65,9 @@ inline std::size_t checked_group(std::size_t n_q_heads, std::size_t n_kv_heads, 
 /// The score's optional hooks (concepts.hpp) are called here only: `first_scored_row` (`first_row`),
 /// `selection_scores`, `validate_budget` (`check_budget`), `key_score` (`score_keys`, `score_key_step`).
 template <class Score>
-class Scorer {
+class Scorer : private KeyScratch<has_key_score<Score>> {
+  using Keys = KeyScratch<has_key_score<Score>>;
+
  public:
   /// Scratch for rows of up to `capacity` slots; `n_kv_heads` heads of `group`
   /// query heads each. `who` names the owning cache class in error messages
@@ -74,7 +76,8 @@ class Scorer {
   /// (+ `capacity` for `selection_scores`, + `head_dim + n_kv_heads` for `key_score`).
   Scorer(Score score, std::size_t n_kv_heads, std::size_t group, std::size_t capacity, std::uint64_t seed,
          const char* who = "kvevict::Cache", KeyReader keys = KeyReader{})
-      : score_(std::move(score)),
+      : Keys(keys, n_kv_heads),
+        score_(std::move(score)),
         who_(who),
         seed_(seed),
         n_kv_heads_(n_kv_heads),
@@ -87,9 +90,7 @@ class Scorer {
         f_(n_kv_heads * group * 2 * chunks_, 0.0f),
         bad_(n_kv_heads * group, 0),
         errors_(n_kv_heads * group),
-        pooled_(has_selection_scores<Score> ? capacity : 0, 0.0f),
-        keys_(keys),
-        key_(has_key_score<Score> ? keys.head_dim + n_kv_heads : 0, 0.0f) {}
+        pooled_(has_selection_scores<Score> ? capacity : 0, 0.0f) {}
 
   const Score& policy() const { return score_; }
   /// Sets the seed of the drawn noise.
@@ -324,7 +325,7 @@ class Scorer {
   /// `score_keys` with method "decode_step"). Serial; O(n_kv_heads · head_dim); no allocation.
   template <class KRow>
   void score_key_step(KRow k_row, std::size_t n, float* scores, std::size_t stride) {
-    float* v = key_.data() + keys_.head_dim;
+    float* v = this->key_.data() + this->keys_.head_dim;
     for (std::size_t j = 0; j < n_kv_heads_; ++j) v[j] = key_of(k_row(j, n - 1), j, n - 1, "decode_step");
     for (std::size_t j = 0; j < n_kv_heads_; ++j) scores[j * stride + n - 1] = v[j];
   }
@@ -333,8 +334,8 @@ class Scorer {
   /// `key_score` of the K row at `row` (KV head `j`, slot `s`), checked finite and >= 0. Throws
   /// `std::invalid_argument` naming them otherwise. O(head_dim).
   float key_of(const unsigned char* row, std::size_t j, std::size_t s, const char* method) {
-    keys_.read(row, keys_.head_dim, key_.data());
-    const float v = score_.key_score(key_.data(), keys_.head_dim);
+    this->keys_.read(row, this->keys_.head_dim, this->key_.data());
+    const float v = score_.key_score(this->key_.data(), this->keys_.head_dim);
     require(std::isfinite(v) && v >= 0.0f, who_, "::", method, ": key_score of KV head ", j, ", slot ", s, " is ", v,
             " (must be finite and >= 0)");
     return v;
@@ -392,8 +393,6 @@ class Scorer {
   std::vector<std::size_t> bad_;              // [q_head] / [kv_head]: 0, or 1 + the failing row / q_head
   std::vector<std::exception_ptr> errors_;    // [q_head]: what `rows` threw, if anything
   std::vector<float> pooled_;   // [capacity] (`selection_scores` only, else empty): the selection scores
-  KeyReader keys_;              // reads a K row as floats (`key_score` only, else empty)
-  std::vector<float> key_;      // [head_dim + n_kv_heads] (`key_score` only): one K row, then a step's scores
 };
 
 }  // namespace detail
