@@ -169,44 +169,72 @@ TEST(KeyScore, ABadKeyScoreThrowsAndChangesNothing) {
   EXPECT_EQ(scored(cache, 0), (Scored{{0, 5.0f}, {4, 6.0f}, {6, 7.0f}}));
 }
 
-// The paged cache over the same keys (pages of 2 tokens, NHD), token unit, no logits: the kept tokens
-// and scores of the contiguous shared_heads cache above; the prefill cut returns the third page.
-TEST(KeyScore, PagedCacheScoresKeysWithoutLogits) {
-  const std::size_t ps = 2, pages = 5;
-  std::vector<float> kpool(pages * ps * 2 * 2, 0.0f), vpool(kpool.size(), 0.0f);
-  std::vector<std::int32_t> table(pages, kvevict::kNoPage);
-  std::vector<std::int64_t> pos(pages * ps, 0);
+/// One sequence's paged storage (2 KV heads, head_dim 2, pages of 2 tokens, NHD) and its pool.
+struct PagedKeys {
+  static constexpr std::size_t ps = 2, pages = 5;
+  std::vector<float> kpool = std::vector<float>(pages * ps * 2 * 2, 0.0f), vpool = kpool;
+  std::vector<std::int32_t> table = std::vector<std::int32_t>(pages, kvevict::kNoPage);
+  std::vector<std::int64_t> pos = std::vector<std::int64_t>(pages * ps, 0);
   std::size_t length = 0;
   kvevict::PagedKVView<float> view;
-  view.k = kpool.data();
-  view.v = vpool.data();
-  view.num_pages = pages;
-  view.page_size = ps;
-  view.n_kv_heads = 2;
-  view.head_dim = 2;
-  view.page_table = table.data();
-  view.max_pages = pages;
-  view.length = &length;
-  view.positions = pos.data();
-  kvevict::PagePool pool(pages);
-  kvevict::PagedCache<KeySumScore, kvevict::ConstantTemperature, kvevict::RecentTopKSelection> cache(
-      config(3, 1, true), kvevict::PagedEvictionConfig{}, view, pool);
-  auto append = [&](std::int64_t p) {
+  kvevict::PagePool pool{pages};
+  PagedKeys() {
+    view.k = kpool.data();
+    view.v = vpool.data();
+    view.num_pages = pages;
+    view.page_size = ps;
+    view.n_kv_heads = 2;
+    view.head_dim = 2;
+    view.page_table = table.data();
+    view.max_pages = pages;
+    view.length = &length;
+    view.positions = pos.data();
+  }
+  void append(std::int64_t p) {  // the keys of append_key
     std::vector<float> k, v(4, 0.0f);
     for (std::size_t h = 0; h < 2; ++h) k.insert(k.end(), {kSum[h][p] - 1.0f, 1.0f});
     pool.append(view, p, k.data(), v.data());
-  };
-  for (std::int64_t p = 0; p < 6; ++p) append(p);
+  }
+};
+using PagedKeySum = kvevict::PagedCache<KeySumScore, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
+
+// Token unit, no logits: the kept tokens and scores of the contiguous shared_heads cache above; the
+// prefill cut returns the third page.
+TEST(KeyScore, PagedCacheScoresKeysWithoutLogits) {
+  PagedKeys s;
+  PagedKeySum cache(config(3, 1, true), kvevict::PagedEvictionConfig{}, s.view, s.pool);
+  for (std::int64_t p = 0; p < 6; ++p) s.append(p);
   cache.prefill(nullptr, 6);
   EXPECT_EQ(cache.retained_positions(0), (Positions{1, 4, 5}));
   EXPECT_EQ(cache.pages_in_use(), 2u);
   for (std::int64_t p = 6; p < 8; ++p) {
-    append(p);
+    s.append(p);
     cache.decode_step(nullptr, 4);
   }
   EXPECT_EQ(scored(cache, 0), (Scored{{4, 6.0f}, {5, 3.0f}, {7, 1.0f}}));
   EXPECT_EQ(scored(cache, 1), (Scored{{4, 3.0f}, {5, 7.0f}, {7, 9.0f}}));
   EXPECT_EQ(cache.pages_in_use(), 2u);
+}
+
+// Page unit (k = 4, w = 1), summed key scores by position [6, 7, 6, 7, 9, 10, 7, 10]: prefill (6 >= k +
+// page_size) evicts the lower of the middle pages {0, 1} and {2, 3} (13 each: the older); step 6 holds
+// 5 < 6 tokens; step 7 evicts {2, 3} (13 < 19; {6, 7} holds the newest token).
+TEST(KeyScore, PagedPageUnitRanksPagesByKeyScores) {
+  PagedKeys s;
+  kvevict::PagedEvictionConfig page;
+  page.unit = kvevict::EvictUnit::page;
+  PagedKeySum cache(config(4, 1, true), page, s.view, s.pool);
+  for (std::int64_t p = 0; p < 6; ++p) s.append(p);
+  cache.prefill(nullptr, 6);
+  EXPECT_EQ(cache.retained_positions(0), (Positions{2, 3, 4, 5}));
+  s.append(6);
+  cache.decode_step(nullptr, 5);
+  EXPECT_EQ(cache.retained_positions(0), (Positions{2, 3, 4, 5, 6}));
+  s.append(7);
+  cache.decode_step(nullptr, 6);
+  EXPECT_EQ(cache.retained_positions(1), (Positions{4, 5, 6, 7}));
+  EXPECT_EQ(scored(cache, 0), (Scored{{4, 6.0f}, {5, 3.0f}, {6, 7.0f}, {7, 1.0f}}));
+  EXPECT_EQ(cache.pages_freed(), 2u);
 }
 
 /// A custom logits score on every hook but `key_score`: H2O's accumulation, but prefill scores only the
