@@ -1,7 +1,9 @@
 // Compile-only cases for tests/CMakeLists.txt (contract_violation_N): each case instantiates
 // Cache with a policy that breaks one rule of kvevict/concepts.hpp, and the test checks
 // that the compiler's error is kvevict's static_assert message. Case 8 does the same with
-// PagedCache, which checks the very same contracts; case 10 appends to a read-only KVView. Case 0 is well-formed.
+// PagedCache, which checks the very same contracts; case 10 appends to a read-only KVView; cases 11-15
+// declare an optional Score hook with the wrong signature or in a forbidden combination (15 on
+// PagedCache). Case 0 is well-formed.
 #include <kvevict/kvevict.hpp>
 
 namespace {
@@ -32,6 +34,22 @@ struct OldVictimSignature {  // case 7: the window as a position threshold (the 
   std::size_t prefill_keep(const float*, std::size_t, std::size_t, std::size_t, std::size_t*) const noexcept { return 0; }
   std::size_t victim(const float*, const std::int64_t*, std::size_t, std::int64_t) const noexcept { return 0; }
 };
+struct DoubleKeyScore : kvevict::NoScore {  // case 11: key_score returns double
+  double key_score(const float*, std::size_t) const noexcept { return 1.0; }
+};
+struct ThrowingSelectionScores : kvevict::AccumulatedAttentionScore {  // case 12: selection_scores not noexcept
+  void selection_scores(const float*, std::size_t, float*) const {}
+};
+struct KeyScoreWithLogits : kvevict::AccumulatedAttentionScore {  // case 13: a key score that reads logits
+  float key_score(const float*, std::size_t) const noexcept { return 1.0f; }
+};
+struct FirstRowWithoutWholePrompt : kvevict::AccumulatedAttentionScore {  // case 14
+  std::size_t first_scored_row(std::size_t) const { return 0; }
+};
+struct NonConstFirstRow : kvevict::AccumulatedAttentionScore {  // case 15: first_scored_row not const
+  static constexpr const char* kWholePrompt = "scores the last row";
+  std::size_t first_scored_row(std::size_t prompt_len) { return prompt_len - 1; }
+};
 
 #if KVEVICT_CONTRACT_CASE == 1
 using C = kvevict::Cache<NoUsesLogits, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
@@ -47,11 +65,21 @@ using C = kvevict::Cache<kvevict::NoScore, kvevict::ConstantTemperature, NoPrefi
 using C = kvevict::Cache<kvevict::NoScore, kvevict::ConstantTemperature, ThrowingVictim>;
 #elif KVEVICT_CONTRACT_CASE == 7
 using C = kvevict::Cache<kvevict::NoScore, kvevict::ConstantTemperature, OldVictimSignature>;
+#elif KVEVICT_CONTRACT_CASE == 11
+using C = kvevict::Cache<DoubleKeyScore, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
+#elif KVEVICT_CONTRACT_CASE == 12
+using C = kvevict::Cache<ThrowingSelectionScores, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
+#elif KVEVICT_CONTRACT_CASE == 13
+using C = kvevict::Cache<KeyScoreWithLogits, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
+#elif KVEVICT_CONTRACT_CASE == 14
+using C = kvevict::Cache<FirstRowWithoutWholePrompt, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
 #else
 using C = kvevict::H2O;
 #endif
 #if KVEVICT_CONTRACT_CASE == 8
 using P = kvevict::PagedCache<kvevict::NoScore, kvevict::ConstantTemperature, ThrowingVictim>;
+#elif KVEVICT_CONTRACT_CASE == 15
+using P = kvevict::PagedCache<NonConstFirstRow, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
 #else
 using P = kvevict::PagedH2O;
 #endif

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -26,7 +27,8 @@ namespace kvevict {
 ///
 ///  - `Score`       — what a token's score is (`GumbelLogitScore` for
 ///                    Keyformer, `AccumulatedAttentionScore` for H2O,
-///                    `CurrentAttentionScore` for TOVA, `NoScore`);
+///                    `CurrentAttentionScore` for TOVA, `SnapKVScore`, `NoScore`,
+///                    or a score from the keys alone, `key_score`: concepts.hpp);
 ///  - `Temperature` — τ per step (`LinearTemperature`, `ConstantTemperature`,
 ///                    `IncrementTemperature`); never changes the budget;
 ///  - `Selection`   — which tokens stay (`RecentTopKSelection`,
@@ -72,20 +74,22 @@ class Cache final
   /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads` or above 2^16
   /// (checked before the allocation, `detail::checked_group`), or — when
   /// the budget is a token count, so that `k` and `w` are known now — the
-  /// configuration fails `resolve_budget` (see there: `w > k`, sinks, capacity),
-  /// or `bounded_prefill` is set with a ratio budget or a SnapKV score.
+  /// configuration fails `resolve_budget` (see there: `w > k`, sinks, capacity, the score's
+  /// `validate_budget`), or `bounded_prefill` is set with a ratio budget or a score that needs the
+  /// whole prompt (`kWholePrompt`: SnapKV).
   template <class T>
   Cache(const CacheConfig& config, KVView<T> kv, Score score = Score(), Temperature temperature = Temperature(),
         Selection selection = Selection())
       // The view is validated (SlotTable's ErasedKV) before the core checks n_q_heads against it.
       : Core(config, detail::SlotTable(detail::ErasedKV::from(kv)), std::move(score), std::move(temperature),
-             std::move(selection), "kvevict::Cache") {
+             std::move(selection), "kvevict::Cache", detail::key_reader<Score, T>(kv.head_dim)) {
     const std::size_t nkv = kv.n_kv_heads;
     for (std::size_t h = 0; h < nkv; ++h)
       detail::require(kv.lengths[h] == 0, "kvevict::Cache: the view must be empty at construction (lengths[", h,
                       "] = ", kv.lengths[h], ")");
-    detail::require(!config.bounded_prefill || !detail::has_observation_window<Score>,
-                    "kvevict::Cache: bounded_prefill is not supported by SnapKV (it scores the last L prompt rows)");
+    if constexpr (detail::has_whole_prompt<Score>)
+      detail::require(!config.bounded_prefill, "kvevict::Cache: bounded_prefill is not supported by ",
+                      detail::score_name<Score>(), " (it ", Score::kWholePrompt, ")");
     detail::require(!config.bounded_prefill || !config.budget.is_ratio(),
                     "kvevict::Cache: bounded_prefill needs a token budget (Budget::tokens): a ratio of the prompt "
                     "length is unknown while the prompt streams in");
@@ -103,7 +107,8 @@ class Cache final
   ///
   /// `logits`: `[q_head][P][P]` row-major, `x[h][r][c]` = logit of the query at
   /// slot `r` against slot `c`; only `c <= r` is read (the causal part; `-inf`
-  /// entries count as masked). May be `nullptr` for `NoScore`. `gumbel`: optional pre-drawn ζ, same layout (read where
+  /// entries count as masked). May be `nullptr` for a score without logits (`NoScore`, a key score: each token's
+  /// score is then its key's, `key_score`). `gumbel`: optional pre-drawn ζ, same layout (read where
   /// the logits are), else drawn (`fill_gumbel_row`: prompt row r of q_head h has key (seed, h, r)); used only by a
   /// noisy score policy. Resolves and checks `k` and `w` with `resolve_budget`; row r of query head h adds
   /// `softmax((x[h][r][0..r] + ζ) / τ_0)` to h's accumulator (TOVA: last row only), KV head j's scores are the sum over
@@ -113,8 +118,9 @@ class Cache final
   /// second prefill, `prompt_len == 0`, lengths ≠ `prompt_len`, unordered or mismatched positions, a budget the
   /// selection cannot serve (`resolve_budget`: `w > k`, `sinks > k`, a window
   /// given to StreamingLLM, capacity < `k + 1`), τ_0 outside the valid range
-  /// (finite, >= FLT_MIN), a null `logits` when scores need it, or a NaN /
-  /// `+inf` value of `x + ζ`. Every check runs before any state changes.
+  /// (finite, >= FLT_MIN), a null `logits` when scores need it, a NaN /
+  /// `+inf` value of `x + ζ`, or a key score that is not finite and >= 0.
+  /// Every check runs before any state changes.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
     live("prefill");
     const std::size_t P = prompt_len;
@@ -127,6 +133,8 @@ class Cache final
       detail::require(logits != nullptr, "kvevict::Cache::prefill: logits must be non-null");
       MaterializedChunk rows(logits, gumbel, P, P);
       scorer_.score_chunk(rows, 0, P, 1.0f / tau, "prefill");
+    } else if constexpr (detail::has_key_score<Score>) {
+      this->score_prompt_keys(0, P, "prefill");
     }
 
     // ---- nothing below can throw ----
@@ -144,12 +152,13 @@ class Cache final
   /// (ζ injected or off). Bounded: if `n > k`, cuts to `k` as `prefill` does.
   /// Protocol, semantics and the noise order: score/chunk_rows.hpp.
   /// O(n_q_heads · C · n) (+ O(n_kv_heads · n · head_dim) per cut); no heap
-  /// allocation. Throws `std::invalid_argument` after the prompt is finished, for SnapKV (its
-  /// observation window is the prompt's last rows: use `prefill`), if `C == 0`,
+  /// allocation. Throws `std::invalid_argument` after the prompt is finished, for a score that
+  /// needs the whole prompt (`kWholePrompt`; SnapKV: its observation window is the prompt's last
+  /// rows; use `prefill`), if `C == 0`,
   /// `C > config.max_prefill_chunk` (when set), `n != held + C`, a length is not
   /// `n`, positions do not rise or differ across heads, τ_0 is invalid,
-  /// `logits` is null when needed, or a value of `x + ζ` is NaN / `+inf`; the
-  /// cache and the view are then unchanged.
+  /// `logits` is null when needed, a value of `x + ζ` is NaN / `+inf`, or a key score is not finite
+  /// and >= 0; the cache and the view are then unchanged.
   void prefill_chunk(const float* logits, std::size_t chunk_len, std::size_t n,
                      const float* gumbel = nullptr) override {
     live("prefill_chunk");
@@ -167,8 +176,10 @@ class Cache final
                     "kvevict::Cache::prefill_chunk: the rows hold n_q_heads = ", rows.n_q_heads(),
                     " but the cache has n_q_heads = ", config_.n_q_heads, " (pass the cache's query-head count)");
     detail::require(!prefilled_, "kvevict::Cache::prefill_chunk: the prompt is finished; call reset() first");
-    detail::require(!detail::has_observation_window<Score>, "kvevict::Cache::prefill_chunk: SnapKV scores the last "
-                    "L prompt rows, unknown until the prompt ends; use prefill() with the whole prompt");
+    if constexpr (detail::has_whole_prompt<Score>)  // e.g. SnapKV: its rows are the prompt's last L
+      throw std::invalid_argument(detail::concat("kvevict::Cache::prefill_chunk: ", detail::score_name<Score>(), " ",
+                                                 Score::kWholePrompt, ", unknown until the prompt ends; use "
+                                                 "prefill() with the whole prompt"));
     detail::require(cap == 0 || C <= cap, "kvevict::Cache::prefill_chunk: chunk_len = ", C,
                     " exceeds config.max_prefill_chunk = ", cap);
     detail::check_chunk_view(kv(), C, n, n_, last_position_);
@@ -177,6 +188,7 @@ class Cache final
                                 : std::pair<std::size_t, std::size_t>{0, 0};
     const float tau = checked_tau(0, "prefill_chunk");
     if constexpr (Score::kUsesLogits) scorer_.score_chunk(rows, n_, C, 1.0f / tau, "prefill_chunk", prompt_len_);
+    if constexpr (detail::has_key_score<Score>) this->score_prompt_keys(n_, n_ + C, "prefill_chunk");
     // ---- nothing below can throw ----
     take_chunk(C, tau);
     if (bounded && n_ > k) {
@@ -202,7 +214,8 @@ class Cache final
   /// Preconditions: the engine appended the new token's K/V to every KV head
   /// (slot `n − 1`, same position on every head, larger than any position seen
   /// before), so every head holds `n = previous length + 1` slots. `logits`: `[q_head][n]` row-major, by slot as the
-  /// engine's attention reads the view (may be `nullptr` for `NoScore`). `gumbel`: optional injected ζ,
+  /// engine's attention reads the view (may be `nullptr` for a score without logits; a key score gives the new token
+  /// its key's score on each KV head). `gumbel`: optional injected ζ,
   /// `[q_head][n]`, used as in `prefill` (only by a noisy score policy). Each query head's row adds `softmax((x + ζ) /
   /// τ_t)` into its KV head's scores (TOVA: replaces them), `τ_t = temperature(step + 1)`; the new token thereby gets
   /// the score of its own step. If `n > k`, each KV head (or the layer, with `shared_heads`) evicts
@@ -280,8 +293,8 @@ class Cache final
 
  private:
   /// Books a scored chunk of `C` tokens (slots `[n_, n_ + C)`): scores = the accumulators' fold (0 for
-  /// `NoScore`). The chunk's newest position is recorded before any cut can evict it: a decode step's
-  /// token must come after every prompt position, kept or not. Cannot throw.
+  /// `NoScore`; a key score's values). The chunk's newest position is recorded before any cut can
+  /// evict it: a decode step's token must come after every prompt position, kept or not. Cannot throw.
   void take_chunk(std::size_t C, float tau) noexcept {
     const std::size_t n = n_ + C;
     scorer_.fold(slots_.all_scores(), slots_.capacity(), n);
@@ -292,7 +305,8 @@ class Cache final
     chunking_ = true;
   }
   /// Keeps `selection.prefill_keep`'s `m = min(k, n_)` of slots `[0, n_)` per KV head (one selection for the
-  /// layer with `shared_heads`), ranked by the scorer's `selection_scores` (the scores; SnapKV: pooled),
+  /// layer with `shared_heads`), ranked by the scorer's `selection_scores` (the scores, or the score's
+  /// `selection_scores` hook: SnapKV pools them),
   /// compacted in order; returns `m`. No throw.
   std::size_t cut(std::size_t k, std::size_t w) noexcept {
     std::size_t m = 0;

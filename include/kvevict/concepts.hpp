@@ -6,7 +6,8 @@
 //
 // ---- Score policy (what a token's score is; e.g. GumbelLogitScore) -----------
 //   static constexpr bool kUsesLogits;       reads the attention logits at all (false:
-//                                            logits may be nullptr, scores stay 0);
+//                                            logits may be nullptr, scores stay 0, or
+//                                            are the `key_score` hook's, see below);
 //   static constexpr bool kAccumulates;      scores persist and grow over steps
 //                                            (false: each step replaces them, TOVA);
 //   static constexpr bool kUsesTemperature;  divide by the schedule's τ (false: τ = 1,
@@ -16,11 +17,49 @@
 //   bool noisy() const;                      add Gumbel noise ζ each step (drawn from the
 //                                            cache's generator, or injected).
 // The cache runs the one softmax kernel (`accumulate_softmax`) as these say.
-// Optional (detected, see score/snapkv_score.hpp): `std::size_t observation_window() const` —
-// prefill scores only the prompt's last L rows (one-shot prefill only) — with
-// `void selection_scores(const float* s, std::size_t n, float* out) const noexcept`, the scores a
-// prefill cut ranks instead of `s` (SnapKV: pooled, the window at FLT_MAX).
 //
+// ---- Score policy: optional hooks (detected; SnapKVScore and examples/custom_score.cpp use them) ----
+// A hook that is absent takes its default. A member of a hook's name with another signature (not
+// `const`, another return type, `noexcept` missing) fails to compile with a `static_assert` naming
+// the hook, so a mistyped hook is never ignored silently.
+//   static constexpr const char* kName;
+//       The score's name in error messages (default "this score policy"; SnapKV: "SnapKV").
+//   static constexpr const char* kWholePrompt;
+//       Present: the score needs the whole prompt at once; the text says why, as a verb phrase after
+//       kName (SnapKV: "scores the last L prompt rows"). `Cache::prefill_chunk` then throws
+//       `std::invalid_argument` "<cache>::prefill_chunk: <kName> <kWholePrompt>, unknown until the
+//       prompt ends; use prefill() with the whole prompt" (state unchanged), and a `Cache` with
+//       `bounded_prefill` is rejected at construction: "<cache>: bounded_prefill is not supported by
+//       <kName> (it <kWholePrompt>)".
+//   std::size_t first_scored_row(std::size_t prompt_len) const;
+//       The first prompt row scored at prefill: rows [r, P) add their softmax, r = first_scored_row(P)
+//       (default 0, or P − 1 with kPrefillLastRow). It depends on P, so it needs kWholePrompt, and
+//       kUsesLogits = true, kPrefillLastRow = false. The cache throws `std::invalid_argument` (state
+//       unchanged) if r >= P. O(1) expected.
+//   void selection_scores(const float* s, std::size_t n, float* out) const noexcept;
+//       The scores a prefill cut ranks (the selection's `prefill_keep`), written to `out[0, n)` from the
+//       cut's `n` candidates' scores `s[0, n)` (position order; summed over KV heads with shared_heads).
+//       `out` (the scorer's scratch, `n` floats) never overlaps `s`; every value must be finite and
+//       >= 0. The cache's stored scores stay `s`; decode steps rank them unchanged, and so does the
+//       page unit of `PagedCache` (its pages by raw scores). Default: `s` itself.
+//       Must not throw (it runs after the cache has started to change state); no allocation.
+//       SnapKV: pooled over positions, the observation window at FLT_MAX.
+//   void validate_budget(std::size_t k, std::size_t w) const;
+//       Called whenever the budget is resolved (construction with a token budget, prefill,
+//       finish_prefill, a bounded prefill chunk), after the selection's `validate(k, w)` and before any
+//       state changes; throws `std::invalid_argument` for a budget the score cannot serve, which the
+//       cache rethrows with its own prefix: "<cache>[::<method>]: <what>" (SnapKV: "SnapKV observation
+//       window L = … exceeds budget k = …"). Default: every budget is fine.
+//   float key_score(const float* key, std::size_t head_dim) const noexcept;
+//       A score from the key alone (no attention logits): when a token enters the cache (every prompt
+//       token at prefill / prefill_chunk, the new token at decode_step), its score on KV head h is
+//       key_score(its K row of head h, converted to float, `head_dim` values). It is set once and
+//       never changes: no logits are read (kUsesLogits must be false, so logits may be nullptr on
+//       `Cache` and `PagedCache`); kAccumulates keeps only its budget meaning (the ratio-window rule of
+//       detail/budget_rule.hpp). The result must be finite and >= 0: otherwise the call throws
+//       `std::invalid_argument` naming the KV head, slot and value, state unchanged. The view's element
+//       type must convert to float (float, Eigen::half, Eigen::bfloat16). Called serially, once per
+//       token and KV head: O(head_dim) each.
 // ---- Temperature schedule (τ per step; e.g. LinearTemperature) ---------------
 //   float operator()(std::size_t t) const;   τ_t; t = 0 is prefill, t >= 1 decode steps.
 // Copyable. The cache checks every τ it uses (finite and > 0) before any state
@@ -105,16 +144,110 @@ template <class S>
 using victim_noexcept_t = std::enable_if_t<noexcept(std::declval<const S&>().victim(
     std::declval<const float*>(), std::declval<const std::uint8_t*>(), std::declval<const std::int64_t*>(),
     std::size_t{}))>;
+
+// ---- the optional Score hooks (see the top of this header) ----
+/// Whether `Op<Args...>` is well-formed.
+template <template <class...> class Op, class... Args>
+constexpr bool is_detected_v = !std::is_same<detected_t<Op, Args...>, nonesuch>::value;
+template <class S> using name_ptr_t = decltype(&S::kName);
+template <class S> using whole_prompt_ptr_t = decltype(&S::kWholePrompt);
+template <class S> using first_scored_row_ptr_t = decltype(&S::first_scored_row);
+template <class S> using first_scored_row_t = decltype(std::declval<const S&>().first_scored_row(std::size_t{}));
+template <class S> using selection_scores_ptr_t = decltype(&S::selection_scores);
+template <class S>
+using selection_scores_t = decltype(std::declval<const S&>().selection_scores(
+    std::declval<const float*>(), std::size_t{}, std::declval<float*>()));
+template <class S>
+using selection_scores_noexcept_t = std::enable_if_t<noexcept(std::declval<const S&>().selection_scores(
+    std::declval<const float*>(), std::size_t{}, std::declval<float*>()))>;
+template <class S> using validate_budget_ptr_t = decltype(&S::validate_budget);
+template <class S>
+using validate_budget_t = decltype(std::declval<const S&>().validate_budget(std::size_t{}, std::size_t{}));
+template <class S> using key_score_ptr_t = decltype(&S::key_score);
+template <class S>
+using key_score_t = decltype(std::declval<const S&>().key_score(std::declval<const float*>(), std::size_t{}));
+template <class S>
+using key_score_noexcept_t =
+    std::enable_if_t<noexcept(std::declval<const S&>().key_score(std::declval<const float*>(), std::size_t{}))>;
+
+/// `declares_*`: the score has a member of the hook's name (in any form); `has_*`: it has the hook
+/// with the documented signature (what the caches call). A hook declared but not had is a mistyped
+/// hook: `score_policy_static_asserts` rejects it.
+template <class S> constexpr bool declares_name = is_detected_v<name_ptr_t, S>;
+template <class S> constexpr bool has_name = is_detected_exact<const char* const*, name_ptr_t, S>::value;
+template <class S> constexpr bool declares_whole_prompt = is_detected_v<whole_prompt_ptr_t, S>;
+template <class S>
+constexpr bool has_whole_prompt = is_detected_exact<const char* const*, whole_prompt_ptr_t, S>::value;
+template <class S>
+constexpr bool declares_first_scored_row =
+    is_detected_v<first_scored_row_ptr_t, S> || is_detected_v<first_scored_row_t, S>;
+template <class S>
+constexpr bool has_first_scored_row = is_detected_exact<std::size_t, first_scored_row_t, S>::value;
+template <class S>
+constexpr bool declares_selection_scores =
+    is_detected_v<selection_scores_ptr_t, S> || is_detected_v<selection_scores_t, S>;
+template <class S>
+constexpr bool has_selection_scores = is_detected_exact<void, selection_scores_t, S>::value &&
+                                      is_detected_v<selection_scores_noexcept_t, S>;
+template <class S>
+constexpr bool declares_validate_budget =
+    is_detected_v<validate_budget_ptr_t, S> || is_detected_v<validate_budget_t, S>;
+template <class S> constexpr bool has_validate_budget = is_detected_exact<void, validate_budget_t, S>::value;
+template <class S>
+constexpr bool declares_key_score =
+    is_detected_v<key_score_ptr_t, S> || is_detected_v<key_score_t, S>;
+template <class S>
+constexpr bool has_key_score =
+    is_detected_exact<float, key_score_t, S>::value && is_detected_v<key_score_noexcept_t, S>;
+
+/// The score's `kName`, or "this score policy". O(1).
+template <class S>
+constexpr const char* score_name() {
+  if constexpr (has_name<S>) return S::kName;
+  else return "this score policy";
+}
+/// `kUsesLogits` and `kPrefillLastRow` of `S` where both are `bool`s (`known`), else false: the
+/// combination rules stay quiet about a missing flag, which has its own message.
+template <class S, bool = is_detected_exact<bool, uses_logits_t, S>::value &&
+                          is_detected_exact<bool, prefill_last_row_t, S>::value>
+struct score_flags {
+  static constexpr bool known = false, uses_logits = false, prefill_last_row = false;
+};
+template <class S>
+struct score_flags<S, true> {
+  static constexpr bool known = true, uses_logits = S::kUsesLogits, prefill_last_row = S::kPrefillLastRow;
+};
+/// Whether the hooks `S` declares are typed as documented (`score_hooks_typed`) and combined as the
+/// top of this header says (`score_hooks_valid`).
+template <class S>
+constexpr bool score_hooks_typed = (!declares_name<S> || has_name<S>) &&
+                                   (!declares_whole_prompt<S> || has_whole_prompt<S>) &&
+                                   (!declares_first_scored_row<S> || has_first_scored_row<S>) &&
+                                   (!declares_selection_scores<S> || has_selection_scores<S>) &&
+                                   (!declares_validate_budget<S> || has_validate_budget<S>) &&
+                                   (!declares_key_score<S> || has_key_score<S>);
+template <class S>
+constexpr bool key_score_combined = !has_key_score<S> || !score_flags<S>::uses_logits;
+template <class S>
+constexpr bool first_scored_row_combined =
+    !has_first_scored_row<S> || !score_flags<S>::known ||
+    (score_flags<S>::uses_logits && !score_flags<S>::prefill_last_row);
+template <class S>
+constexpr bool score_hooks_valid = score_hooks_typed<S> && key_score_combined<S> && first_scored_row_combined<S> &&
+                                   (!has_first_scored_row<S> || has_whole_prompt<S>);
+
 }  // namespace detail
 
-/// Whether `S` satisfies the score-policy contract (see the top of this header).
+/// Whether `S` satisfies the score-policy contract (see the top of this header): the required
+/// members, and the optional hooks it declares well-typed and well-combined.
 template <class S>
 struct is_score_policy
     : std::bool_constant<detail::is_detected_exact<bool, detail::uses_logits_t, S>::value &&
                          detail::is_detected_exact<bool, detail::accumulates_t, S>::value &&
                          detail::is_detected_exact<bool, detail::uses_temperature_t, S>::value &&
                          detail::is_detected_exact<bool, detail::prefill_last_row_t, S>::value &&
-                         detail::is_detected_exact<bool, detail::noisy_t, S>::value> {};
+                         detail::is_detected_exact<bool, detail::noisy_t, S>::value &&
+                         detail::score_hooks_valid<S>> {};
 
 /// Whether `S` satisfies the temperature-schedule contract.
 template <class S>
@@ -148,6 +281,32 @@ struct score_policy_static_asserts {
                 "kvevict: Score policy must provide `static constexpr bool kPrefillLastRow`");
   static_assert(is_detected_exact<bool, noisy_t, Score>::value,
                 "kvevict: Score policy must provide `bool noisy() const`");
+  // The optional hooks: declared means typed as documented.
+  static_assert(!declares_name<Score> || has_name<Score>,
+                "kvevict: Score policy's optional `kName` must be `static constexpr const char* kName`");
+  static_assert(!declares_whole_prompt<Score> || has_whole_prompt<Score>,
+                "kvevict: Score policy's optional `kWholePrompt` must be `static constexpr const char* kWholePrompt`");
+  static_assert(!declares_first_scored_row<Score> || has_first_scored_row<Score>,
+                "kvevict: Score policy's optional `first_scored_row` must be `std::size_t "
+                "first_scored_row(std::size_t prompt_len) const`");
+  static_assert(!declares_selection_scores<Score> || has_selection_scores<Score>,
+                "kvevict: Score policy's optional `selection_scores` must be `void selection_scores(const float* s, "
+                "std::size_t n, float* out) const noexcept`");
+  static_assert(!declares_validate_budget<Score> || has_validate_budget<Score>,
+                "kvevict: Score policy's optional `validate_budget` must be `void validate_budget(std::size_t k, "
+                "std::size_t w) const`");
+  static_assert(!declares_key_score<Score> || has_key_score<Score>,
+                "kvevict: Score policy's optional `key_score` must be `float key_score(const float* key, std::size_t "
+                "head_dim) const noexcept`");
+  static_assert(key_score_combined<Score>,
+                "kvevict: a Score policy with `key_score` must set `kUsesLogits = false` (the key score is the "
+                "token's whole score; no logits are read)");
+  static_assert(first_scored_row_combined<Score>,
+                "kvevict: a Score policy with `first_scored_row` must set `kUsesLogits = true` and "
+                "`kPrefillLastRow = false`");
+  static_assert(!has_first_scored_row<Score> || has_whole_prompt<Score>,
+                "kvevict: a Score policy with `first_scored_row` must declare `kWholePrompt` (its rows depend on "
+                "the prompt length, unknown while chunks stream in)");
   static constexpr bool value = is_score_policy<Score>::value;
 };
 

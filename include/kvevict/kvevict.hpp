@@ -9,7 +9,8 @@
 //   layer_budgets.hpp  per-layer budgets over a model: uniform, PyramidKV, or weights
 //   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache (orchestration);
 //                 its CacheConfig in cache_config.hpp
-//   concepts.hpp  the Score / Temperature / Selection contracts, as text and as static_asserts
+//   concepts.hpp  the Score / Temperature / Selection contracts (and the Score's optional hooks: rows
+//                 scored, selection scores, budget check, a score from keys alone), as text and static_asserts
 //   budget.hpp    k and w as a token count, a fraction, or none
 //   score/        what a token's score is: GumbelLogitScore (Keyformer), AccumulatedAttentionScore
 //                 (H2O), CurrentAttentionScore (TOVA), SnapKVScore, NoScore; the Gumbel sampler; the softmax kernel;

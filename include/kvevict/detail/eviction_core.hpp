@@ -92,15 +92,16 @@ class EvictionCore : public Interface {
   /// Takes the validated storage `slots` (its constructor checked the view, so that a bad view is
   /// reported before the query heads), then checks `config.n_q_heads` against the view
   /// (`detail::checked_group`: a positive multiple of n_kv_heads, at most 2^16, capacity · n_q_heads
-  /// floats addressable) before the scorer allocates O(n_q_heads · capacity) floats for it. Throws
+  /// floats addressable) before the scorer allocates O(n_q_heads · capacity) floats for it. `keys`
+  /// reads the view's K rows for a key score (`detail::key_reader<Score, T>`). Throws
   /// `std::invalid_argument` "<name>: n_q_heads (…) …" naming the value.
   EvictionCore(const CacheConfig& config, Slots slots, Score score, Temperature temperature, Selection selection,
-               const char* name)
+               const char* name, KeyReader keys)
       : config_(config),
         slots_(std::move(slots)),
         scorer_(std::move(score), slots_.kv().n_kv_heads,
                 checked_group(config.n_q_heads, slots_.kv().n_kv_heads, slots_.capacity(), name), slots_.capacity(),
-                config.seed, name),
+                config.seed, name, keys),
         temperature_(std::move(temperature)),
         selection_(std::move(selection)),
         group_(config.n_q_heads / slots_.kv().n_kv_heads),
@@ -111,12 +112,12 @@ class EvictionCore : public Interface {
   const auto& kv() const { return slots_.kv(); }
 
   /// The budget rule shared by both caches: `detail::resolve_budget` (detail/budget_rule.hpp: the recent
-  /// window, `selection.validate(k, w)`, the capacity `need`) and the scorer's own check (SnapKV:
-  /// L <= k). Returns `{k, w}`. Called before any state changes; throws `std::invalid_argument`
-  /// "<who>: …" naming the values.
+  /// window, `selection.validate(k, w)`, the capacity `need`), then the score's `validate_budget(k, w)`
+  /// if it has one (`Scorer::check_budget`; SnapKV: L <= k). Returns `{k, w}`. Called before any state
+  /// changes; throws `std::invalid_argument` "<who>: …" naming the values.
   std::pair<std::size_t, std::size_t> resolve_kw(std::size_t k, const CapacityNeed& need, const char* who) const {
     const auto kw = detail::resolve_budget<Score>(config_.recent, selection_, k, need, who);
-    scorer_.check_budget(k, who);  // SnapKV: L <= k
+    scorer_.check_budget(kw.first, kw.second, who);
     return kw;
   }
 
@@ -133,17 +134,29 @@ class EvictionCore : public Interface {
   /// The scoring of a decode step over `n` slots whose new token (slot `n − 1`) has position
   /// `new_pos`: each query head's row of `logits` (`[q_head][n]`, `gumbel` optional, same layout)
   /// adds `softmax((x + ζ) / tau)` into its KV head's scores (`Scorer::score_step`, with
-  /// rollback); a score without logits gives the new slot 0. O(n_q_heads · n), no allocation.
-  /// Throws `std::invalid_argument` (scores unchanged) if `logits` is null when needed or a logit
-  /// is NaN / `+inf`.
+  /// rollback); a key score (`key_score`) gives the new slot its key's score on each KV head
+  /// (`Scorer::score_key_step`, O(n_kv_heads · head_dim)); any other score without logits gives it 0.
+  /// O(n_q_heads · n), no allocation. Throws `std::invalid_argument` (scores unchanged) if `logits`
+  /// is null when needed, a logit is NaN / `+inf`, or a key score is not finite and >= 0.
   void score_step(const float* logits, const float* gumbel, std::size_t n, float tau, std::int64_t new_pos) {
     if constexpr (Score::kUsesLogits) {
       require(logits != nullptr, name_, "::decode_step: logits must be non-null");
       scorer_.score_step(logits, gumbel, n, 1.0f / tau, slots_.all_scores(), slots_.capacity(),
                          static_cast<std::uint64_t>(new_pos));
+    } else if constexpr (has_key_score<Score>) {
+      scorer_.score_key_step([this](std::size_t j, std::size_t s) { return kv().k_row(j, s); }, n,
+                             slots_.all_scores(), slots_.capacity());
     } else {
       for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.scores(j)[n - 1] = 0.0f;
     }
+  }
+
+  /// A key score's prefill: the keys of slots `[s0, s1)` into the scorer's accumulators
+  /// (`Scorer::score_keys`; `fold` then makes them the scores). Throws `std::invalid_argument`
+  /// "<name>::<method>: key_score of KV head j, slot s is v …" (state unchanged). O(n_kv_heads · (s1 − s0) ·
+  /// head_dim).
+  void score_prompt_keys(std::size_t s0, std::size_t s1, const char* method) {
+    scorer_.score_keys([this](std::size_t j, std::size_t s) { return kv().k_row(j, s); }, s0, s1, method);
   }
 
   /// The per-layer scores summed over KV heads (head 0 first), `[n]`: the row a shared selection

@@ -1,9 +1,10 @@
-// detail/scorer.hpp — runs a score policy over a layer's logits with the one
-// softmax kernel: prompt rows at prefill, one row per query head per decode step.
+// detail/scorer.hpp — runs a score policy: over a layer's logits with the one softmax kernel
+// (prompt rows at prefill, one row per query head per decode step), or over its keys (`key_score`).
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -11,12 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "kvevict/detail/check.hpp"
+#include "kvevict/concepts.hpp"
 #include "kvevict/core/executor.hpp"
+#include "kvevict/detail/check.hpp"
+#include "kvevict/detail/key_reader.hpp"
 #include "kvevict/detail/simd.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/gumbel.hpp"
-#include "kvevict/score/snapkv_score.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"
 
 namespace kvevict {
@@ -59,16 +61,23 @@ inline std::size_t checked_group(std::size_t n_q_heads, std::size_t n_kv_heads, 
 /// count and any split: the results are bit-identical for W = 1, 2, 3, ...
 /// All-or-nothing: a NaN / `+inf` in `x + ζ` throws `std::invalid_argument`
 /// with the scores exactly as before.
+///
+/// The score's optional hooks (concepts.hpp) are called here only: `first_scored_row` (`first_row`),
+/// `selection_scores`, `validate_budget` (`check_budget`), `key_score` (`score_keys`, `score_key_step`).
 template <class Score>
-class Scorer {
+class Scorer : private KeyScratch<has_key_score<Score>> {
+  using Keys = KeyScratch<has_key_score<Score>>;
+
  public:
   /// Scratch for rows of up to `capacity` slots; `n_kv_heads` heads of `group`
   /// query heads each. `who` names the owning cache class in error messages
-  /// (a string literal, e.g. "kvevict::Cache"). Allocates O(n_q_heads ·
-  /// capacity) floats, once.
+  /// (a string literal, e.g. "kvevict::Cache"); `keys` reads the view's K rows for a key score
+  /// (`detail::key_reader`; empty otherwise). Allocates O(n_q_heads · capacity) floats, once
+  /// (+ `capacity` for `selection_scores`, + `head_dim + n_kv_heads` for `key_score`).
   Scorer(Score score, std::size_t n_kv_heads, std::size_t group, std::size_t capacity, std::uint64_t seed,
-         const char* who = "kvevict::Cache")
-      : score_(std::move(score)),
+         const char* who = "kvevict::Cache", KeyReader keys = KeyReader{})
+      : Keys(keys, n_kv_heads),
+        score_(std::move(score)),
         who_(who),
         seed_(seed),
         n_kv_heads_(n_kv_heads),
@@ -81,7 +90,7 @@ class Scorer {
         f_(n_kv_heads * group * 2 * chunks_, 0.0f),
         bad_(n_kv_heads * group, 0),
         errors_(n_kv_heads * group),
-        pooled_(has_observation_window<Score> ? capacity : 0, 0.0f) {}
+        pooled_(has_selection_scores<Score> ? capacity : 0, 0.0f) {}
 
   const Score& policy() const { return score_; }
   /// Sets the seed of the drawn noise.
@@ -104,7 +113,8 @@ class Scorer {
   /// `row0 + i` (their row in the prompt); each query head `h` adds, row by row in
   /// ascending `i`, `softmax((x + ζ) / τ)` of `rows.row(h, i)` (over slots
   /// `[0, held + i]`) into its own accumulator `acc[h]` (TOVA: the chunk's last
-  /// row replaces it; SnapKV: only rows from `first_row(C)`). Per-query-head accumulators summed only by `fold` make
+  /// row replaces it; a `first_scored_row` score: only rows from `first_row(C)`). Per-query-head accumulators summed
+  /// only by `fold` make
   /// the result the same, bit for bit, for every chunking of a prompt and every
   /// executor: each `acc[h][s]` adds the same rows in the same order. The new
   /// slots `[held, held + C)` start at 0. ζ is `rows.noise(h, i)`, else drawn
@@ -114,16 +124,20 @@ class Scorer {
   /// every `acc[·][0, held)` is restored and the first failure in (q_head, row)
   /// order is reported: `std::invalid_argument` names the cache class, the
   /// calling `method` (e.g. "prefill_chunk"), the chunk row and the q_head (an
-  /// exception from `rows` is rethrown). O(n_q_heads · C · (held + C)); no allocation.
+  /// exception from `rows` is rethrown); a `first_scored_row(C) >= C` throws before any row is read.
+  /// O(n_q_heads · C · (held + C)); no allocation.
   void score_chunk(ChunkRows& rows, std::size_t held, std::size_t C, float inv_tau, const char* method,
                    std::uint64_t row0 = 0) {
-    const std::size_t nq = n_kv_heads_ * group_;
+    const std::size_t nq = n_kv_heads_ * group_, first = first_row(C);
+    if constexpr (has_first_scored_row<Score>)
+      require(first < C, who_, "::", method, ": ", score_name<Score>(), "'s first_scored_row(", C, ") = ", first,
+              " must be < prompt_len = ", C);
     const ExecutorRef ex = rows.concurrent() ? executor_ : ExecutorRef();
     const std::size_t tasks = std::min(ex.workers(), nq);
     ex.parallel_for(tasks, [&](std::size_t t) noexcept {
       float* e = row_.data() + t * stride_;
       for (std::size_t h = t * nq / tasks; h < (t + 1) * nq / tasks; ++h)
-        bad_[h] = prefill_head(rows, h, held, C, inv_tau, row0, e, errors_[h]);
+        bad_[h] = prefill_head(rows, h, held, C, first, inv_tau, row0, e, errors_[h]);
     });
     for (std::size_t h = 0; h < nq; ++h) {
       if (bad_[h] == 0) continue;
@@ -263,31 +277,70 @@ class Scorer {
     return sum;
   }
 
-  /// The first of a chunk's `C` rows that is scored: 0; `C − 1` for `kPrefillLastRow` (TOVA); `C −
-  /// min(L, C)` for an observation-window score (SnapKV, one-shot prefill only: `held = 0`).
+  /// The first of a chunk's `C` rows that is scored: the score's `first_scored_row(C)` (a
+  /// `kWholePrompt` score, so one-shot prefill only: `held = 0`, `C = P`), else 0, or `C − 1` for
+  /// `kPrefillLastRow` (TOVA).
   std::size_t first_row(std::size_t C) const {
-    if constexpr (has_observation_window<Score>) return C - std::min(C, score_.observation_window());
+    if constexpr (has_first_scored_row<Score>) return score_.first_scored_row(C);
     return Score::kPrefillLastRow ? C - 1 : 0;
   }
   /// The scores a selection ranks at a prefill cut, for `n` candidates `scores[0, n)`: the scores
-  /// themselves, or for an observation-window score (SnapKV) its `selection_scores` (pooled, the window
-  /// at `FLT_MAX`) in scratch valid until the next call. O(n · K); no allocation, no throw.
+  /// themselves, or the score's `selection_scores` (SnapKV: pooled, the window at `FLT_MAX`) in
+  /// scratch valid until the next call. O(n) plus the hook's cost; no allocation, no throw.
   const float* selection_scores(const float* scores, std::size_t n) noexcept {
-    if constexpr (has_observation_window<Score>) {
+    if constexpr (has_selection_scores<Score>) {
       score_.selection_scores(scores, n, pooled_.data());
       return pooled_.data();
     }
     return scores;
   }
-  /// Checks that the score can serve budget `k` (SnapKV: `L <= k`). Throws `std::invalid_argument`
-  /// "<who>: SnapKV observation window L = … exceeds budget k = …". O(1).
-  void check_budget(std::size_t k, const char* who) const {
-    if constexpr (has_observation_window<Score>)
-      require(score_.observation_window() <= k, who, ": SnapKV observation window L = ",
-              score_.observation_window(), " exceeds budget k = ", k);
+  /// Checks that the score can serve budget `k` with window `w` (its `validate_budget`, if any): its
+  /// `std::invalid_argument` is rethrown as "<who>: <what>" (SnapKV: "<who>: SnapKV observation window
+  /// L = … exceeds budget k = …"). O(1) plus the hook's cost.
+  void check_budget(std::size_t k, std::size_t w, const char* who) const {
+    if constexpr (has_validate_budget<Score>) {
+      try {
+        score_.validate_budget(k, w);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(concat(who, ": ", e.what()));
+      }
+    }
+  }
+
+  /// Key score, prefill slots `[s0, s1)`: `acc[j · g][s] = key_score(K row (j, s) as floats)`, the
+  /// group's other accumulators 0 there, so that `fold` gives each KV head its key scores (`reload`
+  /// and later chunks work as for logits); `k_row(j, s)` gives the row's bytes. Throws
+  /// `std::invalid_argument` "<who>::<method>: key_score of KV head j, slot s is v (must be finite
+  /// and >= 0)" at the first bad value, `acc[·][0, s0)` untouched. Serial; O(n_kv_heads · (s1 − s0)
+  /// · head_dim); no allocation.
+  template <class KRow>
+  void score_keys(KRow k_row, std::size_t s0, std::size_t s1, const char* method) {
+    for (std::size_t j = 0; j < n_kv_heads_; ++j) {
+      for (std::size_t s = s0; s < s1; ++s) acc(j * group_)[s] = key_of(k_row(j, s), j, s, method);
+      for (std::size_t t = 1; t < group_; ++t) std::fill_n(acc(j * group_ + t) + s0, s1 - s0, 0.0f);
+    }
+  }
+  /// Key score, decode step over `n` slots: `scores[j][n − 1] = key_score(K row of (j, n − 1))` for
+  /// every KV head j, all or nothing (every head's value is checked before any is written; throws as
+  /// `score_keys` with method "decode_step"). Serial; O(n_kv_heads · head_dim); no allocation.
+  template <class KRow>
+  void score_key_step(KRow k_row, std::size_t n, float* scores, std::size_t stride) {
+    float* v = this->key_.data() + this->keys_.head_dim;
+    for (std::size_t j = 0; j < n_kv_heads_; ++j) v[j] = key_of(k_row(j, n - 1), j, n - 1, "decode_step");
+    for (std::size_t j = 0; j < n_kv_heads_; ++j) scores[j * stride + n - 1] = v[j];
   }
 
  private:
+  /// `key_score` of the K row at `row` (KV head `j`, slot `s`), checked finite and >= 0. Throws
+  /// `std::invalid_argument` naming them otherwise. O(head_dim).
+  float key_of(const unsigned char* row, std::size_t j, std::size_t s, const char* method) {
+    this->keys_.read(row, this->keys_.head_dim, this->key_.data());
+    const float v = score_.key_score(this->key_.data(), this->keys_.head_dim);
+    require(std::isfinite(v) && v >= 0.0f, who_, "::", method, ": key_score of KV head ", j, ", slot ", s, " is ", v,
+            " (must be finite and >= 0)");
+    return v;
+  }
+
   float* acc(std::size_t h) { return acc_.data() + h * stride_; }
   const float* acc(std::size_t h) const { return acc_.data() + h * stride_; }
 
@@ -303,12 +356,12 @@ class Scorer {
 
   /// One query head's rows of a prefill chunk into `acc[h]` (backed up first);
   /// returns 0, or 1 + the first failing row (then `err` may hold what `rows` threw).
-  std::size_t prefill_head(ChunkRows& rows, std::size_t h, std::size_t held, std::size_t C, float inv_tau,
-                           std::uint64_t row0, float* e, std::exception_ptr& err) noexcept {
+  std::size_t prefill_head(ChunkRows& rows, std::size_t h, std::size_t held, std::size_t C, std::size_t first,
+                           float inv_tau, std::uint64_t row0, float* e, std::exception_ptr& err) noexcept {
     std::copy_n(acc(h), held, backup_.data() + h * stride_);
     std::fill(acc(h) + held, acc(h) + held + C, 0.0f);
     float* f = f_.data() + h * 2 * chunks_;
-    for (std::size_t i = first_row(C); i < C; ++i) {
+    for (std::size_t i = first; i < C; ++i) {
       const std::size_t len = held + i + 1, chunks = chunk_count(len);
       try {
         if (!softmax_row(rows.row(h, i), rows.noise(h, i), len, inv_tau, row0 + i, h, 0, chunks, e, f,
@@ -339,7 +392,7 @@ class Scorer {
   std::vector<float> f_;        // [q_head][2 * chunks]: one row's chunk factors, then chunk maxes
   std::vector<std::size_t> bad_;              // [q_head] / [kv_head]: 0, or 1 + the failing row / q_head
   std::vector<std::exception_ptr> errors_;    // [q_head]: what `rows` threw, if anything
-  std::vector<float> pooled_;   // [capacity] (SnapKV only, else empty): the pooled selection scores
+  std::vector<float> pooled_;   // [capacity] (`selection_scores` only, else empty): the selection scores
 };
 
 }  // namespace detail

@@ -81,7 +81,8 @@ class PagedCache final
              Score score = Score(), Temperature temperature = Temperature(), Selection selection = Selection())
       // The view is validated (PagedSlotTable's ErasedPagedKV) before the core checks n_q_heads against it.
       : Core(config, detail::PagedSlotTable(detail::ErasedPagedKV::from(kv)), std::move(score),
-             std::move(temperature), std::move(selection), "kvevict::PagedCache"),
+             std::move(temperature), std::move(selection), "kvevict::PagedCache",
+             detail::key_reader<Score, T>(kv.head_dim)),
         paged_(paged),
         pool_(&pool),
         pages_(paged, kv.max_pages) {
@@ -111,7 +112,8 @@ class PagedCache final
   /// Prefill (Keyformer Algorithm 1, prompt phase), as `Cache::prefill` with
   /// `shared_heads`: the sequence holds exactly `prompt_len` tokens (appended
   /// with `PagePool::append`, positions strictly ascending); `logits`
-  /// `[q_head][P][P]` (causal part read; may be null for `NoScore`), `gumbel`
+  /// `[q_head][P][P]` (causal part read; may be null for a score without logits: `NoScore`, or a key
+  /// score, which gives each token its key's score per KV head), `gumbel`
   /// optional injected ζ in the same layout. Token unit: keeps
   /// `selection.prefill_keep`'s `min(k, P)` tokens in position order and frees
   /// the pages left empty. Page unit: evicts `floor((P − k) / page_size)`
@@ -137,6 +139,9 @@ class PagedCache final
     if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::PagedCache::prefill: logits must be non-null");
       scorer_.score_prompt(logits, gumbel, P, 1.0f / tau, slots_.all_scores(), slots_.capacity());
+    } else if constexpr (detail::has_key_score<Score>) {
+      this->score_prompt_keys(0, P, "prefill");
+      scorer_.fold(slots_.all_scores(), slots_.capacity(), P);
     } else {
       slots_.clear_scores();
     }
@@ -169,7 +174,7 @@ class PagedCache final
   /// One decode step, as `Cache::decode_step` with `shared_heads`: the engine
   /// appended the new token (`PagePool::append`, a larger position than any
   /// before) so the sequence holds `n = previous length + 1` tokens; `logits`
-  /// `[q_head][n]` by logical slot (may be null for `NoScore`), `gumbel`
+  /// `[q_head][n]` by logical slot (may be null for a score without logits), `gumbel`
   /// optional `[q_head][n]`. Scores the step at τ_t; token unit: if `n > k`
   /// evicts the selection's victim (the hole is filled with slot `n − 1`) and
   /// frees the last page if it became empty; page unit: if `n − k >= page_size`

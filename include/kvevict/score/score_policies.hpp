@@ -2,9 +2,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // A score policy is a small traits struct; `Cache` runs the shared softmax
-// kernel as the traits say. The contract a custom score policy (and a custom
-// temperature schedule) implements is written, and checked, in
-// kvevict/concepts.hpp.
+// kernel as the traits say. It may add optional hooks, called by both caches
+// for any score: which prompt rows are scored (`first_scored_row`), whether it
+// needs the whole prompt at once (`kWholePrompt`), the scores a prefill cut
+// ranks (`selection_scores`), a budget check (`validate_budget`), or a score
+// from each token's key alone instead of the logits (`key_score`; then no
+// logits are needed at all). SnapKVScore (snapkv_score.hpp) is built on them;
+// examples/custom_score.cpp is a key-norm score in 40 lines. The contract a
+// custom score policy (and a custom temperature schedule) implements, hooks
+// included, is written, and checked, in kvevict/concepts.hpp.
 #pragma once
 
 namespace kvevict {

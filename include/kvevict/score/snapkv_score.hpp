@@ -7,10 +7,7 @@
 #include <cfloat>
 #include <cstddef>
 #include <string>
-#include <type_traits>
-#include <utility>
 
-#include "kvevict/concepts.hpp"
 #include "kvevict/detail/check.hpp"
 
 namespace kvevict {
@@ -55,12 +52,18 @@ inline const char* pooling_name(Pooling p) { return p == Pooling::avg ? "avg" : 
 /// **Chunked prefill** is not supported: which rows are the last `L` is unknown until the prompt ends, and
 /// keeping every row's softmax until then would need `L · n` floats per query head; `Cache::prefill_chunk`
 /// throws `std::invalid_argument` for this score. `L > k` is rejected when the budget is resolved.
+///
+/// Built on the optional Score hooks of concepts.hpp, which the caches call for any score:
+/// `first_scored_row` (the observation window), `kWholePrompt` (no chunks), `selection_scores`
+/// (the pooling) and `validate_budget` (`L <= k`).
 struct SnapKVScore {
   static constexpr bool kUsesLogits = true;
   static constexpr bool kAccumulates = true;
   static constexpr bool kUsesTemperature = false;
   static constexpr bool kPrefillLastRow = false;
   bool noisy() const { return false; }
+  static constexpr const char* kName = "SnapKV";                                ///< in error messages
+  static constexpr const char* kWholePrompt = "scores the last L prompt rows";  ///< so no chunked prefill
 
   /// The paper's defaults: `L = 32`, `K = 7`, max pooling.
   SnapKVScore() = default;
@@ -78,6 +81,14 @@ struct SnapKVScore {
 
   /// The observation window `L` (prompt rows scored at prefill).
   std::size_t observation_window() const { return window_; }
+  /// The first prompt row scored at prefill, `P − min(L, P)`: the observation window is the last `L'`
+  /// rows. O(1).
+  std::size_t first_scored_row(std::size_t prompt_len) const { return prompt_len - std::min(window_, prompt_len); }
+  /// Rejects a budget below the observation window: throws `std::invalid_argument` "SnapKV observation
+  /// window L = … exceeds budget k = …" (the cache prefixes its name) if `L > k`. O(1).
+  void validate_budget(std::size_t k, std::size_t /*w*/) const {
+    detail::require(window_ <= k, "SnapKV observation window L = ", window_, " exceeds budget k = ", k);
+  }
   /// The pooling kernel `K`.
   std::size_t kernel() const { return kernel_; }
   /// The pooling kind.
@@ -109,15 +120,5 @@ struct SnapKVScore {
   std::size_t kernel_ = 7;
   Pooling pooling_ = Pooling::max;
 };
-
-namespace detail {
-template <class S>
-using observation_window_t = decltype(std::declval<const S&>().observation_window());
-/// Whether score policy `S` scores only an observation window of the prompt and pools the selection
-/// scores (`SnapKVScore`): it provides `std::size_t observation_window() const` and
-/// `void selection_scores(const float*, std::size_t, float*) const`.
-template <class S>
-constexpr bool has_observation_window = is_detected_exact<std::size_t, observation_window_t, S>::value;
-}  // namespace detail
 
 }  // namespace kvevict

@@ -1,0 +1,66 @@
+// detail/key_reader.hpp — reads a cached K row of the view's element type as floats, for a key score,
+// and the scorer's scratch for it.
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kvevict/concepts.hpp"
+
+namespace kvevict {
+namespace detail {
+
+/// How a cache reads one K row (`head_dim` elements of the view's element type, as bytes) as
+/// `head_dim` floats: what a key score (`key_score`, concepts.hpp) is given. Made at construction,
+/// where the element type is known, so that the storage stays type-erased (detail/erased_kv.hpp).
+/// Empty (`read == nullptr`, `head_dim == 0`) for a score without `key_score`.
+struct KeyReader {
+  void (*read)(const unsigned char* row, std::size_t head_dim, float* out) noexcept = nullptr;
+  std::size_t head_dim = 0;  ///< elements per K row
+};
+
+/// `out[i] = float(row[i])` for the `head_dim` elements of type `T` at `row` (any alignment). O(head_dim).
+template <class T>
+void read_key_row(const unsigned char* row, std::size_t head_dim, float* out) noexcept {
+  for (std::size_t i = 0; i < head_dim; ++i) {
+    T x;
+    std::memcpy(&x, row + i * sizeof(T), sizeof(T));
+    out[i] = static_cast<float>(x);
+  }
+}
+
+/// The reader of `T` rows of `head_dim` elements for a score with `key_score`, else the empty one.
+/// A key score needs a `T` convertible to float (float, Eigen::half, Eigen::bfloat16): checked by
+/// `static_assert`. O(1).
+template <class Score, class T>
+KeyReader key_reader(std::size_t head_dim) {
+  if constexpr (has_key_score<Score>) {
+    static_assert(std::is_constructible<float, const T&>::value,
+                  "kvevict: a key score (`key_score`) needs a KV element type convertible to float");
+    return KeyReader{&read_key_row<std::remove_const_t<T>>, head_dim};
+  } else {
+    (void)head_dim;
+    return KeyReader{};
+  }
+}
+
+/// The part of `Scorer` that only a key score has: the reader and `head_dim + n_kv_heads` floats of
+/// scratch (one K row, then a decode step's per-head scores). Empty for any other score, as
+/// `Scorer`'s base (empty-base optimisation), so that their scorer is laid out as without key scores.
+template <bool kKeyScore>
+struct KeyScratch {
+  KeyScratch(KeyReader, std::size_t) {}
+};
+template <>
+struct KeyScratch<true> {
+  /// Allocates `keys.head_dim + n_kv_heads` floats.
+  KeyScratch(KeyReader keys, std::size_t n_kv_heads) : keys_(keys), key_(keys.head_dim + n_kv_heads, 0.0f) {}
+  KeyReader keys_;          // reads a K row as floats
+  std::vector<float> key_;  // [head_dim + n_kv_heads]: one K row, then a step's per-head scores
+};
+
+}  // namespace detail
+}  // namespace kvevict
