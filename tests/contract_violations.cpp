@@ -43,6 +43,14 @@ struct ThrowingSelectionScores : kvevict::AccumulatedAttentionScore {  // case 1
 struct KeyScoreWithLogits : kvevict::AccumulatedAttentionScore {  // case 13: a key score that reads logits
   float key_score(const float*, std::size_t) const noexcept { return 1.0f; }
 };
+struct KeyScoreWithTemperature : kvevict::NoScore {  // case 16: a key score divided by τ
+  static constexpr bool kUsesTemperature = true;
+  float key_score(const float*, std::size_t) const noexcept { return 1.0f; }
+};
+struct KeyScoreOnLastRow : kvevict::NoScore {  // case 17: a key score scoring the last prompt row only
+  static constexpr bool kPrefillLastRow = true;
+  float key_score(const float*, std::size_t) const noexcept { return 1.0f; }
+};
 struct FirstRowWithoutWholePrompt : kvevict::AccumulatedAttentionScore {  // case 14
   std::size_t first_scored_row(std::size_t) const { return 0; }
 };
@@ -73,6 +81,10 @@ using C = kvevict::Cache<ThrowingSelectionScores, kvevict::ConstantTemperature, 
 using C = kvevict::Cache<KeyScoreWithLogits, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
 #elif KVEVICT_CONTRACT_CASE == 14
 using C = kvevict::Cache<FirstRowWithoutWholePrompt, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
+#elif KVEVICT_CONTRACT_CASE == 16
+using C = kvevict::Cache<KeyScoreWithTemperature, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
+#elif KVEVICT_CONTRACT_CASE == 17
+using C = kvevict::Cache<KeyScoreOnLastRow, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
 #else
 using C = kvevict::H2O;
 #endif

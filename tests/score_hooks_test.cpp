@@ -200,6 +200,19 @@ using PagedKeySum = kvevict::PagedCache<KeySumScore, kvevict::ConstantTemperatur
 
 // Token unit, no logits: the kept tokens and scores of the contiguous shared_heads cache above; the
 // prefill cut returns the third page.
+/// A key score whose noise switch is on: there are no logits to add noise to, so the caches refuse it.
+struct NoisyKeySumScore : KeySumScore {
+  bool noisy() const { return true; }
+};
+
+TEST(KeyScore, ANoisyScoreWithoutLogitsIsRefusedAtConstruction) {
+  kvevict::KVBuffer<float> buf(2, 10, 2);
+  using Noisy = kvevict::Cache<NoisyKeySumScore, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
+  EXPECT_EQ(message_of([&] { Noisy cache(config(3, 1, false), buf.view()); }),
+            "kvevict::Cache: a score that reads no logits (kUsesLogits = false) cannot add Gumbel noise; its "
+            "noisy() must return false");
+}
+
 TEST(KeyScore, PagedCacheScoresKeysWithoutLogits) {
   PagedKeys s;
   PagedKeySum cache(config(3, 1, true), kvevict::PagedEvictionConfig{}, s.view, s.pool);
@@ -368,6 +381,12 @@ struct KeyScoreWithLogits : KeySumScore {
 struct FirstRowWithoutWholePrompt : kvevict::AccumulatedAttentionScore {
   std::size_t first_scored_row(std::size_t) const { return 0; }
 };
+struct KeyScoreOnLastRow : KeySumScore {
+  static constexpr bool kPrefillLastRow = true;
+};
+struct KeyScoreWithTemperature : KeySumScore {
+  static constexpr bool kUsesTemperature = true;
+};
 struct FirstRowOnLastRow : SecondHalfScore {
   static constexpr bool kPrefillLastRow = true;
 };
@@ -405,6 +424,8 @@ TEST(ScoreHooks, EachHookIsDetected) {
   for (bool ok : {kvevict::is_score_policy<NonConstFirstRow>::value,
                   kvevict::is_score_policy<ThrowingSelectionScores>::value,
                   kvevict::is_score_policy<DoubleKeyScore>::value, kvevict::is_score_policy<KeyScoreWithLogits>::value,
+                  kvevict::is_score_policy<KeyScoreOnLastRow>::value,
+                  kvevict::is_score_policy<KeyScoreWithTemperature>::value,
                   kvevict::is_score_policy<FirstRowWithoutWholePrompt>::value,
                   kvevict::is_score_policy<FirstRowOnLastRow>::value,
                   kvevict::is_score_policy<BoolValidateBudget>::value,

@@ -54,9 +54,10 @@
 //       A score from the key alone (no attention logits): when a token enters the cache (every prompt
 //       token at prefill / prefill_chunk, the new token at decode_step), its score on KV head h is
 //       key_score(its K row of head h, converted to float, `head_dim` values). It is set once and
-//       never changes: no logits are read (kUsesLogits must be false, so logits may be nullptr on
-//       `Cache` and `PagedCache`); kAccumulates keeps only its budget meaning (the ratio-window rule of
-//       detail/budget_rule.hpp). The result must be finite and >= 0: otherwise the call throws
+//       never changes: no logits are read (kUsesLogits, kPrefillLastRow and kUsesTemperature must be
+//       false, checked by static_assert, so logits may be nullptr on `Cache` and `PagedCache`; `noisy()`
+//       must return false, else the cache's constructor throws `std::invalid_argument`); kAccumulates
+//       keeps only its budget meaning (the ratio-window rule of detail/budget_rule.hpp). The result must be finite and >= 0: otherwise the call throws
 //       `std::invalid_argument` naming the KV head, slot and value, state unchanged. The view's element
 //       type must convert to float (float, Eigen::half, Eigen::bfloat16). Called serially, once per
 //       token and KV head: O(head_dim) each.
@@ -206,16 +207,18 @@ constexpr const char* score_name() {
   if constexpr (has_name<S>) return S::kName;
   else return "this score policy";
 }
-/// `kUsesLogits` and `kPrefillLastRow` of `S` where both are `bool`s (`known`), else false: the
-/// combination rules stay quiet about a missing flag, which has its own message.
+/// `kUsesLogits`, `kPrefillLastRow` and `kUsesTemperature` of `S` where all are `bool`s (`known`), else
+/// false: the combination rules stay quiet about a missing flag, which has its own message.
 template <class S, bool = is_detected_exact<bool, uses_logits_t, S>::value &&
-                          is_detected_exact<bool, prefill_last_row_t, S>::value>
+                          is_detected_exact<bool, prefill_last_row_t, S>::value &&
+                          is_detected_exact<bool, uses_temperature_t, S>::value>
 struct score_flags {
-  static constexpr bool known = false, uses_logits = false, prefill_last_row = false;
+  static constexpr bool known = false, uses_logits = false, prefill_last_row = false, uses_temperature = false;
 };
 template <class S>
 struct score_flags<S, true> {
-  static constexpr bool known = true, uses_logits = S::kUsesLogits, prefill_last_row = S::kPrefillLastRow;
+  static constexpr bool known = true, uses_logits = S::kUsesLogits, prefill_last_row = S::kPrefillLastRow,
+                        uses_temperature = S::kUsesTemperature;
 };
 /// Whether the hooks `S` declares are typed as documented (`score_hooks_typed`) and combined as the
 /// top of this header says (`score_hooks_valid`).
@@ -227,7 +230,9 @@ constexpr bool score_hooks_typed = (!declares_name<S> || has_name<S>) &&
                                    (!declares_validate_budget<S> || has_validate_budget<S>) &&
                                    (!declares_key_score<S> || has_key_score<S>);
 template <class S>
-constexpr bool key_score_combined = !has_key_score<S> || !score_flags<S>::uses_logits;
+constexpr bool key_score_combined = !has_key_score<S> || (!score_flags<S>::uses_logits &&
+                                                          !score_flags<S>::prefill_last_row &&
+                                                          !score_flags<S>::uses_temperature);
 template <class S>
 constexpr bool first_scored_row_combined =
     !has_first_scored_row<S> || !score_flags<S>::known ||
@@ -299,8 +304,9 @@ struct score_policy_static_asserts {
                 "kvevict: Score policy's optional `key_score` must be `float key_score(const float* key, std::size_t "
                 "head_dim) const noexcept`");
   static_assert(key_score_combined<Score>,
-                "kvevict: a Score policy with `key_score` must set `kUsesLogits = false` (the key score is the "
-                "token's whole score; no logits are read)");
+                "kvevict: a Score policy with `key_score` must set `kUsesLogits = false`, `kPrefillLastRow = "
+                "false` and `kUsesTemperature = false` (the key score is the token's whole score: no logits, rows "
+                "or temperature are used)");
   static_assert(first_scored_row_combined<Score>,
                 "kvevict: a Score policy with `first_scored_row` must set `kUsesLogits = true` and "
                 "`kPrefillLastRow = false`");

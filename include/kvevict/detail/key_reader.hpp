@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvevict/concepts.hpp"
+#include "kvevict/detail/check.hpp"
 
 namespace kvevict {
 namespace detail {
@@ -45,6 +46,20 @@ KeyReader key_reader(std::size_t head_dim) {
     (void)head_dim;
     return KeyReader{};
   }
+}
+
+/// `keys`, after the checks a score that reads no logits must pass at construction: `noisy()` false
+/// (there are no logits to add Gumbel noise to), and for a key score a non-empty reader. Throws
+/// `std::invalid_argument` "<who>: …" otherwise. O(1).
+template <class Score>
+KeyReader checked_key_reader(const Score& score, KeyReader keys, const char* who) {
+  if constexpr (!Score::kUsesLogits)
+    require(!score.noisy(), who, ": a score that reads no logits (kUsesLogits = false) cannot add Gumbel noise; ",
+            "its noisy() must return false");
+  if constexpr (has_key_score<Score>)
+    require(keys.read != nullptr && keys.head_dim >= 1, who, ": a key score needs the view's K reader "
+            "(detail::key_reader<Score, T>(head_dim))");
+  return keys;
 }
 
 /// The part of `Scorer` that only a key score has: the reader and `head_dim + n_kv_heads` floats of

@@ -76,7 +76,7 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
   /// (+ `capacity` for `selection_scores`, + `head_dim + n_kv_heads` for `key_score`).
   Scorer(Score score, std::size_t n_kv_heads, std::size_t group, std::size_t capacity, std::uint64_t seed,
          const char* who = "kvevict::Cache", KeyReader keys = KeyReader{})
-      : Keys(keys, n_kv_heads),
+      : Keys(checked_key_reader(score, keys, who), n_kv_heads),
         score_(std::move(score)),
         who_(who),
         seed_(seed),
