@@ -1,4 +1,4 @@
-// kvevict tools — llama2/eviction.cpp
+// kvevict tools — llama2/eviction.cpp: choosing each block's kvevict policy by name.
 // SPDX-License-Identifier: Apache-2.0
 #include "llama2/eviction.hpp"
 

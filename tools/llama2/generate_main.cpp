@@ -1,5 +1,5 @@
 // kvevict tools — kvevict-generate: text generation with a Llama model (GGUF or llama2.c) whose KV cache
-// is evicted by kvevict (Keyformer, H2O, StreamingLLM, window, TOVA) or kept in full.
+// is evicted by kvevict (Keyformer, H2O, StreamingLLM, window, TOVA, SnapKV) or kept in full.
 // SPDX-License-Identifier: Apache-2.0
 //
 //   kvevict-generate --prompt "Once upon a time" --policy keyformer --budget 50% --steps 200

@@ -13,16 +13,21 @@ ContiguousKVStore::ContiguousKVStore(const Config& config, CacheFactory make_cac
     : config_(config), make_cache_(std::move(make_cache)) {}
 
 void ContiguousKVStore::reset() {
+  // Built aside and swapped in, so that a factory that throws leaves the store as it was; the old caches
+  // go before the old buffers they view.
   const Config& c = config_;
-  buffers_.clear();
-  views_.clear();
-  caches_.clear();
-  buffers_.reserve(c.n_layers);
+  std::vector<kvevict::KVBuffer<float>> buffers;
+  std::vector<kvevict::KVView<float>> views;
+  std::vector<std::unique_ptr<kvevict::CacheInterface>> caches;
+  buffers.reserve(c.n_layers);  // no reallocation: the views and caches point into the buffers
   for (std::size_t l = 0; l < c.n_layers; ++l) {
-    buffers_.emplace_back(c.n_kv_heads, c.seq_len + 1, c.head_dim());
-    views_.push_back(buffers_.back().view());
-    caches_.push_back(make_cache_ ? make_cache_(l, views_.back()) : nullptr);
+    buffers.emplace_back(c.n_kv_heads, c.seq_len + 1, c.head_dim());
+    views.push_back(buffers.back().view());
+    caches.push_back(make_cache_ ? make_cache_(l, views.back()) : nullptr);
   }
+  caches_ = std::move(caches);
+  views_ = std::move(views);
+  buffers_ = std::move(buffers);
 }
 
 const kvevict::KVView<float>& ContiguousKVStore::append(std::size_t layer, std::size_t pos, const float* k,
@@ -57,8 +62,10 @@ PagedKVStore::PagedKVStore(const Config& config, const PagedKVOptions& options, 
 
 void PagedKVStore::reset() {
   const Config& c = config_;
-  caches_.clear();
-  layers_.clear();
+  // Built aside and swapped in, so that a factory that throws leaves the store as it was; the old caches
+  // go before the old layers they view.
+  std::vector<std::unique_ptr<Layer>> layers;
+  std::vector<std::unique_ptr<kvevict::PagedCacheInterface>> caches;
   // seq_len + 1 slots, as the contiguous buffers: a budget k = seq_len stays valid.
   const std::size_t ps = options_.page_size, pages = (c.seq_len + 1 + ps - 1) / ps, hd = c.head_dim();
   for (std::size_t l = 0; l < c.n_layers; ++l) {
@@ -79,10 +86,13 @@ void PagedKVStore::reset() {
     pl->view.length = &pl->length;
     pl->view.positions = pl->positions.data();
     pl->view.validate();
-    layers_.push_back(std::move(pl));
-    Layer& layer = *layers_.back();
-    caches_.push_back(make_cache_ ? make_cache_(l, layer.view, layer.pool) : nullptr);
+    layers.push_back(std::move(pl));
+    Layer& layer = *layers.back();
+    caches.push_back(make_cache_ ? make_cache_(l, layer.view, layer.pool) : nullptr);
   }
+  caches_ = std::move(caches);
+  layers_ = std::move(layers);
+  gathered_layer_ = kNoLayer;
 }
 
 const kvevict::KVView<float>& PagedKVStore::gather(const kvevict::PagedKVView<float>& pv, std::size_t from) {
@@ -102,7 +112,11 @@ const kvevict::KVView<float>& PagedKVStore::append(std::size_t layer, std::size_
                                                    const float* v, bool incremental) {
   Layer& pl = *layers_[layer];
   pl.pool.append(pl.view, static_cast<std::int64_t>(pos), k, v);
-  return gather(pl.view, incremental ? pl.length - 1 : 0);
+  // The gather scratch is shared by the blocks: it holds this block's slots only if the previous append
+  // was to this block.
+  const bool only_new = incremental && gathered_layer_ == layer;
+  gathered_layer_ = layer;
+  return gather(pl.view, only_new ? pl.length - 1 : 0);
 }
 
 void PagedKVStore::set_executor(kvevict::ExecutorRef executor) {

@@ -56,7 +56,8 @@ class KVStore {
   /// Appends (k, v) (`[kv_head][head_dim]` each) at position `pos` to block `layer` and returns the view the
   /// attention runs over: every KV head's live slots `[0, n)`, n including the new token. `incremental`: the
   /// slots before the new one are unchanged since the last append to this block (no eviction in between),
-  /// which the paged store uses to copy only the new slot into its gather scratch. Does not allocate.
+  /// which the paged store uses to copy only the new slot into its gather scratch (shared by the blocks:
+  /// the hint counts only if the store's previous append was to this block). Does not allocate.
   virtual const kvevict::KVView<float>& append(std::size_t layer, std::size_t pos, const float* k, const float* v,
                                                bool incremental) = 0;
   /// Live slots of `kv_head` of block `layer` (no bounds check).
@@ -149,6 +150,8 @@ class PagedKVStore final : public KVStore {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::unique_ptr<kvevict::PagedCacheInterface>> caches_;
   std::unique_ptr<kvevict::KVBuffer<float>> gather_buffer_;  // [kv_head][seq_len + 1][head_dim]
+  static constexpr std::size_t kNoLayer = static_cast<std::size_t>(-1);
+  std::size_t gathered_layer_ = kNoLayer;  // the block whose slots the gather scratch holds
   kvevict::KVView<float> gather_view_;
 };
 

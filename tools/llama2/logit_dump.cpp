@@ -1,4 +1,4 @@
-// kvevict tools — llama2/logit_dump.cpp
+// kvevict tools — llama2/logit_dump.cpp: record one block's attention logits as a kvevict-replay trace.
 // SPDX-License-Identifier: Apache-2.0
 #include "llama2/logit_dump.hpp"
 

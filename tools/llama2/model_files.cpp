@@ -2,7 +2,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "llama2/model_files.hpp"
 
-#include <algorithm>
 #include <filesystem>
 #include <new>
 #include <stdexcept>
@@ -79,7 +78,7 @@ EvictionSettings eviction_settings(const kvcli::EvictionFlags& flags, const kvcl
                                    const std::string& policy) {
   EvictionSettings s;
   s.policy = policy;
-  s.budget = kvevict::Budget::tokens(std::max<std::size_t>(resolved.k, 1));
+  s.budget = kvevict::Budget::tokens(resolved.k);  // kvcli::resolve gives k >= 1; 0 would throw here
   s.recent = kvcli::recent_for(flags, resolved, policy);
   s.params = kvcli::policy_params(flags, resolved);
   s.layer_budgets = kvcli::layer_budgets_for(flags, resolved, policy);

@@ -1,4 +1,4 @@
-// kvevict tools — llama2/sampler.cpp
+// kvevict tools — llama2/sampler.cpp: picking the next token from logits.
 // SPDX-License-Identifier: Apache-2.0
 #include "llama2/sampler.hpp"
 
