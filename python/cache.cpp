@@ -69,9 +69,10 @@ void PyCache::wrap_storage(py::object k, py::object v, const Options& o) {
   const std::string what = "[n_kv_heads, capacity, head_dim]";
   k_obj_ = checked_array(k, "k", elem_of(dtype_), shape, what, true);
   v_obj_ = checked_array(v, "v", elem_of(dtype_), shape, what + " (the shape of k)", true);
-  require_disjoint(k_obj_, v_obj_);
+  // Zero dimensions first: two zero-size arrays can share an address without sharing an element.
   if (n_kv_heads_ == 0 || capacity_ == 0 || head_dim_ == 0)
     throw py::value_error("k must have no zero dimension, got shape " + array_shape(k_obj_));
+  require_disjoint(k_obj_, v_obj_);
   k_ptr_ = k_obj_.mutable_data();
   v_ptr_ = v_obj_.mutable_data();
 }
