@@ -1,4 +1,5 @@
-// python/cache.cpp — PyCache (cache.hpp): storage, checks and locking around kvevict::make_cache.
+// python/cache.cpp — PyCache (cache.hpp): storage, checks and locking around kvevict::make_cache (the cache's
+// mutex, taken as locking.hpp says: the accessors copy under it and build their Python results after it).
 // SPDX-License-Identifier: Apache-2.0
 #include "cache.hpp"
 
@@ -119,7 +120,7 @@ void PyCache::append(py::handle position, py::handle k, py::handle v) {
   const std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(n_kv_heads_), static_cast<py::ssize_t>(head_dim_)};
   const py::array ka = checked_array(k, "k", elem_of(dtype_), shape, "[n_kv_heads, head_dim]");
   const py::array va = checked_array(v, "v", elem_of(dtype_), shape, "[n_kv_heads, head_dim]");
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   if (dtype_ == DType::float32)
     view<float>().append(pos, static_cast<const float*>(ka.data()), static_cast<const float*>(va.data()));
   else
@@ -130,7 +131,7 @@ void PyCache::append(py::handle position, py::handle k, py::handle v) {
 void PyCache::prefill(py::handle logits, py::handle gumbel) {
   std::size_t P = 0;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    GilFreeLock lock(mutex_);
     P = lengths_[0];
   }
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), p = static_cast<py::ssize_t>(P);
@@ -162,9 +163,9 @@ void PyCache::prefill(py::handle logits, py::handle gumbel) {
 }
 
 void PyCache::decode_step(py::handle logits, py::handle gumbel) {
-  std::size_t n = 0;
+  std::size_t n = 0;  // checked again by the library, under the lock (a cache that grew in between is refused)
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    GilFreeLock lock(mutex_);
     n = lengths_[0];
   }
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
@@ -180,14 +181,14 @@ void PyCache::decode_step(py::handle logits, py::handle gumbel) {
     gp = static_cast<const float*>(ga.data());
   }
   py::gil_scoped_release nogil;
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   cache_->decode_step(lp, n, gp);
 }
 
 py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out) {
   std::size_t n = 0;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    GilFreeLock lock(mutex_);
     n = lengths_[0];
   }
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
@@ -231,68 +232,76 @@ py::array PyCache::storage(bool keys) {
 }
 
 py::list PyCache::lengths() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  py::list out;
-  for (std::size_t len : lengths_) out.append(len);
-  return out;
+  std::vector<std::size_t> copy;
+  {
+    GilFreeLock lock(mutex_);
+    copy = lengths_;
+  }
+  return to_list(copy);
 }
 
 py::array_t<std::int64_t> PyCache::positions(py::handle h) {
   const std::size_t j = head(h, "positions");
-  std::lock_guard<std::mutex> lock(mutex_);
-  const std::int64_t* p = guarded([&] { return cache_->positions(j); });
-  py::array_t<std::int64_t> out(static_cast<py::ssize_t>(lengths_[j]));
-  std::copy_n(p, lengths_[j], out.mutable_data());
-  return out;
+  std::vector<std::int64_t> copy;
+  {
+    GilFreeLock lock(mutex_);
+    const std::int64_t* p = guarded([&] { return cache_->positions(j); });  // IndexError for j too large
+    copy.assign(p, p + lengths_[j]);
+  }
+  return to_numpy(copy);
 }
 
 py::array_t<float> PyCache::scores(py::handle h) {
   const std::size_t j = head(h, "scores");
-  std::lock_guard<std::mutex> lock(mutex_);
-  const float* s = guarded([&] { return cache_->scores(j); });
-  py::array_t<float> out(static_cast<py::ssize_t>(lengths_[j]));
-  std::copy_n(s, lengths_[j], out.mutable_data());
-  return out;
+  std::vector<float> copy;
+  {
+    GilFreeLock lock(mutex_);
+    const float* s = guarded([&] { return cache_->scores(j); });
+    copy.assign(s, s + lengths_[j]);
+  }
+  return to_numpy(copy);
 }
 
 py::list PyCache::retained_positions(py::handle h) {
   const std::size_t j = head(h, "retained_positions");
-  std::lock_guard<std::mutex> lock(mutex_);
-  py::list out;
-  for (std::int64_t p : guarded([&] { return cache_->retained_positions(j); })) out.append(p);
-  return out;
+  std::vector<std::int64_t> kept;
+  {
+    GilFreeLock lock(mutex_);
+    kept = guarded([&] { return cache_->retained_positions(j); });
+  }
+  return to_list(kept);
 }
 
 void PyCache::restore_position_order() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   cache_->restore_position_order();
 }
 
 void PyCache::reset(py::handle seed) {
   const std::uint64_t s = seed.is_none() ? setup_.seed : to_u64(seed, "seed");
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   cache_->reset(s);
   setup_.seed = s;
 }
 
 std::size_t PyCache::budget() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return cache_->budget();
 }
 bool PyCache::budget_resolved() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return cache_->budget_resolved();
 }
 std::size_t PyCache::recent_window() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return cache_->recent_window();
 }
 std::size_t PyCache::step() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return cache_->step();
 }
 float PyCache::temperature() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return cache_->temperature();
 }
 

@@ -105,15 +105,15 @@ void PyPagePool::allocate(const Options& o) {
 }
 
 std::size_t PyPagePool::used_pages() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return pool_->used_pages();
 }
 std::size_t PyPagePool::free_pages() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return pool_->free_pages();
 }
 std::size_t PyPagePool::pages_released() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return pool_->pages_released();
 }
 bool PyPagePool::in_use(py::handle page) {
@@ -121,7 +121,7 @@ bool PyPagePool::in_use(py::handle page) {
   if (p < 0 || static_cast<std::uint64_t>(p) >= num_pages_)
     throw py::index_error("kvevict.PagePool.in_use: page " + std::to_string(p) + " is outside [0, " +
                           std::to_string(num_pages_) + ")");
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return pool_->in_use(static_cast<std::int32_t>(p));
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "conversions.hpp"
+#include "locking.hpp"
 #include "options.hpp"
 
 namespace kvpy {
@@ -23,7 +24,7 @@ namespace kvpy {
 /// head_dim]`, HND `[num_pages, n_kv_heads, page_size, head_dim]`), wrapped without a copy (the pool
 /// holds a reference to each array) or allocated by the pool, and the page bookkeeping
 /// (`kvevict::PagePool`). Every sequence (`PyPagedCache`) of the pool takes the pool's mutex
-/// for each call, since they share the free list.
+/// for each call, since they share the free list (locking.hpp: how, and what may not run under it).
 class PyPagePool {
  public:
   /// Wraps `k` and `v` (both not None), or allocates zeroed pools of the sizes in `o` (both None);

@@ -1,0 +1,139 @@
+"""Locking of the bindings: no Python object is created (so no garbage collection, no __del__) while a cache's
+or a pool's mutex is held.
+
+The garbage-collection tests run in a child interpreter under a timeout: a binding that collects a cycle while
+it holds the pool's mutex, and frees a PagedCache of that pool there (whose destructor takes the same mutex),
+deadlocks, and the timeout turns that into a failure instead of a hung test run.
+"""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kvevict
+
+TIMEOUT_S = 60
+
+
+def raises(error, text):
+    return pytest.raises(error, match=re.escape(text))
+
+
+def run_child(code):
+    """Runs `code` in a fresh interpreter with this one's module path; fails on a timeout or a non-zero exit."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    try:
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                           timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the child interpreter did not finish in {TIMEOUT_S} s (a deadlock)")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+# Each round makes a garbage cycle that holds the only reference to a second sequence `b` of the pool (4 tokens,
+# 2 pages), lowers the collection threshold (1 to 6 objects, so that over the rounds the collection falls on each
+# of the first containers allocated from there) and calls one accessor of `a`, its method bound before (a bound
+# method is a container too). With the bindings' rule (copy under the lock, build the Python result after it) b's
+# destructor returns its pages wherever the collection happens; before it, a collection inside the locked block
+# (retained_positions builds a list there) deadlocked on the pool's mutex.
+PAGED_GC = """
+    import gc
+    import numpy as np
+    import kvevict
+
+    pool = kvevict.PagePool(num_pages=8, page_size=2, n_kv_heads=2, head_dim=3)
+    a = kvevict.PagedCache("h2o", pool, n_q_heads=2, max_pages=2, budget=3, recent=1)
+    for t in range(3):
+        a.append(t, np.full((2, 3), t, np.float32), np.full((2, 3), -t, np.float32))
+    f = {bound}
+    plain = lambda x: x.tolist() if isinstance(x, np.ndarray) else x
+    want = plain({call})
+    for round in range(300):
+        b = kvevict.PagedCache("h2o", pool, n_q_heads=2, max_pages=2, budget=3, recent=1)
+        for t in range(4):
+            b.append(t, np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32))
+        assert pool.used_pages == 4, pool.used_pages
+        gc.collect()
+        cycle = [b]
+        cycle.append(cycle)
+        del b, cycle
+        gc.set_threshold(1 + round % 6)
+        got = {call}
+        gc.set_threshold(700)
+        gc.collect()
+        assert pool.used_pages == 2, pool.used_pages  # b's two pages went back
+        assert plain(got) == want, (got, want)
+    print("ok")
+"""
+
+# (the method bound once, the call)
+PAGED_ACCESSORS = {
+    "retained_positions": ("a.retained_positions", "f(0)"),
+    "positions": ("a.positions", "f(1)"),
+    "scores": ("a.scores", "f(1)"),
+    "k_rows": ("a.k_rows", "f(1)"),
+    "v_rows": ("a.v_rows", "f(0)"),
+    "page_table": ("None", "a.page_table"),
+    "lengths": ("None", "a.lengths"),
+    "repr": ("a.__repr__", "f()"),
+}
+
+
+@pytest.mark.parametrize("name", list(PAGED_ACCESSORS))
+def test_a_collection_inside_a_paged_accessor_frees_a_sequence_of_the_same_pool(name):
+    bound, call = PAGED_ACCESSORS[name]
+    assert run_child(PAGED_GC.replace("{bound}", bound).replace("{call}", call)) == "ok\n"
+
+
+# A __del__ run by a collection inside an accessor of `c` calls `c` again (its lengths): it must find c's mutex
+# free, so the accessor may not allocate while it holds the lock (lengths and retained_positions built their
+# lists there, and deadlocked).
+CACHE_GC = """
+    import gc
+    import numpy as np
+    import kvevict
+
+    c = kvevict.Cache("h2o", n_q_heads=2, n_kv_heads=2, capacity=8, head_dim=3, budget=3, recent=1)
+    for t in range(3):
+        c.append(t, np.full((2, 3), t, np.float32), np.full((2, 3), -t, np.float32))
+    seen = []
+
+    class Finalizer:
+        def __del__(self):
+            seen.append(c.lengths)
+
+    f = {bound}
+    plain = lambda x: x.tolist() if isinstance(x, np.ndarray) else x
+    want = plain({call})
+    for round in range(300):
+        gc.collect()
+        cycle = [Finalizer()]
+        cycle.append(cycle)
+        del cycle
+        gc.set_threshold(1 + round % 6)
+        got = {call}
+        gc.set_threshold(700)
+        gc.collect()
+        assert seen == [[3, 3]] * (round + 1), seen
+        assert plain(got) == want, (got, want)
+    print("ok")
+"""
+
+CACHE_ACCESSORS = {
+    "retained_positions": ("c.retained_positions", "f(0)"),
+    "positions": ("c.positions", "f(1)"),
+    "scores": ("c.scores", "f(1)"),
+    "lengths": ("None", "c.lengths"),
+    "repr": ("c.__repr__", "f()"),
+}
+
+
+@pytest.mark.parametrize("name", list(CACHE_ACCESSORS))
+def test_a_finalizer_run_inside_a_cache_accessor_can_call_the_cache(name):
+    bound, call = CACHE_ACCESSORS[name]
+    assert run_child(CACHE_GC.replace("{bound}", bound).replace("{call}", call)) == "ok\n"
