@@ -186,6 +186,9 @@ void PyCache::decode_step(py::handle logits, py::handle gumbel) {
 }
 
 py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out) {
+  // out and bias are sized [H, n] by the length read here; the kernel writes [H, live length]. Converting the
+  // arguments can run Python code (__array__, __float__) that appends to this cache, so the kernel's block
+  // checks that the length is still n and writes nothing otherwise.
   std::size_t n = 0;
   {
     GilFreeLock lock(mutex_);
@@ -207,14 +210,19 @@ py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle b
   if (!std::isfinite(s)) throw py::value_error("scale must be finite (got " + text(scale) + ")");
   const float* qp = static_cast<const float*>(qa.data());
   float* op = static_cast<float*>(oa.mutable_data());
+  std::size_t now = n;
   {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (dtype_ == DType::float32)
-      kvevict::attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
-    else
-      kvevict::attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+    now = lengths_[0];
+    if (now == n) {
+      if (dtype_ == DType::float32)
+        kvevict::attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
+      else
+        kvevict::attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+    }
   }
+  if (now != n) throw py::value_error(length_changed(n, now));
   return oa;
 }
 

@@ -17,7 +17,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstddef>
 #include <mutex>
+#include <string>
 
 namespace kvpy {
 
@@ -40,5 +42,14 @@ class GilFreeLock {
  private:
   std::unique_lock<std::mutex> lock_;
 };
+
+/// The ValueError text of attention_logits when the sequence's length was `before` when the arguments were
+/// checked (and `out` sized) but `now` when the kernel's locked block began: another thread, or Python code
+/// run by converting an argument, appended or evicted in between. Nothing is written then.
+inline std::string length_changed(std::size_t before, std::size_t now) {
+  return "kvevict.attention_logits: the sequence changed length during the call (n = " + std::to_string(before) +
+         " when q, bias and out were checked, " + std::to_string(now) +
+         " now); nothing was written to out; call it again with arguments of the new length";
+}
 
 }  // namespace kvpy

@@ -137,6 +137,9 @@ void PyPagedCache::decode_step(py::handle logits, py::handle gumbel) {
 }
 
 py::array PyPagedCache::attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out) {
+  // out and bias are sized [H, n] by the length read here; the kernel writes [H, live length]. Converting the
+  // arguments can run Python code (__array__, __float__) that appends to this sequence, so the kernel's block
+  // checks that the length is still n and writes nothing otherwise.
   const std::size_t n = length();
   const std::size_t d = pool_->head_dim();
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
@@ -154,14 +157,19 @@ py::array PyPagedCache::attention_logits(py::handle q, py::handle scale, py::han
   if (!std::isfinite(s)) throw py::value_error("scale must be finite (got " + text(scale) + ")");
   const float* qp = static_cast<const float*>(qa.data());
   float* op = static_cast<float*>(oa.mutable_data());
+  std::size_t now = n;
   {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(pool_->mutex());
-    if (pool_->dtype() == DType::float32)
-      kvevict::paged_attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
-    else
-      kvevict::paged_attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+    now = length_;
+    if (now == n) {
+      if (pool_->dtype() == DType::float32)
+        kvevict::paged_attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
+      else
+        kvevict::paged_attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+    }
   }
+  if (now != n) throw py::value_error(length_changed(n, now));
   return oa;
 }
 

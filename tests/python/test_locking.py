@@ -1,5 +1,6 @@
 """Locking of the bindings: no Python object is created (so no garbage collection, no __del__) while a cache's
-or a pool's mutex is held.
+or a pool's mutex is held, and a sequence that changes length during attention_logits is refused, not
+overrun.
 
 The garbage-collection tests run in a child interpreter under a timeout: a binding that collects a cycle while
 it holds the pool's mutex, and frees a PagedCache of that pool there (whose destructor takes the same mutex),
@@ -137,3 +138,45 @@ CACHE_ACCESSORS = {
 def test_a_finalizer_run_inside_a_cache_accessor_can_call_the_cache(name):
     bound, call = CACHE_ACCESSORS[name]
     assert run_child(CACHE_GC.replace("{bound}", bound).replace("{call}", call)) == "ok\n"
+
+
+class GrowsOnConversion:
+    """An array-like q whose conversion (numpy.asarray calls __array__) appends a token to `cache`: it runs after
+    attention_logits has read the length and sized `out`, before the kernel."""
+
+    def __init__(self, cache, q):
+        self.cache, self.q = cache, q
+
+    def __array__(self, dtype=None, copy=None):
+        self.cache.append(self.cache_length(), np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+        return self.q
+
+    def cache_length(self):
+        c = self.cache
+        return c.length if isinstance(c, kvevict.PagedCache) else c.lengths[0]
+
+
+def growing_caches():
+    pool = kvevict.PagePool(num_pages=4, page_size=2, n_kv_heads=2, head_dim=3)
+    return [kvevict.Cache("h2o", n_q_heads=2, n_kv_heads=2, capacity=8, head_dim=3, budget=3, recent=1),
+            kvevict.PagedCache("h2o", pool, n_q_heads=2, max_pages=4, budget=3, recent=1)]
+
+
+@pytest.mark.parametrize("kind", ["Cache", "PagedCache"])
+def test_attention_logits_refuses_a_sequence_that_grew_during_the_call(kind):
+    cache = growing_caches()[kind == "PagedCache"]
+    for t in range(3):
+        cache.append(t, np.full((2, 3), 1.0, np.float32), np.zeros((2, 3), np.float32))
+    q = np.ones((2, 3), np.float32)
+    # out is the first 2 rows of a 3-row buffer: a kernel writing 2 x 4 logits into 2 x 3 would reach row 2.
+    buffer = np.full((3, 3), 7.0, np.float32)
+    out = buffer[:2]
+    with raises(ValueError, "kvevict.attention_logits: the sequence changed length during the call (n = 3 when q, "
+                            "bias and out were checked, 4 now); nothing was written to out; call it again with "
+                            "arguments of the new length"):
+        kvevict.attention_logits(cache, GrowsOnConversion(cache, q), out=out)
+    assert np.array_equal(buffer, np.full((3, 3), 7.0, np.float32))
+    # The call again, over the 4 tokens now there (all K rows ones): q . k = 3 for every slot, times 1 / sqrt(3).
+    r = kvevict.attention_logits(cache, q)
+    scale = np.float32(1.0) / np.sqrt(np.float32(3.0))
+    np.testing.assert_array_equal(r, np.full((2, 4), np.float32(3.0) * scale, np.float32))
