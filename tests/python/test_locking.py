@@ -140,6 +140,53 @@ def test_a_finalizer_run_inside_a_cache_accessor_can_call_the_cache(name):
     assert run_child(CACHE_GC.replace("{bound}", bound).replace("{call}", call)) == "ok\n"
 
 
+# Threads step their own sequences of one pool (prefill and decode_step hold the pool's mutex without the GIL)
+# while the main thread makes and drops sequences of that pool (the destructor takes the mutex) and reads the
+# pool's counters: the waits for the mutex are the GIL-free ones of locking.hpp, and everything finishes
+# with every page back in the pool.
+CONTENDED = """
+    import threading
+    import numpy as np
+    import kvevict
+
+    pool = kvevict.PagePool(num_pages=64, page_size=2, n_kv_heads=2, head_dim=8)
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((40, 2, 2, 8)).astype(np.float32)
+    logits = rng.standard_normal((4, 24, 24)).astype(np.float32)
+    q = rng.standard_normal((4, 8)).astype(np.float32)
+    kept = []
+
+    def run():
+        for _ in range(60):
+            seq = kvevict.PagedCache("h2o", pool, n_q_heads=4, max_pages=12, budget=8, recent=2)
+            for t in range(24):
+                seq.append(t, rows[t, 0], rows[t, 1])
+            seq.prefill(logits)
+            for t in range(24, 40):
+                seq.append(t, rows[t, 0], rows[t, 1])
+                seq.decode_step(kvevict.attention_logits(seq, q))
+            kept.append(seq.retained_positions(0))
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        extra = kvevict.PagedCache("h2o", pool, n_q_heads=4, max_pages=1, budget=1)
+        extra.append(0, rows[0, 0], rows[0, 1])
+        assert 1 <= pool.used_pages <= 64
+        del extra
+    for t in threads:
+        t.join()
+    assert len(kept) == 180 and all(k == kept[0] for k in kept) and len(kept[0]) == 8, kept
+    assert pool.used_pages == 0, pool.used_pages
+    print("ok")
+"""
+
+
+def test_sequences_made_and_dropped_while_others_of_the_pool_step_in_threads():
+    assert run_child(CONTENDED) == "ok\n"
+
+
 class GrowsOnConversion:
     """An array-like q whose conversion (numpy.asarray calls __array__) appends a token to `cache`: it runs after
     attention_logits has read the length and sized `out`, before the kernel."""
