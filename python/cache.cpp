@@ -1,4 +1,5 @@
-// python/cache.cpp — PyCache (cache.hpp): storage, checks and locking around kvevict::make_cache.
+// python/cache.cpp — PyCache (cache.hpp): storage, checks and locking around kvevict::make_cache (the cache's
+// mutex, taken as locking.hpp says: the accessors copy under it and build their Python results after it).
 // SPDX-License-Identifier: Apache-2.0
 #include "cache.hpp"
 
@@ -69,9 +70,10 @@ void PyCache::wrap_storage(py::object k, py::object v, const Options& o) {
   const std::string what = "[n_kv_heads, capacity, head_dim]";
   k_obj_ = checked_array(k, "k", elem_of(dtype_), shape, what, true);
   v_obj_ = checked_array(v, "v", elem_of(dtype_), shape, what + " (the shape of k)", true);
-  require_disjoint(k_obj_, v_obj_);
+  // Zero dimensions first: two zero-size arrays can share an address without sharing an element.
   if (n_kv_heads_ == 0 || capacity_ == 0 || head_dim_ == 0)
     throw py::value_error("k must have no zero dimension, got shape " + array_shape(k_obj_));
+  require_disjoint(k_obj_, v_obj_);
   k_ptr_ = k_obj_.mutable_data();
   v_ptr_ = v_obj_.mutable_data();
 }
@@ -118,7 +120,7 @@ void PyCache::append(py::handle position, py::handle k, py::handle v) {
   const std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(n_kv_heads_), static_cast<py::ssize_t>(head_dim_)};
   const py::array ka = checked_array(k, "k", elem_of(dtype_), shape, "[n_kv_heads, head_dim]");
   const py::array va = checked_array(v, "v", elem_of(dtype_), shape, "[n_kv_heads, head_dim]");
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   if (dtype_ == DType::float32)
     view<float>().append(pos, static_cast<const float*>(ka.data()), static_cast<const float*>(va.data()));
   else
@@ -129,7 +131,7 @@ void PyCache::append(py::handle position, py::handle k, py::handle v) {
 void PyCache::prefill(py::handle logits, py::handle gumbel) {
   std::size_t P = 0;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    GilFreeLock lock(mutex_);
     P = lengths_[0];
   }
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), p = static_cast<py::ssize_t>(P);
@@ -161,9 +163,9 @@ void PyCache::prefill(py::handle logits, py::handle gumbel) {
 }
 
 void PyCache::decode_step(py::handle logits, py::handle gumbel) {
-  std::size_t n = 0;
+  std::size_t n = 0;  // checked again by the library, under the lock (a cache that grew in between is refused)
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    GilFreeLock lock(mutex_);
     n = lengths_[0];
   }
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
@@ -179,14 +181,17 @@ void PyCache::decode_step(py::handle logits, py::handle gumbel) {
     gp = static_cast<const float*>(ga.data());
   }
   py::gil_scoped_release nogil;
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   cache_->decode_step(lp, n, gp);
 }
 
 py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out) {
+  // out and bias are sized [H, n] by the length read here; the kernel writes [H, live length]. Converting the
+  // arguments can run Python code (__array__, __float__) that appends to this cache, so the kernel's block
+  // checks that the length is still n and writes nothing otherwise.
   std::size_t n = 0;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    GilFreeLock lock(mutex_);
     n = lengths_[0];
   }
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
@@ -205,14 +210,19 @@ py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle b
   if (!std::isfinite(s)) throw py::value_error("scale must be finite (got " + text(scale) + ")");
   const float* qp = static_cast<const float*>(qa.data());
   float* op = static_cast<float*>(oa.mutable_data());
+  std::size_t now = n;
   {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (dtype_ == DType::float32)
-      kvevict::attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
-    else
-      kvevict::attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+    now = lengths_[0];
+    if (now == n) {
+      if (dtype_ == DType::float32)
+        kvevict::attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
+      else
+        kvevict::attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+    }
   }
+  if (now != n) throw py::value_error(length_changed(n, now));
   return oa;
 }
 
@@ -230,68 +240,76 @@ py::array PyCache::storage(bool keys) {
 }
 
 py::list PyCache::lengths() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  py::list out;
-  for (std::size_t len : lengths_) out.append(len);
-  return out;
+  std::vector<std::size_t> copy;
+  {
+    GilFreeLock lock(mutex_);
+    copy = lengths_;
+  }
+  return to_list(copy);
 }
 
 py::array_t<std::int64_t> PyCache::positions(py::handle h) {
   const std::size_t j = head(h, "positions");
-  std::lock_guard<std::mutex> lock(mutex_);
-  const std::int64_t* p = guarded([&] { return cache_->positions(j); });
-  py::array_t<std::int64_t> out(static_cast<py::ssize_t>(lengths_[j]));
-  std::copy_n(p, lengths_[j], out.mutable_data());
-  return out;
+  std::vector<std::int64_t> copy;
+  {
+    GilFreeLock lock(mutex_);
+    const std::int64_t* p = guarded([&] { return cache_->positions(j); });  // IndexError for j too large
+    copy.assign(p, p + lengths_[j]);
+  }
+  return to_numpy(copy);
 }
 
 py::array_t<float> PyCache::scores(py::handle h) {
   const std::size_t j = head(h, "scores");
-  std::lock_guard<std::mutex> lock(mutex_);
-  const float* s = guarded([&] { return cache_->scores(j); });
-  py::array_t<float> out(static_cast<py::ssize_t>(lengths_[j]));
-  std::copy_n(s, lengths_[j], out.mutable_data());
-  return out;
+  std::vector<float> copy;
+  {
+    GilFreeLock lock(mutex_);
+    const float* s = guarded([&] { return cache_->scores(j); });
+    copy.assign(s, s + lengths_[j]);
+  }
+  return to_numpy(copy);
 }
 
 py::list PyCache::retained_positions(py::handle h) {
   const std::size_t j = head(h, "retained_positions");
-  std::lock_guard<std::mutex> lock(mutex_);
-  py::list out;
-  for (std::int64_t p : guarded([&] { return cache_->retained_positions(j); })) out.append(p);
-  return out;
+  std::vector<std::int64_t> kept;
+  {
+    GilFreeLock lock(mutex_);
+    kept = guarded([&] { return cache_->retained_positions(j); });
+  }
+  return to_list(kept);
 }
 
 void PyCache::restore_position_order() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   cache_->restore_position_order();
 }
 
 void PyCache::reset(py::handle seed) {
   const std::uint64_t s = seed.is_none() ? setup_.seed : to_u64(seed, "seed");
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   cache_->reset(s);
   setup_.seed = s;
 }
 
 std::size_t PyCache::budget() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return cache_->budget();
 }
 bool PyCache::budget_resolved() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return cache_->budget_resolved();
 }
 std::size_t PyCache::recent_window() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return cache_->recent_window();
 }
 std::size_t PyCache::step() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return cache_->step();
 }
 float PyCache::temperature() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return cache_->temperature();
 }
 

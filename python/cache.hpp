@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "conversions.hpp"
+#include "locking.hpp"
 #include "options.hpp"
 
 namespace kvpy {
@@ -27,7 +28,8 @@ struct StorageBase {
 /// One layer's evicting KV cache (`kvevict::make_cache` over a `KVView`), owning or wrapping
 /// its K/V storage `[n_kv_heads, capacity, head_dim]`. Thread safety: every call takes the
 /// cache's mutex (prefill and decode_step after releasing the GIL), so concurrent calls on one
-/// cache are serialised. Errors: see docstrings.hpp (kCacheDoc and the method docs).
+/// cache are serialised; locking.hpp says how it is taken and what may not run under it.
+/// Errors: see docstrings.hpp (kCacheDoc and the method docs).
 class PyCache {
  public:
   /// Builds the cache from the options of `cache_binding.cpp`'s table (kCacheDoc lists them).

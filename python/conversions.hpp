@@ -9,6 +9,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -90,6 +91,22 @@ py::array checked_array(py::handle obj, const std::string& name, Elem e, const s
 /// ValueError "k and v must be different arrays" / "k and v overlap in memory ..." when the two
 /// caller arrays share an element (every V write would clobber K).
 void require_disjoint(const py::array& k, const py::array& v);
+
+/// A new 1-D NumPy array holding a copy of `values` (built after the lock that guarded them: locking.hpp).
+template <class T>
+py::array_t<T> to_numpy(const std::vector<T>& values) {
+  py::array_t<T> out(static_cast<py::ssize_t>(values.size()));
+  std::copy(values.begin(), values.end(), out.mutable_data());
+  return out;
+}
+
+/// A new list of Python ints, one per element of `values`.
+template <class T>
+py::list to_list(const std::vector<T>& values) {
+  py::list out;
+  for (const T& v : values) out.append(v);
+  return out;
+}
 
 /// Runs an accessor of the library, turning its "KV head out of range" (std::invalid_argument)
 /// into IndexError.

@@ -132,11 +132,14 @@ x[h, s] = scale * (q[h] . K[h // g, s]) (+ bias[h, s]), by slot, as decode_step 
 q: float32 [n_q_heads, head_dim] (RoPE applied); scale: default 1 / sqrt(head_dim);
 bias: optional float32 [n_q_heads, n]; out: optional writeable float32 [n_q_heads, n] to
 fill (else a new array). n = lengths[0] (every head must hold n slots). Returns out.
-O(n_q_heads * n * head_dim); the GIL is released.)doc";
+O(n_q_heads * n * head_dim); the GIL is released. ValueError, with out untouched, if the
+cache's length changed between the checks of the arguments and the kernel (another thread,
+or an argument's __array__, appended or stepped the cache meanwhile).)doc";
 
 constexpr const char* kPagedAttentionLogits =
     R"doc(The same over a PagedCache (kvevict::paged_attention_logits): x[h, s] for the
-sequence's logical slots s in [0, length), read through its page table.)doc";
+sequence's logical slots s in [0, length), read through its page table; n = length, and the
+same ValueError if it changed during the call.)doc";
 
 constexpr const char* kReplay =
     R"doc(Replays a policy over one layer's attention-logit trace, exactly as kvevict-replay does

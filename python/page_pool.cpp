@@ -65,10 +65,13 @@ void PyPagePool::wrap(py::object k, py::object v, const Options& o) {
   const std::vector<py::ssize_t> shape{ka.shape(0), ka.shape(1), ka.shape(2), ka.shape(3)};
   k_ = checked_array(k, "k", elem_of(dtype_), shape, shape_text() + layout, true);
   v_ = checked_array(v, "v", elem_of(dtype_), shape, shape_text() + layout + " (the shape of k)", true);
-  require_disjoint(k_, v_);
+  // Zero dimensions first: two zero-size arrays can share an address without sharing an element.
   if (num_pages_ == 0 || page_size_ == 0 || n_kv_heads_ == 0 || head_dim_ == 0)
     throw py::value_error("k must have no zero dimension, got shape " + array_shape(k_));
+  require_disjoint(k_, v_);
   pool_ = std::make_unique<kvevict::PagePool>(num_pages_);  // ValueError above 2^31 - 1 pages
+  k_ptr_ = k_.mutable_data();
+  v_ptr_ = v_.mutable_data();
 }
 
 void PyPagePool::allocate(const Options& o) {
@@ -97,18 +100,20 @@ void PyPagePool::allocate(const Options& o) {
   const py::object zeros = py::module_::import("numpy").attr("zeros");
   k_ = zeros(shape, dtype_name(dtype_));
   v_ = zeros(shape, dtype_name(dtype_));
+  k_ptr_ = k_.mutable_data();
+  v_ptr_ = v_.mutable_data();
 }
 
 std::size_t PyPagePool::used_pages() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return pool_->used_pages();
 }
 std::size_t PyPagePool::free_pages() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return pool_->free_pages();
 }
 std::size_t PyPagePool::pages_released() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return pool_->pages_released();
 }
 bool PyPagePool::in_use(py::handle page) {
@@ -116,7 +121,7 @@ bool PyPagePool::in_use(py::handle page) {
   if (p < 0 || static_cast<std::uint64_t>(p) >= num_pages_)
     throw py::index_error("kvevict.PagePool.in_use: page " + std::to_string(p) + " is outside [0, " +
                           std::to_string(num_pages_) + ")");
-  std::lock_guard<std::mutex> lock(mutex_);
+  GilFreeLock lock(mutex_);
   return pool_->in_use(static_cast<std::int32_t>(p));
 }
 

@@ -1,5 +1,6 @@
 // python/paged.cpp — PyPagedCache (paged.hpp): one sequence's page table over a PyPagePool, its checks, and
-// the locking around kvevict::make_paged_cache.
+// the locking around kvevict::make_paged_cache (the pool's mutex, taken as locking.hpp says: the accessors copy
+// under it and build their Python results after it).
 // SPDX-License-Identifier: Apache-2.0
 #include "paged.hpp"
 
@@ -45,7 +46,7 @@ PyPagedCache::PyPagedCache(const std::string& policy, PyPagePool& pool, const Op
   }
   paged.start_pages = to_size(o.get("start_pages"), "start_pages");
   paged.page_score = to_page_score(o.get("page_score"));
-  std::lock_guard<std::mutex> lock(pool.mutex());
+  GilFreeLock lock(pool.mutex());
   try {
     if (pool.dtype() == DType::float32)
       cache_ = kvevict::make_paged_cache(setup_.policy, setup_.config, paged, view<float>(), pool.pool(),
@@ -59,9 +60,12 @@ PyPagedCache::PyPagedCache(const std::string& policy, PyPagePool& pool, const Op
 }
 
 PyPagedCache::~PyPagedCache() {
-  // The sequence's pages go back to the pool (reset releases every page of the table).
+  // The sequence's pages go back to the pool (reset releases every page of the table). Python deletes the
+  // object with the GIL held, possibly from a garbage collection that an allocation started; GilFreeLock
+  // waits without the GIL, and no binding allocates while it holds the pool's mutex, so the lock is never
+  // held by this thread here.
   if (!cache_) return;
-  std::lock_guard<std::mutex> lock(pool_->mutex());
+  GilFreeLock lock(pool_->mutex());
   try {
     cache_->reset(setup_.seed);
   } catch (const std::exception&) {  // a table the engine broke: its pages stay taken, nothing else to do
@@ -74,7 +78,7 @@ void PyPagedCache::append(py::handle position, py::handle k, py::handle v) {
                                        static_cast<py::ssize_t>(pool_->head_dim())};
   const py::array ka = checked_array(k, "k", elem_of(pool_->dtype()), shape, "[n_kv_heads, head_dim]");
   const py::array va = checked_array(v, "v", elem_of(pool_->dtype()), shape, "[n_kv_heads, head_dim]");
-  std::lock_guard<std::mutex> lock(pool_->mutex());
+  GilFreeLock lock(pool_->mutex());
   if (pool_->dtype() == DType::float32)
     pool_->pool().append(view<float>(), pos, static_cast<const float*>(ka.data()),
                          static_cast<const float*>(va.data()));
@@ -84,11 +88,7 @@ void PyPagedCache::append(py::handle position, py::handle k, py::handle v) {
 }
 
 void PyPagedCache::prefill(py::handle logits, py::handle gumbel) {
-  std::size_t P = 0;
-  {
-    std::lock_guard<std::mutex> lock(pool_->mutex());
-    P = length_;
-  }
+  const std::size_t P = length();
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), p = static_cast<py::ssize_t>(P);
   py::array la, ga;
   const float *lp = nullptr, *gp = nullptr;
@@ -117,11 +117,8 @@ void PyPagedCache::prefill(py::handle logits, py::handle gumbel) {
 }
 
 void PyPagedCache::decode_step(py::handle logits, py::handle gumbel) {
-  std::size_t n = 0;
-  {
-    std::lock_guard<std::mutex> lock(pool_->mutex());
-    n = length_;
-  }
+  // n is checked again by the library, under the lock (a sequence that grew in between is refused).
+  const std::size_t n = length();
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
   py::array la, ga;
   const float *lp = nullptr, *gp = nullptr;
@@ -140,11 +137,10 @@ void PyPagedCache::decode_step(py::handle logits, py::handle gumbel) {
 }
 
 py::array PyPagedCache::attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out) {
-  std::size_t n = 0;
-  {
-    std::lock_guard<std::mutex> lock(pool_->mutex());
-    n = length_;
-  }
+  // out and bias are sized [H, n] by the length read here; the kernel writes [H, live length]. Converting the
+  // arguments can run Python code (__array__, __float__) that appends to this sequence, so the kernel's block
+  // checks that the length is still n and writes nothing otherwise.
+  const std::size_t n = length();
   const std::size_t d = pool_->head_dim();
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
   const py::array qa = checked_array(q, "q", Elem::float32, {H, static_cast<py::ssize_t>(d)}, "[n_q_heads, head_dim]");
@@ -161,41 +157,52 @@ py::array PyPagedCache::attention_logits(py::handle q, py::handle scale, py::han
   if (!std::isfinite(s)) throw py::value_error("scale must be finite (got " + text(scale) + ")");
   const float* qp = static_cast<const float*>(qa.data());
   float* op = static_cast<float*>(oa.mutable_data());
+  std::size_t now = n;
   {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(pool_->mutex());
-    if (pool_->dtype() == DType::float32)
-      kvevict::paged_attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
-    else
-      kvevict::paged_attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+    now = length_;
+    if (now == n) {
+      if (pool_->dtype() == DType::float32)
+        kvevict::paged_attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
+      else
+        kvevict::paged_attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+    }
   }
+  if (now != n) throw py::value_error(length_changed(n, now));
   return oa;
 }
 
 py::array_t<std::int64_t> PyPagedCache::positions(py::handle h) {
   const std::size_t j = head(h, "positions");
-  std::lock_guard<std::mutex> lock(pool_->mutex());
-  const std::int64_t* p = guarded([&] { return cache_->positions(j); });
-  py::array_t<std::int64_t> out(static_cast<py::ssize_t>(length_));
-  std::copy_n(p, length_, out.mutable_data());
-  return out;
+  std::vector<std::int64_t> copy;
+  {
+    GilFreeLock lock(pool_->mutex());
+    const std::int64_t* p = guarded([&] { return cache_->positions(j); });
+    copy.assign(p, p + length_);
+  }
+  return to_numpy(copy);
 }
 
 py::array_t<float> PyPagedCache::scores(py::handle h) {
   const std::size_t j = head(h, "scores");
-  std::lock_guard<std::mutex> lock(pool_->mutex());
-  const float* s = guarded([&] { return cache_->scores(j); });
-  py::array_t<float> out(static_cast<py::ssize_t>(length_));
-  std::copy_n(s, length_, out.mutable_data());
-  return out;
+  std::vector<float> copy;
+  {
+    GilFreeLock lock(pool_->mutex());
+    const float* s = guarded([&] { return cache_->scores(j); });
+    copy.assign(s, s + length_);
+  }
+  return to_numpy(copy);
 }
 
 py::list PyPagedCache::retained_positions(py::handle h) {
   const std::size_t j = head(h, "retained_positions");
-  std::lock_guard<std::mutex> lock(pool_->mutex());
-  py::list out;
-  for (std::int64_t p : guarded([&] { return cache_->retained_positions(j); })) out.append(p);
-  return out;
+  std::vector<std::int64_t> kept;
+  {
+    GilFreeLock lock(pool_->mutex());
+    kept = guarded([&] { return cache_->retained_positions(j); });
+  }
+  return to_list(kept);
 }
 
 py::array PyPagedCache::rows(py::handle h, bool keys) {
@@ -205,42 +212,51 @@ py::array PyPagedCache::rows(py::handle h, bool keys) {
                           std::to_string(j) + " out of range (n_kv_heads = " + std::to_string(pool_->n_kv_heads()) +
                           ")");
   const std::size_t d = pool_->head_dim(), item = pool_->dtype() == DType::float32 ? 4 : 2;
-  std::lock_guard<std::mutex> lock(pool_->mutex());
-  py::array out(py::dtype(dtype_name(pool_->dtype())),
-                std::vector<py::ssize_t>{static_cast<py::ssize_t>(length_), static_cast<py::ssize_t>(d)});
-  auto* dst = static_cast<unsigned char*>(out.mutable_data());
-  const kvevict::PagedKVView<unsigned char> bytes = view<unsigned char>();
-  for (std::size_t s = 0; s < length_; ++s) {
-    const std::size_t page = static_cast<std::size_t>(table_[s / bytes.page_size]);
-    const std::size_t at = bytes.offset(page, j, s % bytes.page_size) * item;  // element offset -> bytes
-    std::memcpy(dst + s * d * item, (keys ? bytes.k : bytes.v) + at, d * item);
+  std::vector<unsigned char> copy;  // the [length, head_dim] rows as bytes, gathered under the lock
+  std::size_t n = 0;
+  {
+    GilFreeLock lock(pool_->mutex());
+    n = length_;
+    copy.resize(n * d * item);
+    const kvevict::PagedKVView<unsigned char> bytes = view<unsigned char>();
+    for (std::size_t s = 0; s < n; ++s) {
+      const std::size_t page = static_cast<std::size_t>(table_[s / bytes.page_size]);
+      const std::size_t at = bytes.offset(page, j, s % bytes.page_size) * item;  // element offset -> bytes
+      std::memcpy(copy.data() + s * d * item, (keys ? bytes.k : bytes.v) + at, d * item);
+    }
   }
+  py::array out(py::dtype(dtype_name(pool_->dtype())),
+                std::vector<py::ssize_t>{static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(d)});
+  if (!copy.empty()) std::memcpy(out.mutable_data(), copy.data(), copy.size());
   return out;
 }
 
 void PyPagedCache::restore_position_order() {
-  std::lock_guard<std::mutex> lock(pool_->mutex());
+  GilFreeLock lock(pool_->mutex());
   cache_->restore_position_order();
 }
 
 void PyPagedCache::reset(py::handle seed) {
   const std::uint64_t s = seed.is_none() ? setup_.seed : to_u64(seed, "seed");
-  std::lock_guard<std::mutex> lock(pool_->mutex());
+  GilFreeLock lock(pool_->mutex());
   cache_->reset(s);
   setup_.seed = s;
 }
 
 py::array_t<std::int32_t> PyPagedCache::page_table() {
-  std::lock_guard<std::mutex> lock(pool_->mutex());
-  py::array_t<std::int32_t> out(static_cast<py::ssize_t>(max_pages_));
-  std::copy(table_.begin(), table_.end(), out.mutable_data());
-  return out;
+  std::vector<std::int32_t> copy;
+  {
+    GilFreeLock lock(pool_->mutex());
+    copy = table_;
+  }
+  return to_numpy(copy);
 }
 
-#define KVPY_LOCKED(type, name, expr)                    \
-  type PyPagedCache::name() {                            \
-    std::lock_guard<std::mutex> lock(pool_->mutex());    \
-    return expr;                                         \
+// (The values are C++ values: pybind11 converts them to Python after the lock is released.)
+#define KVPY_LOCKED(type, name, expr)  \
+  type PyPagedCache::name() {          \
+    GilFreeLock lock(pool_->mutex());  \
+    return expr;                       \
   }
 KVPY_LOCKED(std::size_t, length, length_)
 KVPY_LOCKED(std::size_t, pages_in_use, cache_->pages_in_use())

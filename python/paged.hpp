@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "conversions.hpp"
+#include "locking.hpp"
 #include "options.hpp"
 
 namespace kvpy {
@@ -23,7 +24,7 @@ namespace kvpy {
 /// head_dim]`, HND `[num_pages, n_kv_heads, page_size, head_dim]`), wrapped without a copy (the pool
 /// holds a reference to each array) or allocated by the pool, and the page bookkeeping
 /// (`kvevict::PagePool`). Every sequence (`PyPagedCache`) of the pool takes the pool's mutex
-/// for each call, since they share the free list.
+/// for each call, since they share the free list (locking.hpp: how, and what may not run under it).
 class PyPagePool {
  public:
   /// Wraps `k` and `v` (both not None), or allocates zeroed pools of the sizes in `o` (both None);
@@ -33,12 +34,13 @@ class PyPagePool {
   PyPagePool& operator=(const PyPagePool&) = delete;
 
   /// The pool's view of one sequence: `table`, `length` and `positions` belong to the sequence.
+  /// Touches no Python object (the data pointers were taken when the arrays were checked), so it is
+  /// called without the GIL; flags the caller changes later (writeable) do not reach it.
   template <class T>
   kvevict::PagedKVView<T> view(std::int32_t* table, std::size_t max_pages, std::size_t* length,
-                               std::int64_t* positions) {
-    return kvevict::PagedKVView<T>{static_cast<T*>(k_.mutable_data()), static_cast<T*>(v_.mutable_data()),
-                                   num_pages_, page_size_, n_kv_heads_, head_dim_, layout_, table, max_pages,
-                                   length, positions};
+                               std::int64_t* positions) const {
+    return kvevict::PagedKVView<T>{static_cast<T*>(k_ptr_), static_cast<T*>(v_ptr_), num_pages_, page_size_,
+                                   n_kv_heads_, head_dim_, layout_, table, max_pages, length, positions};
   }
 
   kvevict::PagePool& pool() { return *pool_; }
@@ -67,6 +69,8 @@ class PyPagePool {
   DType dtype_ = DType::float32;
   std::size_t num_pages_ = 0, page_size_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
   py::array k_, v_;  // the pools (caller arrays or the pool's own)
+  void* k_ptr_ = nullptr;  // their data, taken once when they were checked writeable
+  void* v_ptr_ = nullptr;
   std::unique_ptr<kvevict::PagePool> pool_;
   std::mutex mutex_;
 };

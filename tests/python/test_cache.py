@@ -1,5 +1,6 @@
 """kvevict.Cache: zero-copy storage in both directions, storage lifetime, dtypes, accessors."""
 import gc
+import re
 import threading
 
 import numpy as np
@@ -88,6 +89,14 @@ def test_wrapped_caller_arrays_are_not_copied():
     gc.collect()
     c.append(5, rows(1.0), rows(1.0))  # the cache keeps the wrapped arrays alive
     assert c.lengths == [2, 2]
+
+
+def test_wrapping_names_the_zero_dimension_of_zero_size_arrays():
+    # Two halves of one zero-size buffer start at the same address: the zero dimension is the error to name,
+    # not "k and v must be different arrays".
+    buffer = np.zeros((2, 2, 0, 3), np.float32)
+    with pytest.raises(ValueError, match=re.escape("k must have no zero dimension, got shape [2, 0, 3]")):
+        kvevict.Cache("h2o", n_q_heads=2, k=buffer[0], v=buffer[1])
 
 
 def test_float16_storage():

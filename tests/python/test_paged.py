@@ -205,6 +205,30 @@ def test_pool_rejects_aliased_and_read_only_arrays():
         hnd.in_use(4)
 
 
+def test_pool_names_the_zero_dimension_of_zero_size_arrays():
+    # Two halves of one zero-size buffer start at the same address: the zero dimension is the error to name,
+    # not "k and v must be different arrays".
+    buffer = np.zeros((8, 2, 0, 3), np.float32)
+    with raises(ValueError, "k must have no zero dimension, got shape [4, 2, 0, 3]"):
+        kvevict.PagePool(buffer[:4], buffer[4:])
+
+
+def test_a_pool_keeps_writing_its_arrays_after_the_caller_marks_them_read_only():
+    # The pool takes the arrays' data pointers once, when it checks them (as Cache does); flags changed later
+    # do not reach the sequences, which would otherwise fail inside a call with numpy's unnamed message.
+    K, V = np.zeros((4, 2, 2, 3), np.float32), np.zeros((4, 2, 2, 3), np.float32)
+    pool = kvevict.PagePool(K, V)
+    seq = kvevict.PagedCache("h2o", pool, n_q_heads=2, max_pages=2, budget=3, recent=1)
+    K.flags.writeable = False
+    V.flags.writeable = False
+    seq.append(0, np.full((2, 3), 5.0, np.float32), np.full((2, 3), 6.0, np.float32))
+    page = int(seq.page_table[0])
+    assert np.array_equal(K[page, 0], np.full((2, 3), 5.0, np.float32))
+    assert np.array_equal(V[page, 0], np.full((2, 3), 6.0, np.float32))
+    x = kvevict.attention_logits(seq, np.ones((2, 3), np.float32))
+    np.testing.assert_allclose(x, np.float32(15.0) / np.sqrt(np.float32(3.0)), rtol=1e-6)
+
+
 def small_pool(**kw):
     opts = dict(num_pages=4, page_size=2, n_kv_heads=2, head_dim=3)
     opts.update(kw)
