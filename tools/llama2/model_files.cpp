@@ -78,7 +78,9 @@ EvictionSettings eviction_settings(const kvcli::EvictionFlags& flags, const kvcl
                                    const std::string& policy) {
   EvictionSettings s;
   s.policy = policy;
-  s.budget = kvevict::Budget::tokens(resolved.k);  // kvcli::resolve gives k >= 1; 0 would throw here
+  // kvcli::resolve gives k >= 1 for every eviction policy and k = 0 for the full cache, whose settings'
+  // budget is never read: 1 stands in for it there.
+  s.budget = kvevict::Budget::tokens(resolved.k == 0 ? 1 : resolved.k);
   s.recent = kvcli::recent_for(flags, resolved, policy);
   s.params = kvcli::policy_params(flags, resolved);
   s.layer_budgets = kvcli::layer_budgets_for(flags, resolved, policy);
