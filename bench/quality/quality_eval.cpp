@@ -166,6 +166,65 @@ Reference full_reference(llama2::Engine& engine, const std::vector<int>& tokens,
   return ref;
 }
 
+namespace {
+
+// One prediction of a run against the reference's prediction `i`: lq = log q, the target's NLL, KL, top-1.
+void score_prediction(WindowResult& r, const float* logits, std::size_t vocab, int target, const Reference& ref,
+                      std::size_t i, std::vector<float>& lq) {
+  log_softmax(logits, vocab, lq);
+  r.nll -= lq[static_cast<std::size_t>(target)];
+  r.token_nll.push_back(-static_cast<double>(lq[static_cast<std::size_t>(target)]));
+  double kl = 0.0;
+  const auto& lp = ref.logp[i];
+  for (std::size_t v = 0; v < vocab; ++v) kl += std::exp(static_cast<double>(lp[v])) * (lp[v] - lq[v]);
+  r.kl += kl;
+  r.top1 += argmax(lq) == ref.argmax[i] ? 1.0 : 0.0;
+}
+
+void finish_result(WindowResult& r, std::size_t predictions) {
+  const auto n = static_cast<double>(predictions);
+  r.nll /= n;
+  r.kl /= n;
+  r.top1 /= n;
+}
+
+// Prefill of `lead` shared with `engines`, then the teacher-forced steps of `engines` (and of `lead` too when
+// `ref_out` is given: it is the full-cache reference, built step by step), each run scored against the
+// reference's prediction of the same step.
+void run_window_batch(llama2::Engine& lead, const std::vector<llama2::Engine*>& engines,
+                      const std::vector<int>& tokens, std::size_t prompt, Reference* ref_out, const Reference* ref_in,
+                      std::vector<WindowResult>& results) {
+  lead.reset();
+  for (llama2::Engine* e : engines) e->reset();
+  llama2::Engine::prefill_batch(
+      lead, engines, std::vector<int>(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(prompt)));
+  std::vector<llama2::Engine*> stepped = engines;
+  if (ref_out != nullptr) stepped.insert(stepped.begin(), &lead);
+  const std::size_t vocab = lead.config().vocab_size;
+  results.assign(engines.size(), WindowResult());
+  std::vector<float> lq;
+  std::size_t i = 0;
+  for (std::size_t t = prompt; t + 1 < tokens.size(); ++t, ++i) {
+    llama2::Engine::step_batch(stepped, std::vector<int>(stepped.size(), tokens[t]));
+    const int target = tokens[t + 1];
+    if (ref_out != nullptr) {
+      std::vector<float> lp;
+      log_softmax(lead.logits(), vocab, lp);
+      ref_out->nll -= lp[static_cast<std::size_t>(target)];
+      ref_out->token_nll.push_back(-static_cast<double>(lp[static_cast<std::size_t>(target)]));
+      ref_out->argmax.push_back(argmax(lp));
+      ref_out->logp.push_back(std::move(lp));
+    }
+    const Reference& ref = ref_out != nullptr ? *ref_out : *ref_in;
+    for (std::size_t e = 0; e < engines.size(); ++e)
+      score_prediction(results[e], engines[e]->logits(), vocab, target, ref, i, lq);
+  }
+  if (ref_out != nullptr) ref_out->nll /= static_cast<double>(i);
+  for (WindowResult& r : results) finish_result(r, i);
+}
+
+}  // namespace
+
 WindowResult evaluate(llama2::Engine& engine, const std::vector<int>& tokens, std::size_t prompt,
                       const Reference& ref) {
   WindowResult r;
@@ -174,20 +233,38 @@ WindowResult evaluate(llama2::Engine& engine, const std::vector<int>& tokens, st
   const std::size_t vocab = engine.config().vocab_size;
   std::vector<float> lq;
   std::size_t i = 0;
-  for (std::size_t t = prompt; t + 1 < tokens.size(); ++t, ++i) {
-    log_softmax(engine.step(tokens[t]), vocab, lq);
-    r.nll -= lq[static_cast<std::size_t>(tokens[t + 1])];
-    r.token_nll.push_back(-static_cast<double>(lq[static_cast<std::size_t>(tokens[t + 1])]));
-    double kl = 0.0;
-    const auto& lp = ref.logp[i];
-    for (std::size_t v = 0; v < vocab; ++v) kl += std::exp(static_cast<double>(lp[v])) * (lp[v] - lq[v]);
-    r.kl += kl;
-    r.top1 += argmax(lq) == ref.argmax[i] ? 1.0 : 0.0;
-  }
-  r.nll /= static_cast<double>(i);
-  r.kl /= static_cast<double>(i);
-  r.top1 /= static_cast<double>(i);
+  for (std::size_t t = prompt; t + 1 < tokens.size(); ++t, ++i)
+    score_prediction(r, engine.step(tokens[t]), vocab, tokens[t + 1], ref, i, lq);
+  finish_result(r, i);
   return r;
+}
+
+Reference evaluate_with_reference(llama2::Engine& full, const std::vector<llama2::Engine*>& engines,
+                                  const std::vector<int>& tokens, std::size_t prompt,
+                                  std::vector<WindowResult>& results, FutureAttention* future) {
+  Reference ref;
+  if (future != nullptr) {
+    const llama2::Config& c = full.config();
+    future->reset(c.n_layers, c.n_kv_heads, c.n_heads / c.n_kv_heads, tokens.size() - prompt - 1, tokens.size());
+    full.set_hooks(std::make_unique<AttentionRecorder>(*future, prompt));
+  }
+  try {
+    run_window_batch(full, engines, tokens, prompt, &ref, nullptr, results);
+  } catch (...) {
+    if (future != nullptr) full.set_hooks(nullptr);
+    throw;
+  }
+  if (future != nullptr) {
+    full.set_hooks(nullptr);
+    future->finish();
+  }
+  return ref;
+}
+
+void evaluate_batch(llama2::Engine& lead, const std::vector<llama2::Engine*>& engines,
+                    const std::vector<int>& tokens, std::size_t prompt, const Reference& ref,
+                    std::vector<WindowResult>& results) {
+  run_window_batch(lead, engines, tokens, prompt, nullptr, &ref, results);
 }
 
 Stat mean_se(const std::vector<double>& x) {

@@ -86,6 +86,23 @@ Reference full_reference(llama2::Engine& engine, const std::vector<int>& tokens,
 WindowResult evaluate(llama2::Engine& engine, const std::vector<int>& tokens, std::size_t prompt,
                       const Reference& ref);
 
+/// `full_reference(full, tokens, prompt, future)` and then `evaluate(*engines[i], tokens, prompt, ref)` for
+/// every `i` (into `results[i]`), the same numbers bit for bit, in one pass: the prompt runs once
+/// (`llama2::Engine::prefill_batch`, `full` leading) and every teacher-forced token is one
+/// `llama2::Engine::step_batch` of `full` and all `engines`, so the model's weights are read once per token
+/// for all runs instead of once per run. `full` must be a full-cache engine with a one-shot prefill;
+/// every engine must prefill in one shot (what `prefill_batch` requires) and hold the window
+/// (`context() >= tokens.size() - 1`). Throws what `prefill_batch` and `step_batch` throw.
+Reference evaluate_with_reference(llama2::Engine& full, const std::vector<llama2::Engine*>& engines,
+                                  const std::vector<int>& tokens, std::size_t prompt,
+                                  std::vector<WindowResult>& results, FutureAttention* future = nullptr);
+/// `evaluate(*engines[i], tokens, prompt, ref)` for every `i`, in one pass as above, against a reference
+/// computed before (the oracle rows, which read the full cache's future attention); `lead` (any
+/// one-shot engine, e.g. the full cache) runs the shared prompt and is not stepped.
+void evaluate_batch(llama2::Engine& lead, const std::vector<llama2::Engine*>& engines,
+                    const std::vector<int>& tokens, std::size_t prompt, const Reference& ref,
+                    std::vector<WindowResult>& results);
+
 /// Mean and standard error over `x` (se = 0 for fewer than 2 values).
 Stat mean_se(const std::vector<double>& x);
 

@@ -395,19 +395,23 @@ int main(int argc, char** argv) {
       throw std::logic_error("kvevict-quality: no row '" + label + "'");
     };
     // One engine per run, for windows with `horizon` decode steps (`future`: the oracle rows' view).
+    // `context`: the positions the engine must hold (a window, or a retrieval prompt and its answer).
     auto make_engine_for = [&](const Run& run, kvquality::FutureAttention& future, std::size_t horizon,
-                               kvexample::ThreadPool* step_pool) -> std::unique_ptr<llama2::Engine> {
+                               kvexample::ThreadPool* step_pool, std::size_t context) -> std::unique_ptr<llama2::Engine> {
           const RowSpec& row = *run.row;
           if (row.policy == "oracle") {
             kvevict::CacheConfig config;
             config.n_q_heads = model.config().n_heads;
             config.budget = kvevict::Budget::tokens(run.kws.k);
             config.recent = kvevict::RecentWindow::tokens(run.kws.w);
-            return std::make_unique<llama2::Engine>(
-                model, [config, &future](std::size_t layer,
-                                         const kvevict::KVView<float>& view) -> std::unique_ptr<kvevict::CacheInterface> {
+            auto e = std::make_unique<llama2::Engine>(
+                model,
+                [config, &future](std::size_t layer,
+                                  const kvevict::KVView<float>& view) -> std::unique_ptr<kvevict::CacheInterface> {
                   return std::make_unique<kvquality::OracleCache>(config, view, future, layer);
-                });
+                },
+                0, context);
+            return e;  // serial: the oracle cache has no parallel scoring
           }
           // The row's flags (--ratios, @recent, +pyramid): per-layer budgets take the recent window as a
           // ratio of each layer's k.
@@ -419,19 +423,18 @@ int main(int argc, char** argv) {
           s.shared_heads = s.shared_heads || row.shared;
           s.prefill_chunk = row.bounded_chunk != 0 ? row.bounded_chunk : prefill_chunk;
           s.bounded_prefill = row.bounded_chunk != 0 || bounded_prefill;
+          s.context = context;
           std::unique_ptr<llama2::Engine> e = llama2::make_engine(model, s);
           if (row.reindexed) kvquality::reindex_positions(*e);
           e->set_pool(step_pool);
           return e;
     };
-    // Every run's engine, built once per worker (--data FILE: small models). With documents (a GGUF model's
-    // KV buffers span its whole context, e.g. 8192 positions) each run's engine is built when it runs and
-    // freed after, so a worker holds two engines instead of one per run; the results are the same.
-    const bool lazy_engines = doc_mode;
-    auto make_engines = [&](kvquality::FutureAttention& future, std::size_t horizon, kvexample::ThreadPool* step_pool) {
+    // Every run's engine, built once per worker and sized for `context` positions (a GGUF model's context,
+    // e.g. 8192 positions, would make each engine's KV buffers four times a 2K window's).
+    auto make_engines = [&](kvquality::FutureAttention& future, std::size_t horizon, kvexample::ThreadPool* step_pool,
+                            std::size_t context) {
       std::vector<std::unique_ptr<llama2::Engine>> engines;
-      if (!lazy_engines)
-        for (const Run& run : runs) engines.push_back(make_engine_for(run, future, horizon, step_pool));
+      for (const Run& run : runs) engines.push_back(make_engine_for(run, future, horizon, step_pool, context));
       return engines;
     };
     if (retrieval_n > 0) {
@@ -462,38 +465,74 @@ int main(int argc, char** argv) {
       std::exception_ptr error;
       const auto start = std::chrono::steady_clock::now();
       const int end_id = files.end_id;
-      auto answer = [&](llama2::Engine& e, const std::vector<int>& p) {
-        e.reset();
-        const llama2::RowMatrix& lp = e.prefill(p);
+      // The greedy answers of `es[0]` (the lead, e.g. the full cache) and of every other engine to prompt `p`,
+      // all in one batch: the prompt runs once (prefill_batch), then each answer token is one step_batch of
+      // the engines still answering. The same answers as each engine's own prefill and steps (bit for bit),
+      // so a lone engine (chunked prefill, which cannot share a prompt) runs as a batch of one.
+      auto answer_all = [&](const std::vector<llama2::Engine*>& es, const std::vector<int>& p) {
+        llama2::Engine& lead = *es[0];
+        const std::vector<llama2::Engine*> followers(es.begin() + 1, es.end());
+        lead.reset();
+        for (llama2::Engine* f : followers) f->reset();
+        const llama2::RowMatrix& lp = llama2::Engine::prefill_batch(lead, followers, p);
         const std::size_t vocab = model.config().vocab_size;
-        const float* logits = lp.data() + (p.size() - 1) * vocab;
-        std::vector<int> out;
+        std::vector<const float*> logits(es.size(), lp.data() + static_cast<std::size_t>(lp.rows() - 1) * vocab);
+        std::vector<std::vector<int>> out(es.size());
+        std::vector<bool> answering(es.size(), true);
         for (std::size_t i = 0; i < answer_tokens; ++i) {
-          const int id = static_cast<int>(std::max_element(logits, logits + vocab) - logits);
-          if (id == end_id || (rspec.format == kvquality::RetrievalFormat::chat && id == rspec.im_end)) break;
-          out.push_back(id);
-          const std::string text = tok.decode(out);
-          // Stop once a run of digits has ended (the score reads only the first run).
-          const std::string digits = kvquality::first_digits(text);
-          if (!digits.empty() && text.find(digits) + digits.size() < text.size()) break;
-          if (i + 1 < answer_tokens) logits = e.step(id);
+          std::vector<llama2::Engine*> step_es;
+          std::vector<int> step_ids;
+          std::vector<std::size_t> step_of;
+          for (std::size_t e = 0; e < es.size(); ++e) {
+            if (!answering[e]) continue;
+            const int id = static_cast<int>(std::max_element(logits[e], logits[e] + vocab) - logits[e]);
+            if (id == end_id || (rspec.format == kvquality::RetrievalFormat::chat && id == rspec.im_end)) {
+              answering[e] = false;
+              continue;
+            }
+            out[e].push_back(id);
+            const std::string text = tok.decode(out[e]);
+            // Stop once a run of digits has ended (the score reads only the first run).
+            const std::string digits = kvquality::first_digits(text);
+            if (!digits.empty() && text.find(digits) + digits.size() < text.size()) {
+              answering[e] = false;
+              continue;
+            }
+            if (i + 1 < answer_tokens) step_es.push_back(es[e]), step_ids.push_back(id), step_of.push_back(e);
+          }
+          if (step_es.empty()) break;
+          llama2::Engine::step_batch(step_es, step_ids);
+          for (std::size_t j = 0; j < step_es.size(); ++j) logits[step_of[j]] = step_es[j]->logits();
         }
-        return tok.decode(out);
+        std::vector<std::string> texts;
+        for (const std::vector<int>& o : out) texts.push_back(tok.decode(o));
+        return texts;
       };
+      const std::size_t answer_context = prompt + answer_tokens;
       auto rworker = [&] {
         try {
           std::unique_ptr<kvexample::ThreadPool> step_pool;
           if (step_threads > 1) step_pool = std::make_unique<kvexample::ThreadPool>(step_threads);
-          llama2::Engine full(model);
+          llama2::Engine full(model, {}, 0, answer_context);
+          full.set_prefill_logits(llama2::PrefillLogits::last);  // an answer reads the last position's only
           full.set_pool(step_pool.get());
           kvquality::FutureAttention unused;
-          std::vector<std::unique_ptr<llama2::Engine>> engines = make_engines(unused, answer_tokens, step_pool.get());
+          std::vector<std::unique_ptr<llama2::Engine>> engines =
+              make_engines(unused, answer_tokens, step_pool.get(), answer_context);
+          // answers[0] and the one-shot runs answer in one batch led by the full cache; chunked ones alone.
+          std::vector<llama2::Engine*> batch{&full};
+          std::vector<std::size_t> batch_answer{0}, alone;
+          for (std::size_t r = 0; r < runs.size(); ++r) {
+            engines[r]->set_prefill_logits(llama2::PrefillLogits::last);
+            if (engines[r]->prefill_chunk() == 0)
+              batch.push_back(engines[r].get()), batch_answer.push_back(r + 1);
+            else
+              alone.push_back(r);
+          }
           for (std::size_t i; (i = next_item.fetch_add(1)) < items.size();) {
-            answers[0][i] = answer(full, items[i].prompt);
-            for (std::size_t r = 0; r < runs.size(); ++r)
-              answers[r + 1][i] =
-                  answer(lazy_engines ? *make_engine_for(runs[r], unused, answer_tokens, step_pool.get()) : *engines[r],
-                         items[i].prompt);
+            const std::vector<std::string> got = answer_all(batch, items[i].prompt);
+            for (std::size_t b = 0; b < batch.size(); ++b) answers[batch_answer[b]][i] = got[b];
+            for (std::size_t r : alone) answers[r + 1][i] = answer_all({engines[r].get()}, items[i].prompt)[0];
             const std::size_t d = ++items_done;
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             std::lock_guard<std::mutex> lock(mu);
@@ -593,7 +632,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<WindowResult>> results(runs.size(), std::vector<WindowResult>(n_windows));
     std::vector<double> full_nll(n_windows);
     std::vector<std::vector<double>> full_token_nll(n_windows);
-    std::atomic<std::size_t> next{0}, done{0}, runs_done{0};
+    std::atomic<std::size_t> next{0}, done{0};
     std::mutex err_mutex;
     std::exception_ptr first_error;  // rethrown whole: a bad paged configuration stays an input error (exit 2)
     const auto t0 = std::chrono::steady_clock::now();
@@ -602,33 +641,41 @@ int main(int argc, char** argv) {
         // One step pool per window worker, shared by its engines (they run one after another).
         std::unique_ptr<kvexample::ThreadPool> step_pool;
         if (step_threads > 1) step_pool = std::make_unique<kvexample::ThreadPool>(step_threads);
-        llama2::Engine full(model);
+        llama2::Engine full(model, {}, 0, window);
+        full.set_prefill_logits(llama2::PrefillLogits::last);  // the windows score decode steps only
         kvquality::FutureAttention future;  // the oracle rows' view of the full cache's future attention
         const llama2::Config& mc = model.config();
         future.reset(mc.n_layers, mc.n_kv_heads, mc.n_heads / mc.n_kv_heads, window - prompt - 1, window);
         full.set_pool(step_pool.get());
         std::vector<std::unique_ptr<llama2::Engine>> engines =
-            make_engines(future, window - prompt - 1, step_pool.get());
+            make_engines(future, window - prompt - 1, step_pool.get(), window);
+        // One batch with the full cache (its prompt once, each token one pass over the weights for all runs);
+        // the oracle rows in a second batch, once the full cache's future attention is recorded; runs with a
+        // chunked prefill (which cannot share the prompt) one by one. The same numbers as one run at a time.
+        std::vector<llama2::Engine*> batch, oracle_batch;
+        std::vector<std::size_t> batch_run, oracle_run, alone;
+        for (std::size_t r = 0; r < runs.size(); ++r) {
+          engines[r]->set_prefill_logits(llama2::PrefillLogits::last);
+          if (engines[r]->prefill_chunk() != 0)
+            alone.push_back(r);
+          else if (runs[r].row->policy == "oracle")
+            oracle_batch.push_back(engines[r].get()), oracle_run.push_back(r);
+          else
+            batch.push_back(engines[r].get()), batch_run.push_back(r);
+        }
+        std::vector<WindowResult> got;
         for (std::size_t w; (w = next.fetch_add(1)) < n_windows;) {
           const auto tokens = tokens_of(w);
           const kvquality::Reference ref =
-              kvquality::full_reference(full, tokens, prompt, any_oracle ? &future : nullptr);
+              kvquality::evaluate_with_reference(full, batch, tokens, prompt, got, any_oracle ? &future : nullptr);
+          for (std::size_t b = 0; b < batch.size(); ++b) results[batch_run[b]][w] = std::move(got[b]);
           full_nll[w] = ref.nll;
           full_token_nll[w] = ref.token_nll;
-          for (std::size_t r = 0; r < runs.size(); ++r) {
-            results[r][w] = evaluate(
-                lazy_engines ? *make_engine_for(runs[r], future, window - prompt - 1, step_pool.get()) : *engines[r],
-                tokens, prompt, ref);
-            if (doc_mode) {  // long windows: a line per run too (runs done over all windows, ETA)
-              const std::size_t d = ++runs_done;
-              const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-              const std::size_t total = n_windows * runs.size();
-              std::lock_guard<std::mutex> lock(err_mutex);
-              std::cerr << "  run " << d << "/" << total << " (window " << w + 1 << ": " << runs[r].label << " r "
-                        << runs[r].ratio << ")  " << fmt(secs, 1) << " s, ETA "
-                        << fmt(secs / static_cast<double>(d) * static_cast<double>(total - d), 0) << " s\n";
-            }
+          if (!oracle_batch.empty()) {
+            kvquality::evaluate_batch(full, oracle_batch, tokens, prompt, ref, got);
+            for (std::size_t b = 0; b < oracle_batch.size(); ++b) results[oracle_run[b]][w] = std::move(got[b]);
           }
+          for (std::size_t r : alone) results[r][w] = evaluate(*engines[r], tokens, prompt, ref);
           const std::size_t d = ++done;
           const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           std::lock_guard<std::mutex> lock(err_mutex);

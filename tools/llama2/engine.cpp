@@ -54,20 +54,25 @@ constexpr std::size_t kRowsPerTask = 64;
 
 }  // namespace
 
-void Engine::gemv(float* y, const float* w, std::size_t out, std::size_t in, const float* x, bool accumulate) {
+void Engine::gemv_engines(Engine* const* engines, std::size_t n, Eigen::VectorXf Engine::*y, const float* w,
+                          std::size_t out, std::size_t in, Eigen::VectorXf Engine::*x, bool accumulate) {
   const std::size_t tasks = (out + kRowsPerTask - 1) / kRowsPerTask;
+  // Task-major: one task's rows of `w` serve every engine in turn while they are in cache. Each engine's
+  // product is the same Eigen expression on the same operands as with one engine, so the same floats.
   auto task = [&](std::size_t t) {
-    const std::size_t r0 = t * kRowsPerTask, n = std::min(kRowsPerTask, out - r0);
-    VectorMap dst(y + r0, static_cast<Eigen::Index>(n));
-    const ConstMatrixMap rows(w + r0 * in, static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(in));
-    const ConstVectorMap src(x, static_cast<Eigen::Index>(in));
-    if (accumulate)
-      dst.noalias() += rows * src;
-    else
-      dst.noalias() = rows * src;
+    const std::size_t r0 = t * kRowsPerTask, rows_n = std::min(kRowsPerTask, out - r0);
+    const ConstMatrixMap rows(w + r0 * in, static_cast<Eigen::Index>(rows_n), static_cast<Eigen::Index>(in));
+    for (std::size_t e = 0; e < n; ++e) {
+      VectorMap dst((engines[e]->*y).data() + r0, static_cast<Eigen::Index>(rows_n));
+      const ConstVectorMap src((engines[e]->*x).data(), static_cast<Eigen::Index>(in));
+      if (accumulate)
+        dst.noalias() += rows * src;
+      else
+        dst.noalias() = rows * src;
+    }
   };
-  if (pool_)
-    pool_->parallel_for(tasks, task);
+  if (kvexample::ThreadPool* pool = engines[0]->pool_)
+    pool->parallel_for(tasks, task);
   else
     for (std::size_t t = 0; t < tasks; ++t) task(t);
 }
@@ -89,20 +94,36 @@ void Engine::gemm_t(RowMatrix& y, const RowMatrix& x, const float* w, std::size_
     for (std::size_t t = 0; t < tasks; ++t) task(t);
 }
 
-Engine::Engine(const Model& model, CacheFactory make_cache, std::size_t prefill_chunk)
+namespace {
+
+Config with_context(const Config& model_config, std::size_t context) {
+  if (context > model_config.seq_len)
+    throw std::invalid_argument("llama2::Engine: context must be at most the model's seq_len = " +
+                                std::to_string(model_config.seq_len) + " (got " + std::to_string(context) + ")");
+  Config c = model_config;
+  if (context != 0) c.seq_len = context;
+  return c;
+}
+
+}  // namespace
+
+Engine::Engine(const Model& model, CacheFactory make_cache, std::size_t prefill_chunk, std::size_t context)
     : model_(model),
-      store_(std::make_unique<ContiguousKVStore>(model.config(), std::move(make_cache))),
+      config_(with_context(model.config(), context)),
+      store_(std::make_unique<ContiguousKVStore>(config_, std::move(make_cache))),
       prefill_chunk_(prefill_chunk) {
   init();
 }
 
-Engine::Engine(const Model& model, const PagedKVOptions& paged, PagedCacheFactory make_cache)
-    : model_(model), store_(std::make_unique<PagedKVStore>(model.config(), paged, std::move(make_cache))) {
+Engine::Engine(const Model& model, const PagedKVOptions& paged, PagedCacheFactory make_cache, std::size_t context)
+    : model_(model),
+      config_(with_context(model.config(), context)),
+      store_(std::make_unique<PagedKVStore>(config_, paged, std::move(make_cache))) {
   init();
 }
 
 void Engine::init() {
-  const Config& c = model_.config();
+  const Config& c = config_;
   const std::size_t hd = c.head_dim(), half = hd / 2;
   rope_cos_.resize(c.seq_len * half);
   rope_sin_.resize(c.seq_len * half);
@@ -172,19 +193,19 @@ const kvevict::PagePool& Engine::page_pool(std::size_t layer) const {
 }
 
 std::size_t Engine::kv_bytes_full() const {
-  const Config& c = model_.config();
+  const Config& c = config_;
   return position_ * c.n_layers * 2 * c.kv_dim() * sizeof(float);
 }
 
 void Engine::check_token(int token, const char* where) const {
-  if (token < 0 || static_cast<std::size_t>(token) >= model_.config().vocab_size)
+  if (token < 0 || static_cast<std::size_t>(token) >= config_.vocab_size)
     throw std::invalid_argument(std::string("llama2::Engine::") + where + ": token id " + std::to_string(token) +
-                                " is outside the vocabulary [0, " + std::to_string(model_.config().vocab_size) + ")");
+                                " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
 }
 
 // Rotates each head's interleaved pairs (2i, 2i+1) of v by pos * theta^(-2i/head_dim).
 void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
-  const std::size_t hd = model_.config().head_dim(), half = hd / 2;
+  const std::size_t hd = config_.head_dim(), half = hd / 2;
   const float* cs = rope_cos_.data() + pos * half;
   const float* sn = rope_sin_.data() + pos * half;
   for (std::size_t h = 0; h < n_heads; ++h) {
@@ -200,7 +221,7 @@ void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
 // All query heads against the live slots [0, n) of the view (n = every KV head's length):
 // logits[h][s] = q_h·k_s / sqrt(head_dim) (kvevict::attention_logits), out_h = sum_s softmax(logits[h])_s v_s.
 void Engine::attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out) {
-  const Config& c = model_.config();
+  const Config& c = config_;
   const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
   kvevict::attention_logits(view, q, c.n_heads, logits, 1.0f / std::sqrt(static_cast<float>(hd)));
   const Eigen::OuterStride<> stride(static_cast<Eigen::Index>(view.slot_stride));
@@ -220,66 +241,137 @@ void Engine::attend(const kvevict::KVView<const float>& view, const float* q, fl
 }
 
 const float* Engine::step(int token) {
-  const Config& c = model_.config();
   check_token(token, "step");
-  if (position_ >= c.seq_len)
+  if (position_ >= config_.seq_len)
     throw std::length_error("llama2::Engine::step: the context is full (position " + std::to_string(position_) +
-                            " = seq_len)");
-  const auto dim = static_cast<Eigen::Index>(c.dim);
-
-  x_ = ConstVectorMap(model_.token_embedding() + static_cast<std::size_t>(token) * c.dim, dim);
-  for (std::size_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& w = model_.layer(l);
-    // Attention: q, k, v; RoPE; k and v join the cache once, at this position.
-    rmsnorm(xb_.data(), x_.data(), w.rms_att, c.dim, c.rms_eps);
-    gemv(q_.data(), w.wq, c.dim, c.dim, xb_.data(), false);
-    gemv(k_.data(), w.wk, c.kv_dim(), c.dim, xb_.data(), false);
-    gemv(v_.data(), w.wv, c.kv_dim(), c.dim, xb_.data(), false);
-    const std::size_t rot = hooks_ ? hooks_->rotary_position(*this, l, position_) : position_;
-    rope(q_.data(), c.n_heads, rot);
-    rope(k_.data(), c.n_kv_heads, rot);
-    const kvevict::KVView<float>& view = store_->append(l, position_, k_.data(), v_.data(), false);
-
-    attend(view, q_.data(), att_logits_.data(), xb2_.data());
-    if (hooks_) hooks_->decode_attention(*this, l, att_logits_.data(), view.length(0));
-    if (kvevict::CacheInterface* cache = store_->cache(l)) {
-      cache->decode_step(att_logits_.data(), view.length(0));
-      if (hooks_) hooks_->after_cache(*this, l, *cache, false);
-    }
-    gemv(x_.data(), w.wo, c.dim, c.dim, xb2_.data(), true);
-
-    // Feed-forward: x += w2 (silu(w1 xb) * w3 xb).
-    rmsnorm(xb_.data(), x_.data(), w.rms_ffn, c.dim, c.rms_eps);
-    gemv(h1_.data(), w.w1, c.hidden_dim, c.dim, xb_.data(), false);
-    gemv(h3_.data(), w.w3, c.hidden_dim, c.dim, xb_.data(), false);
-    swiglu(h1_.data(), h3_.data(), c.hidden_dim);
-    gemv(x_.data(), w.w2, c.dim, c.hidden_dim, h1_.data(), true);
-  }
-  rmsnorm(xb_.data(), x_.data(), model_.rms_final(), c.dim, c.rms_eps);
-  gemv(logits_.data(), model_.classifier(), c.vocab_size, c.dim, xb_.data(), false);
-  ++position_;
+                            " = context)");
+  Engine* self = this;
+  step_engines(&self, &token, 1);
   return logits_.data();
 }
 
-const RowMatrix& Engine::prefill(const std::vector<int>& tokens) {
-  const Config& c = model_.config();
+void Engine::step_batch(const std::vector<Engine*>& engines, const std::vector<int>& tokens) {
+  if (engines.size() != tokens.size())
+    throw std::invalid_argument("llama2::Engine::step_batch: " + std::to_string(engines.size()) + " engines but " +
+                                std::to_string(tokens.size()) + " tokens");
+  for (std::size_t i = 0; i < engines.size(); ++i) {
+    Engine* e = engines[i];
+    if (e == nullptr)
+      throw std::invalid_argument("llama2::Engine::step_batch: engines[" + std::to_string(i) + "] is null");
+    if (&e->model_ != &engines[0]->model_)
+      throw std::invalid_argument("llama2::Engine::step_batch: engines[" + std::to_string(i) +
+                                  "] runs another Model object than engines[0]");
+    for (std::size_t j = 0; j < i; ++j)
+      if (engines[j] == e)
+        throw std::invalid_argument("llama2::Engine::step_batch: engines[" + std::to_string(i) +
+                                    "] is engines[" + std::to_string(j) + "] again");
+    e->check_token(tokens[i], "step_batch");
+    if (e->position_ >= e->config_.seq_len)
+      throw std::length_error("llama2::Engine::step_batch: engines[" + std::to_string(i) +
+                              "]'s context is full (position " + std::to_string(e->position_) + " = context)");
+  }
+  if (!engines.empty()) step_engines(engines.data(), tokens.data(), engines.size());
+}
+
+void Engine::step_engines(Engine* const* es, const int* tokens, std::size_t n) {
+  const Engine& e0 = *es[0];
+  const Config& c = e0.config_;  // every engine's, but seq_len (not read here)
+  const Model& model = e0.model_;
+  const auto dim = static_cast<Eigen::Index>(c.dim);
+
+  for (std::size_t i = 0; i < n; ++i)
+    es[i]->x_ = ConstVectorMap(model.token_embedding() + static_cast<std::size_t>(tokens[i]) * c.dim, dim);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model.layer(l);
+    // Attention: q, k, v; RoPE; k and v join the cache once, at this position.
+    for (std::size_t i = 0; i < n; ++i) rmsnorm(es[i]->xb_.data(), es[i]->x_.data(), w.rms_att, c.dim, c.rms_eps);
+    gemv_engines(es, n, &Engine::q_, w.wq, c.dim, c.dim, &Engine::xb_, false);
+    gemv_engines(es, n, &Engine::k_, w.wk, c.kv_dim(), c.dim, &Engine::xb_, false);
+    gemv_engines(es, n, &Engine::v_, w.wv, c.kv_dim(), c.dim, &Engine::xb_, false);
+    for (std::size_t i = 0; i < n; ++i) {
+      Engine& e = *es[i];
+      const std::size_t rot = e.hooks_ ? e.hooks_->rotary_position(e, l, e.position_) : e.position_;
+      e.rope(e.q_.data(), c.n_heads, rot);
+      e.rope(e.k_.data(), c.n_kv_heads, rot);
+      const kvevict::KVView<float>& view = e.store_->append(l, e.position_, e.k_.data(), e.v_.data(), false);
+      e.attend(view, e.q_.data(), e.att_logits_.data(), e.xb2_.data());
+      if (e.hooks_) e.hooks_->decode_attention(e, l, e.att_logits_.data(), view.length(0));
+      if (kvevict::CacheInterface* cache = e.store_->cache(l)) {
+        cache->decode_step(e.att_logits_.data(), view.length(0));
+        if (e.hooks_) e.hooks_->after_cache(e, l, *cache, false);
+      }
+    }
+    gemv_engines(es, n, &Engine::x_, w.wo, c.dim, c.dim, &Engine::xb2_, true);
+
+    // Feed-forward: x += w2 (silu(w1 xb) * w3 xb).
+    for (std::size_t i = 0; i < n; ++i) rmsnorm(es[i]->xb_.data(), es[i]->x_.data(), w.rms_ffn, c.dim, c.rms_eps);
+    gemv_engines(es, n, &Engine::h1_, w.w1, c.hidden_dim, c.dim, &Engine::xb_, false);
+    gemv_engines(es, n, &Engine::h3_, w.w3, c.hidden_dim, c.dim, &Engine::xb_, false);
+    for (std::size_t i = 0; i < n; ++i) swiglu(es[i]->h1_.data(), es[i]->h3_.data(), c.hidden_dim);
+    gemv_engines(es, n, &Engine::x_, w.w2, c.dim, c.hidden_dim, &Engine::h1_, true);
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    rmsnorm(es[i]->xb_.data(), es[i]->x_.data(), model.rms_final(), c.dim, c.rms_eps);
+  gemv_engines(es, n, &Engine::logits_, model.classifier(), c.vocab_size, c.dim, &Engine::xb_, false);
+  for (std::size_t i = 0; i < n; ++i) ++es[i]->position_;
+}
+
+void Engine::check_prompt(const std::vector<int>& tokens, const char* where) const {
   if (position_ != 0)
-    throw std::logic_error("llama2::Engine::prefill: the sequence has already started (position " +
+    throw std::logic_error(std::string("llama2::Engine::") + where + ": the sequence has already started (position " +
                            std::to_string(position_) + "); call reset() first");
-  if (tokens.empty() || tokens.size() > c.seq_len)
-    throw std::invalid_argument("llama2::Engine::prefill: prompt length must be in [1, seq_len = " +
-                                std::to_string(c.seq_len) + "] (got " + std::to_string(tokens.size()) + ")");
-  for (int t : tokens) check_token(t, "prefill");
+  if (tokens.empty() || tokens.size() > config_.seq_len)
+    throw std::invalid_argument(std::string("llama2::Engine::") + where + ": prompt length must be in [1, context = " +
+                                std::to_string(config_.seq_len) + "] (got " + std::to_string(tokens.size()) + ")");
+  for (int t : tokens) check_token(t, where);
+}
+
+const RowMatrix& Engine::prefill(const std::vector<int>& tokens) {
+  check_prompt(tokens, "prefill");
   try {
-    return run_prefill(tokens);
+    return run_prefill(tokens, {});
   } catch (...) {
     reset();  // a cache may have thrown half-way through the blocks
     throw;
   }
 }
 
-const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
-  const Config& c = model_.config();
+const RowMatrix& Engine::prefill_batch(Engine& lead, const std::vector<Engine*>& followers,
+                                       const std::vector<int>& tokens) {
+  lead.check_prompt(tokens, "prefill_batch");
+  if (lead.prefill_chunk_ != 0)
+    throw std::invalid_argument("llama2::Engine::prefill_batch: the lead prefills in chunks of " +
+                                std::to_string(lead.prefill_chunk_) + " (only a one-shot prefill can be shared)");
+  for (std::size_t i = 0; i < followers.size(); ++i) {
+    const Engine* f = followers[i];
+    const std::string name = "llama2::Engine::prefill_batch: followers[" + std::to_string(i) + "]";
+    if (f == nullptr) throw std::invalid_argument(name + " is null");
+    if (f == &lead) throw std::invalid_argument(name + " is the lead");
+    for (std::size_t j = 0; j < i; ++j)
+      if (followers[j] == f) throw std::invalid_argument(name + " is followers[" + std::to_string(j) + "] again");
+    if (&f->model_ != &lead.model_) throw std::invalid_argument(name + " runs another Model object than the lead");
+    if (f->prefill_chunk_ != 0)
+      throw std::invalid_argument(name + " prefills in chunks of " + std::to_string(f->prefill_chunk_) +
+                                  " (only a one-shot prefill can be shared)");
+    if (f->position_ != 0)
+      throw std::invalid_argument(name + " is at position " + std::to_string(f->position_) + ", not 0");
+    if (tokens.size() > f->config_.seq_len)
+      throw std::invalid_argument(name + "'s context " + std::to_string(f->config_.seq_len) +
+                                  " is shorter than the prompt (" + std::to_string(tokens.size()) + " tokens)");
+  }
+  try {
+    const RowMatrix& out = lead.run_prefill(tokens, followers);
+    for (Engine* f : followers) f->prefill_logits_ = out;
+    return out;
+  } catch (...) {
+    lead.reset();
+    for (Engine* f : followers) f->reset();
+    throw;
+  }
+}
+
+const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens, const std::vector<Engine*>& followers) {
+  const Config& c = config_;
   const std::size_t P = tokens.size();
   const auto rows = static_cast<Eigen::Index>(P), dim = static_cast<Eigen::Index>(c.dim),
              kv_dim = static_cast<Eigen::Index>(c.kv_dim()), hidden = static_cast<Eigen::Index>(c.hidden_dim);
@@ -332,6 +424,18 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
         cache->finish_prefill();
       if (hooks_) hooks_->after_cache(*this, l, *cache, true);
     }
+    // prefill_batch: each follower's block gets the rows and logits its own one-shot prefill would make
+    // (the same rotated K/V, appended in order; the same [q_head][P][P] logits).
+    for (Engine* f : followers) {
+      for (std::size_t t = 0; t < P; ++t) {
+        const auto r = static_cast<Eigen::Index>(t);
+        f->store_->append(l, t, K.row(r).data(), V.row(r).data(), t > 0);
+      }
+      if (kvevict::CacheInterface* fc = f->store_->cache(l)) {
+        fc->prefill(prompt_attention_logits_.data(), P);
+        if (f->hooks_) f->hooks_->after_cache(*f, l, *fc, true);
+      }
+    }
 
     for (Eigen::Index t = 0; t < rows; ++t) rmsnorm(XB.row(t).data(), X.row(t).data(), w.rms_ffn, c.dim, c.rms_eps);
     gemm_t(H1, XB, w.w1, c.hidden_dim, false);
@@ -348,6 +452,7 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens) {
   prefill_logits_.resize(rows - first, static_cast<Eigen::Index>(c.vocab_size));
   gemm_t(prefill_logits_, final_rows, model_.classifier(), c.vocab_size, false);
   position_ = P;
+  for (Engine* f : followers) f->position_ = P;
   return prefill_logits_;
 }
 

@@ -56,7 +56,7 @@ enum class PrefillLogits { all, last };
 /// grouped-query attention, SwiGLU, tied or separate classifier) in float32.
 ///
 /// KV cache: one `kvevict::KVBuffer<float>` per block, `[kv_head][slot][head_dim]`,
-/// capacity `seq_len`. A key is rotated (RoPE) once, when it is appended, with
+/// capacity `context()`. A key is rotated (RoPE) once, when it is appended, with
 /// its token's position; the query is rotated with the current position.
 /// Attention runs over the live slots `[0, view.length(h))` of each KV head, in
 /// slot order (which is not position order after an eviction; RoPE makes that
@@ -93,11 +93,17 @@ class Engine {
   /// `prefill_chunk`: 0 = one-shot prefill; `C >= 1` = chunked prefill in
   /// chunks of `C` tokens (the caches should be built with
   /// `CacheConfig::max_prefill_chunk >= C`; see `EvictionSettings`).
-  explicit Engine(const Model& model, CacheFactory make_cache = {}, std::size_t prefill_chunk = 0);
+  /// `context`: the most positions the engine holds (0 = the model's `seq_len`); the KV buffers, the
+  /// RoPE tables and the attention scratch are sized for it, so an engine for a 2K-token window of an
+  /// 8K-context model holds a quarter of the memory. Throws `std::invalid_argument` if `context` exceeds
+  /// `model.config().seq_len`.
+  explicit Engine(const Model& model, CacheFactory make_cache = {}, std::size_t prefill_chunk = 0,
+                  std::size_t context = 0);
   /// An engine with paged KV storage (see above); `make_cache` (optional) picks
-  /// each block's paged eviction cache. Throws `std::invalid_argument` if
-  /// `paged.page_size` is 0 or the layout is unknown.
-  Engine(const Model& model, const PagedKVOptions& paged, PagedCacheFactory make_cache = {});
+  /// each block's paged eviction cache; `context` as above. Throws `std::invalid_argument` if
+  /// `paged.page_size` is 0, the layout is unknown or `context` exceeds the model's `seq_len`.
+  Engine(const Model& model, const PagedKVOptions& paged, PagedCacheFactory make_cache = {},
+         std::size_t context = 0);
 
   /// Runs `tokens` (ids in `[0, vocab)`) at positions `0 .. P-1` with full
   /// causal attention, then lets each block's cache evict to its budget.
@@ -108,17 +114,47 @@ class Engine {
   /// pool of `set_threads` / `set_pool` in fixed blocks of output features, so the
   /// floats are the same for every thread count.
   /// Throws `std::logic_error` unless `position() == 0`, `std::invalid_argument`
-  /// if `tokens` is empty, longer than `seq_len` or holds an id out of range,
+  /// if `tokens` is empty, longer than `context()` or holds an id out of range,
   /// and whatever the cache throws (e.g. a budget that resolves to 0); after
   /// any of these the engine is reset (position 0, empty caches).
   const RowMatrix& prefill(const std::vector<int>& tokens);
 
   /// Runs one token at position `position()` and advances. Returns the
-  /// next-token logits `[vocab]`, valid until the next call.
+  /// next-token logits `[vocab]` (also `logits()`), valid until the next call.
   /// Throws `std::invalid_argument` for an id out of range and
-  /// `std::length_error` when `position() == seq_len` (RoPE positions beyond
+  /// `std::length_error` when `position() == context()` (RoPE positions beyond
   /// the trained context are not supported).
   const float* step(int token);
+
+  /// `lead.prefill(tokens)`, and the same prompt into every engine of `followers` without running the
+  /// model again for them. In a one-shot prefill no block's eviction changes the prompt's hidden states
+  /// (every prompt query attends to the whole causal prefix before the block's cache evicts), so the
+  /// lead's rotated K/V rows and `[q_head][P][P]` logits of each block are handed to each follower's store
+  /// and cache as the follower's own prefill would have made them: every follower ends bit for bit as
+  /// after its own `prefill(tokens)`, its prefill logits a copy of the lead's (the lead's
+  /// `set_prefill_logits` mode). Costs one forward pass plus each follower's cache work, instead of one
+  /// forward pass per engine (a quality harness comparing many policies on one prompt).
+  /// Throws `std::invalid_argument` (no engine changed) unless every engine shares the lead's `Model`
+  /// object, is distinct, prefills in one shot (`prefill_chunk() == 0`) and is at position 0, and the
+  /// prompt fits every engine's `context()`; then what `prefill` throws, after which every engine is reset.
+  static const RowMatrix& prefill_batch(Engine& lead, const std::vector<Engine*>& followers,
+                                        const std::vector<int>& tokens);
+
+  /// One decode step on each of `engines` (`tokens[i]` into `engines[i]`), bit for bit what each
+  /// engine's own `step(tokens[i])` gives (`logits()` of each), with every block of weight rows read once
+  /// for all engines: each task of a weight product (64 output features, fixed) runs the same Eigen
+  /// product for every engine in turn while the rows are in cache, so a decode step, which reads every
+  /// weight once per token, costs one pass over the weights per batch instead of one per engine. The
+  /// weight products run on the pool of `engines[0]`, each engine's attention and cache on its own.
+  /// Throws `std::invalid_argument` (no engine changed) if the sizes differ, an engine is null, repeated
+  /// or of another `Model`, or a token is out of range, `std::length_error` if an engine is at its
+  /// `context()`; a cache or hook that throws leaves the engines mid-step, as `step` does.
+  static void step_batch(const std::vector<Engine*>& engines, const std::vector<int>& tokens);
+
+  /// The next-token logits `[vocab]` of the last `step` or `step_batch` (unspecified before one).
+  const float* logits() const { return logits_.data(); }
+  /// The most positions this engine holds (the constructor's `context`, or the model's `seq_len`).
+  std::size_t context() const { return config_.seq_len; }
 
   /// Which prompt positions `prefill` computes next-token logits for: every one (default) or the last
   /// one only (what generation needs; a [P][vocab] classifier product is skipped). Kept across `reset`.
@@ -173,20 +209,27 @@ class Engine {
   std::size_t kv_bytes_held() const { return store_->kv_bytes_held(); }
   /// Bytes a full cache would hold at this position: `position * n_layers * 2 * kv_dim * 4`.
   std::size_t kv_bytes_full() const;
-  const Config& config() const { return model_.config(); }
+  /// The model's configuration, except `seq_len`, which is `context()`.
+  const Config& config() const { return config_; }
 
  private:
   void init();
-  void gemv(float* y, const float* w, std::size_t out, std::size_t in, const float* x, bool accumulate);
   void gemm_t(RowMatrix& y, const RowMatrix& x, const float* w, std::size_t out, bool accumulate);
   /// Gives every cache the pool (`set_executor`), if there is one.
   void apply_executor();
-  const RowMatrix& run_prefill(const std::vector<int>& tokens);
+  const RowMatrix& run_prefill(const std::vector<int>& tokens, const std::vector<Engine*>& followers);
+  void check_prompt(const std::vector<int>& tokens, const char* where) const;
+  /// The decode step of `n` distinct engines of one model, inputs already checked (`step`: n = 1).
+  static void step_engines(Engine* const* engines, const int* tokens, std::size_t n);
+  /// `y = W x` (or `y += W x`) for each of `n` engines: `y`, `x` are the engines' members.
+  static void gemv_engines(Engine* const* engines, std::size_t n, Eigen::VectorXf Engine::*y, const float* w,
+                           std::size_t out, std::size_t in, Eigen::VectorXf Engine::*x, bool accumulate);
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
   void attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out);
 
   const Model& model_;
+  Config config_;                   // the model's, with seq_len = context (the stores keep a reference)
   std::unique_ptr<KVStore> store_;  // the KV layout: contiguous or paged, with each block's cache
   std::size_t position_ = 0;
   std::size_t prefill_chunk_ = 0;

@@ -115,7 +115,8 @@ std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& 
     PagedKVOptions options;
     options.page_size = settings.page_size;
     options.layout = settings.page_layout;
-    return std::make_unique<Engine>(model, options, make_paged_cache_factory(settings, n_q, model.config().n_layers));
+    return std::make_unique<Engine>(model, options, make_paged_cache_factory(settings, n_q, model.config().n_layers),
+                                    settings.context);
   }
   if (settings.kv_layout != KvLayout::contiguous)
     throw std::invalid_argument("llama2::make_engine: unknown kv_layout " +
@@ -128,7 +129,7 @@ std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& 
   if (settings.page_score != kvevict::PageScore::sum)
     throw std::invalid_argument("llama2::make_engine: page_score = mean needs kv_layout = paged and evict_unit = page");
   return std::make_unique<Engine>(model, make_cache_factory(settings, n_q, model.config().n_layers),
-                                  settings.prefill_chunk);
+                                  settings.prefill_chunk, settings.context);
 }
 
 }  // namespace llama2

@@ -70,6 +70,8 @@ struct EvictionSettings {
   /// Noise seed; block `l` uses `seed + l * 0x9E3779B97F4A7C15` (wrapping) so
   /// blocks draw independent noise and each run is reproducible.
   std::uint64_t seed = 0;
+  /// `Engine`'s `context`: the most positions the engine holds (0 = the model's `seq_len`).
+  std::size_t context = 0;
 };
 
 /// The budget of each of `n_layers` blocks under `settings` (`kvevict::layer_budgets` of
@@ -102,7 +104,7 @@ PagedCacheFactory make_paged_cache_factory(const EvictionSettings& settings, std
 /// paged (`PagedKVOptions{page_size, page_layout}`, `make_paged_cache_factory`).
 /// Throws `std::invalid_argument` for paged options with the contiguous layout
 /// (`evict_unit = page`, `start_pages != 0`, `page_score = mean`), `page_size == 0`,
-/// and whatever the factories throw.
+/// a `context` above the model's `seq_len`, and whatever the factories throw.
 std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& settings);
 
 }  // namespace llama2
