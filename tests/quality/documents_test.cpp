@@ -1,6 +1,8 @@
 // kvevict — tests/quality/documents_test.cpp: kvevict-quality's document windows, the recurrence classes
 // of its "where the loss comes from" table, and the retrieval prompts (bench/quality/quality_eval.hpp,
-// bench/quality/retrieval.hpp). No model needed: the retrieval generator is driven by a byte encoder.
+// bench/quality/retrieval.hpp). No model needed: the retrieval generator is driven by a byte encoder. And
+// the batched window evaluation (evaluate_with_reference, evaluate_batch) against the runs one at a time, on
+// a synthetic checkpoint.
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
@@ -15,8 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "llama2/eviction.hpp"
+#include "oracle.hpp"
 #include "quality_eval.hpp"
 #include "retrieval.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -236,6 +241,78 @@ TEST(Retrieval, BadArgumentsThrow) {
   EXPECT_EQ(kvquality::first_digits(" 48193."), "48193");
   EXPECT_EQ(kvquality::first_digits("code 12 and 34"), "12");
   EXPECT_EQ(kvquality::first_digits("none"), "");
+}
+
+// The batched evaluation gives every number of the runs one at a time, bit for bit: the reference, each
+// policy's per-token NLL, KL and top-1, and the oracle rows evaluated after the reference.
+TEST(BatchEvaluation, EqualsTheRunsOneAtATimeBitForBit) {
+  llama2_test::Header h;
+  h.dim = 64;
+  h.hidden_dim = 96;
+  h.vocab_size = 80;
+  h.seq_len = 64;
+  llama2_test::TempFile f("kvevict_batch_eval");
+  llama2_test::write_checkpoint(f.path, h, llama2_test::random_weights(h, 17));
+  const llama2::Model m = llama2::Model::load(f.path);
+  std::vector<int> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 11) % 80);
+  const std::size_t prompt = 24, horizon = tokens.size() - prompt - 1;
+
+  kvquality::FutureAttention future;  // shaped before the oracle caches are built, as kvevict-quality does
+  future.reset(m.config().n_layers, m.config().n_kv_heads, m.config().n_heads / m.config().n_kv_heads, horizon,
+               tokens.size());
+  auto engines_for = [&] {
+    std::vector<std::unique_ptr<llama2::Engine>> out;
+    for (const char* p : {"keyformer", "h2o", "tova"}) {
+      llama2::EvictionSettings s;
+      s.policy = p;
+      s.budget = kvevict::Budget::tokens(10);
+      s.recent = std::string(p) == "tova" ? kvevict::RecentWindow::tokens(0) : kvevict::RecentWindow::ratio(0.3);
+      s.params.horizon = horizon;
+      s.seed = 3;
+      s.context = tokens.size();
+      out.push_back(llama2::make_engine(m, s));
+    }
+    kvevict::CacheConfig oc;
+    oc.n_q_heads = m.config().n_heads;
+    oc.budget = kvevict::Budget::tokens(10);
+    oc.recent = kvevict::RecentWindow::tokens(3);
+    out.push_back(std::make_unique<llama2::Engine>(
+        m,
+        [oc, &future](std::size_t layer, const kvevict::KVView<float>& view) -> std::unique_ptr<kvevict::CacheInterface> {
+          return std::make_unique<kvquality::OracleCache>(oc, view, future, layer);
+        },
+        0, tokens.size()));
+    return out;
+  };
+  auto same = [](const kvquality::WindowResult& a, const kvquality::WindowResult& b) {
+    return a.nll == b.nll && a.kl == b.kl && a.top1 == b.top1 && a.token_nll == b.token_nll;
+  };
+
+  // One at a time: the reference (recording the future attention), then each run.
+  llama2::Engine full(m);
+  std::vector<std::unique_ptr<llama2::Engine>> alone = engines_for();
+  const kvquality::Reference want_ref = kvquality::full_reference(full, tokens, prompt, &future);
+  std::vector<kvquality::WindowResult> want;
+  for (auto& e : alone) want.push_back(kvquality::evaluate(*e, tokens, prompt, want_ref));
+  EXPECT_GT(want[0].kl, 0.0);  // eviction changed something
+
+  // Batched: the three policies with the reference, then the oracle against it.
+  llama2::Engine lead(m, {}, 0, tokens.size());
+  std::vector<std::unique_ptr<llama2::Engine>> batch = engines_for();
+  std::vector<kvquality::WindowResult> got, got_oracle;
+  const kvquality::Reference ref = kvquality::evaluate_with_reference(
+      lead, {batch[0].get(), batch[1].get(), batch[2].get()}, tokens, prompt, got, &future);
+  kvquality::evaluate_batch(lead, {batch[3].get()}, tokens, prompt, ref, got_oracle);
+  EXPECT_EQ(ref.nll, want_ref.nll);
+  EXPECT_EQ(ref.token_nll, want_ref.token_nll);
+  EXPECT_EQ(ref.argmax, want_ref.argmax);
+  EXPECT_EQ(ref.logp, want_ref.logp);
+  ASSERT_EQ(got.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE(same(got[i], want[i])) << "run " << i;
+  ASSERT_EQ(got_oracle.size(), 1u);
+  EXPECT_TRUE(same(got_oracle[0], want[3]));
+  EXPECT_EQ(lead.hooks(), nullptr);  // the recorder is gone
 }
 
 }  // namespace
