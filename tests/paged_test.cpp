@@ -590,6 +590,24 @@ TEST(PagedCache, ConstructorRejectsBadSettings) {
   cfg.shared_heads = false;
   EXPECT_THROW(kvevict::make_paged_cache(Policy::h2o, cfg, token, s.view, pool), std::invalid_argument);
   cfg.shared_heads = true;
+  cfg.max_prefill_chunk = 4;  // PagedCache has no chunked prefill: refused, not ignored
+  try {
+    kvevict::make_paged_cache(Policy::h2o, cfg, token, s.view, pool);
+    FAIL() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "kvevict::PagedCache: config.max_prefill_chunk = 4 is not supported (PagedCache has no "
+                           "chunked prefill; set 0)");
+  }
+  cfg.max_prefill_chunk = 0;
+  cfg.bounded_prefill = true;
+  try {
+    kvevict::make_paged_cache(Policy::h2o, cfg, token, s.view, pool);
+    FAIL() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "kvevict::PagedCache: config.bounded_prefill is not supported (PagedCache has no "
+                           "chunked prefill; set false)");
+  }
+  cfg.bounded_prefill = false;
   token.start_pages = 1;
   try {
     kvevict::make_paged_cache(Policy::h2o, cfg, token, s.view, pool);

@@ -73,6 +73,7 @@ class PagedCache final
   /// (which must outlive the cache). Allocates O(n_kv_heads · capacity) floats once.
   /// Throws `std::invalid_argument` if the view is invalid or not empty, its
   /// `num_pages` differs from the pool's, `config.shared_heads` is false,
+  /// `config.max_prefill_chunk` is not 0 or `config.bounded_prefill` is set (no chunked prefill),
   /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads`, a
   /// page-unit option is set with the token unit, or — for a token-count
   /// budget — the budget fails `resolve_budget` (as `Cache`).
@@ -88,6 +89,11 @@ class PagedCache final
         pages_(paged, kv.max_pages) {
     detail::require(config.shared_heads, "kvevict::PagedCache: config.shared_heads must be true (a page slot holds "
                                          "the token of every KV head, so all KV heads share one selection)");
+    // PagedCache prefills in one shot only; a chunked-prefill option would be silently ignored.
+    detail::require(config.max_prefill_chunk == 0, "kvevict::PagedCache: config.max_prefill_chunk = ",
+                    config.max_prefill_chunk, " is not supported (PagedCache has no chunked prefill; set 0)");
+    detail::require(!config.bounded_prefill, "kvevict::PagedCache: config.bounded_prefill is not supported "
+                                             "(PagedCache has no chunked prefill; set false)");
     detail::require(*kv.length == 0, "kvevict::PagedCache: the sequence must be empty at construction (length = ",
                     *kv.length, ")");
     detail::require(kv.num_pages == pool.num_pages(), "kvevict::PagedCache: the view has num_pages = ",
