@@ -82,11 +82,11 @@ struct ParallelLayer {
   }
 };
 
-kvexample::ThreadPool* pool_of(std::size_t workers) {
-  static std::map<std::size_t, std::unique_ptr<kvexample::ThreadPool>> pools;
+kvtools::ThreadPool* pool_of(std::size_t workers) {
+  static std::map<std::size_t, std::unique_ptr<kvtools::ThreadPool>> pools;
   if (workers <= 1) return nullptr;
   auto& p = pools[workers];
-  if (!p) p = std::make_unique<kvexample::ThreadPool>(workers);
+  if (!p) p = std::make_unique<kvtools::ThreadPool>(workers);
   return p.get();
 }
 
@@ -98,7 +98,7 @@ ParallelLayer& layer_of(kvevict::Policy p, const Shape& s) {
   const Key key{p, s.n, s.g};
   if (!held || held_key != key) {
     held.reset();
-    kvexample::ThreadPool* fill = pool_of(std::max(1u, std::thread::hardware_concurrency()));
+    kvtools::ThreadPool* fill = pool_of(std::max(1u, std::thread::hardware_concurrency()));
     held = std::make_unique<ParallelLayer>(p, s, fill ? kvevict::ExecutorRef(*fill) : kvevict::ExecutorRef());
     held_key = key;
   }
@@ -112,7 +112,7 @@ std::map<Key, double>& serial_ns() {
 
 void bm_parallel_step(benchmark::State& state, kvevict::Policy policy, Shape s, std::size_t workers) {
   ParallelLayer& layer = layer_of(policy, s);
-  kvexample::ThreadPool* pool = pool_of(workers);
+  kvtools::ThreadPool* pool = pool_of(workers);
   layer.cache->set_executor(pool ? kvevict::ExecutorRef(*pool) : kvevict::ExecutorRef());
   const auto t0 = Clock::now();
   for (auto _ : state) layer.step();

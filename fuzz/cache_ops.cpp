@@ -687,8 +687,8 @@ struct Harness {
   const CacheConfig& config() const { return config_; }
 };
 
-kvexample::ThreadPool& real_threads() {
-  static kvexample::ThreadPool pool(3);
+kvtools::ThreadPool& real_threads() {
+  static kvtools::ThreadPool pool(3);
   return pool;
 }
 

@@ -126,7 +126,7 @@ TEST(NoAllocation, PrefillChunksAllocateNothing) {
 // count starts), prefill chunks and decode steps allocate nothing either: the per-task
 // scratch is sized by set_executor. n_kv = 1 < W splits each row across 512-slot chunks;
 // n_kv = 4 >= W splits across KV heads.
-long count_parallel_allocations(kvevict::Policy policy, std::size_t n_kv, bool shared, kvexample::ThreadPool& pool) {
+long count_parallel_allocations(kvevict::Policy policy, std::size_t n_kv, bool shared, kvtools::ThreadPool& pool) {
   const std::size_t g = 2, d = 8, k = 1100, C = 300, prompt = 1200, steps = 20;
   kvevict::KVBuffer<float> buf(n_kv, prompt + 1, d);
   auto kv = buf.view();
@@ -155,7 +155,7 @@ long count_parallel_allocations(kvevict::Policy policy, std::size_t n_kv, bool s
 }
 
 TEST(NoAllocation, ParallelPrefillAndDecodeStepsAllocateNothing) {
-  kvexample::ThreadPool pool(3);
+  kvtools::ThreadPool pool(3);
   for (auto policy : {kvevict::Policy::keyformer, kvevict::Policy::h2o, kvevict::Policy::tova})
     for (std::size_t n_kv : {std::size_t{1}, std::size_t{4}})
       for (bool shared : {false, true})

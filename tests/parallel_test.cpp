@@ -54,8 +54,8 @@ class PromptRows final : public kvevict::ChunkRows {
   std::vector<float> buf_;
 };
 
-kvexample::ThreadPool& pool(std::size_t w) {
-  static kvexample::ThreadPool p2(2), p3(3), p7(7);
+kvtools::ThreadPool& pool(std::size_t w) {
+  static kvtools::ThreadPool p2(2), p3(3), p7(7);
   return w == 2 ? p2 : w == 3 ? p3 : p7;
 }
 
@@ -201,7 +201,7 @@ TEST(Parallel, SerialExecutorsAgree) {
   const std::size_t P = 600, nq = 4;
   const auto x = kvtest::causal_logits(nq, P, [](std::size_t h, std::size_t r, std::size_t s) { return logit_of(r, h, s); });
   kvevict::SerialExecutor serial;
-  kvexample::ThreadPool one(1);
+  kvtools::ThreadPool one(1);
   std::vector<Snapshot> got;
   for (int which = 0; which < 3; ++which) {
     kvevict::KVBuffer<float> buf(2, P + 1, 2);

@@ -17,7 +17,7 @@
 
 #include "kvevict/core/executor.hpp"
 
-namespace kvexample {
+namespace kvtools {
 
 /// A fixed pool of `workers − 1` threads plus the calling thread.
 /// `parallel_for(n, f)` publishes the job, runs tasks on the caller too, and
@@ -31,7 +31,7 @@ class ThreadPool {
  public:
   /// Starts `workers − 1` threads. Throws `std::invalid_argument` if `workers == 0`.
   explicit ThreadPool(std::size_t workers) : workers_(workers) {
-    if (workers == 0) throw std::invalid_argument("kvexample::ThreadPool: workers must be >= 1 (got 0)");
+    if (workers == 0) throw std::invalid_argument("kvtools::ThreadPool: workers must be >= 1 (got 0)");
     threads_.reserve(workers - 1);
     for (std::size_t i = 1; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
   }
@@ -124,6 +124,6 @@ class ThreadPool {
   std::atomic<std::size_t> completed_{0};
 };
 
-static_assert(kvevict::is_executor<ThreadPool>::value, "kvexample::ThreadPool must satisfy kvevict's Executor");
+static_assert(kvevict::is_executor<ThreadPool>::value, "kvtools::ThreadPool must satisfy kvevict's Executor");
 
-}  // namespace kvexample
+}  // namespace kvtools

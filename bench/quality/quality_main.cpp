@@ -397,7 +397,7 @@ int main(int argc, char** argv) {
     // One engine per run, for windows with `horizon` decode steps (`future`: the oracle rows' view).
     // `context`: the positions the engine must hold (a window, or a retrieval prompt and its answer).
     auto make_engine_for = [&](const Run& run, kvquality::FutureAttention& future, std::size_t horizon,
-                               kvexample::ThreadPool* step_pool, std::size_t context) -> std::unique_ptr<llama2::Engine> {
+                               kvtools::ThreadPool* step_pool, std::size_t context) -> std::unique_ptr<llama2::Engine> {
           const RowSpec& row = *run.row;
           if (row.policy == "oracle") {
             kvevict::CacheConfig config;
@@ -431,7 +431,7 @@ int main(int argc, char** argv) {
     };
     // Every run's engine, built once per worker and sized for `context` positions (a GGUF model's context,
     // e.g. 8192 positions, would make each engine's KV buffers four times a 2K window's).
-    auto make_engines = [&](kvquality::FutureAttention& future, std::size_t horizon, kvexample::ThreadPool* step_pool,
+    auto make_engines = [&](kvquality::FutureAttention& future, std::size_t horizon, kvtools::ThreadPool* step_pool,
                             std::size_t context) {
       std::vector<std::unique_ptr<llama2::Engine>> engines;
       for (const Run& run : runs) engines.push_back(make_engine_for(run, future, horizon, step_pool, context));
@@ -511,8 +511,8 @@ int main(int argc, char** argv) {
       const std::size_t answer_context = prompt + answer_tokens;
       auto rworker = [&] {
         try {
-          std::unique_ptr<kvexample::ThreadPool> step_pool;
-          if (step_threads > 1) step_pool = std::make_unique<kvexample::ThreadPool>(step_threads);
+          std::unique_ptr<kvtools::ThreadPool> step_pool;
+          if (step_threads > 1) step_pool = std::make_unique<kvtools::ThreadPool>(step_threads);
           llama2::Engine full(model, {}, 0, answer_context);
           full.set_prefill_logits(llama2::PrefillLogits::last);  // an answer reads the last position's only
           full.set_pool(step_pool.get());
@@ -639,8 +639,8 @@ int main(int argc, char** argv) {
     auto worker = [&] {
       try {
         // One step pool per window worker, shared by its engines (they run one after another).
-        std::unique_ptr<kvexample::ThreadPool> step_pool;
-        if (step_threads > 1) step_pool = std::make_unique<kvexample::ThreadPool>(step_threads);
+        std::unique_ptr<kvtools::ThreadPool> step_pool;
+        if (step_threads > 1) step_pool = std::make_unique<kvtools::ThreadPool>(step_threads);
         llama2::Engine full(model, {}, 0, window);
         full.set_prefill_logits(llama2::PrefillLogits::last);  // the windows score decode steps only
         kvquality::FutureAttention future;  // the oracle rows' view of the full cache's future attention

@@ -10,7 +10,8 @@
 #      NLL / KL / top-1 and the NLL increase by the target's distance to its previous occurrence;
 #   3. the same at LONG_PROMPT prompt tokens on LONG_WINDOWS windows (the subset at P = 4096).
 # Writes bench/quality/results/smollm2/ (smollm2.md: the report with its command and wall times; CSVs;
-# smollm2.png and smollm2_p4096.png: NLL increase vs budget per row with standard-error bars; gnuplot).
+# smollm2.png and smollm2_p4096.png: NLL increase vs budget per row with standard-error bars; gnuplot;
+# Keyformer against each row paired per window, bench/quality/paired_diff.py).
 # The defaults fit 60 minutes on the shared 2-core machine (see smollm2.md); more windows on a bigger one, e.g.
 #   WINDOWS=64 LONG_WINDOWS=16 RETRIEVAL=20 THREADS=16 bash bench/quality/run_smollm2.sh
 # kvevict-quality is built in BUILD_DIR (default build-quality) with QUALITY_CXX_FLAGS (default -march=native:
@@ -85,8 +86,17 @@ gnuplot "$out/smollm2.gp"
   echo
   cat "$out/windows.md"
   echo
+  echo
+  echo "### Keyformer against each row, paired per window (P = $prompt)"
+  echo
+  python3 bench/quality/paired_diff.py "$out/smollm2.csv" keyformer
+  echo
   echo "## Teacher-forced windows, P = $long_prompt"
   echo
   cat "$out/long.md"
+  echo
+  echo "### Keyformer against each row, paired per window (P = $long_prompt)"
+  echo
+  python3 bench/quality/paired_diff.py "$out/smollm2_p$long_prompt.csv" keyformer
 } >"$out/smollm2.md"
 echo "wrote $out/smollm2.md ($((end - start)) s)" >&2

@@ -71,7 +71,7 @@ void Engine::gemv_engines(Engine* const* engines, std::size_t n, Eigen::VectorXf
         dst.noalias() = rows * src;
     }
   };
-  if (kvexample::ThreadPool* pool = engines[0]->pool_)
+  if (kvtools::ThreadPool* pool = engines[0]->pool_)
     pool->parallel_for(tasks, task);
   else
     for (std::size_t t = 0; t < tasks; ++t) task(t);
@@ -159,12 +159,12 @@ void Engine::set_threads(std::size_t threads) {
     throw std::invalid_argument("llama2::Engine::set_threads: threads must be in [1, 1024] (got " +
                                 std::to_string(threads) + ")");
   if (threads == this->threads() && (pool_ == nullptr || pool_ == own_pool_.get())) return;
-  auto pool = threads > 1 ? std::make_unique<kvexample::ThreadPool>(threads) : nullptr;
+  auto pool = threads > 1 ? std::make_unique<kvtools::ThreadPool>(threads) : nullptr;
   set_pool(pool.get());
   own_pool_ = std::move(pool);
 }
 
-void Engine::set_pool(kvexample::ThreadPool* pool) {
+void Engine::set_pool(kvtools::ThreadPool* pool) {
   pool_ = pool;
   store_->set_executor(kvevict::ExecutorRef());
   apply_executor();

@@ -180,7 +180,7 @@ class Engine {
   /// As `set_threads`, on a pool the caller owns (shared by several engines that
   /// run one after another on one thread; it must outlive its use here); `nullptr`
   /// = serial. Allocates the caches' per-task scratch.
-  void set_pool(kvexample::ThreadPool* pool);
+  void set_pool(kvtools::ThreadPool* pool);
   /// Worker threads in use (1 = serial).
   std::size_t threads() const { return pool_ ? pool_->workers() : 1; }
   /// Prefill chunk size `C` (0 = one-shot).
@@ -241,8 +241,8 @@ class Engine {
   Eigen::VectorXf x_, xb_, xb2_, q_, k_, v_, h1_, h3_, logits_;
   std::vector<float> att_logits_;  // [n_heads][seq_len], one block at a time
   std::vector<float> att_probs_;   // [n_heads][seq_len]: one row per query head (heads run in parallel)
-  kvexample::ThreadPool* pool_ = nullptr;             // null: serial
-  std::unique_ptr<kvexample::ThreadPool> own_pool_;  // the pool of set_threads
+  kvtools::ThreadPool* pool_ = nullptr;             // null: serial
+  std::unique_ptr<kvtools::ThreadPool> own_pool_;  // the pool of set_threads
 
   // Prefill storage, grown on demand.
   RowMatrix prefill_logits_;           // [P][vocab], or [1][vocab] for PrefillLogits::last

@@ -1,11 +1,11 @@
 set terminal pngcairo size 1200,480 font ',10'
 set output 'bench/quality/results/smollm2/smollm2.png'
-set multiplot layout 1,2 title 'SmolLM2-135M-Instruct.Q4_1.gguf on the documents of python-howto: 2 windows x 577 tokens, prompt 512; error bars = standard error over windows'
+set multiplot layout 1,2 title 'SmolLM2-135M-Instruct.Q4_1.gguf on the documents of python-howto: 12 windows x 2304 tokens, prompt 2048; error bars = standard error over windows'
 set grid
 set xlabel 'budget k / prompt length'
 set xrange [0:1]
 set key top right
-set ylabel 'NLL - full-cache NLL (nats/token; full cache: 2.808)'
+set ylabel 'NLL - full-cache NLL (nats/token; full cache: 2.155)'
 plot 0 title 'full cache' lw 2 dt 2 lc 'black', 'bench/quality/results/smollm2/smollm2_plot.dat' index 0 using 1:8:9 with yerrorlines lt 1 title 'window' noenhanced, 'bench/quality/results/smollm2/smollm2_plot.dat' index 1 using 1:8:9 with yerrorlines lt 2 title 'streaming' noenhanced, 'bench/quality/results/smollm2/smollm2_plot.dat' index 2 using 1:8:9 with yerrorlines lt 3 title 'h2o' noenhanced, 'bench/quality/results/smollm2/smollm2_plot.dat' index 3 using 1:8:9 with yerrorlines lt 4 title 'keyformer' noenhanced, 'bench/quality/results/smollm2/smollm2_plot.dat' index 4 using 1:8:9 with yerrorlines lt 5 title 'keyformer@recent=0.5' noenhanced, 'bench/quality/results/smollm2/smollm2_plot.dat' index 5 using 1:8:9 with yerrorlines lt 6 title 'keyformer-nonoise' noenhanced, 'bench/quality/results/smollm2/smollm2_plot.dat' index 6 using 1:8:9 with yerrorlines lt 7 title 'tova' noenhanced, 'bench/quality/results/smollm2/smollm2_plot.dat' index 7 using 1:8:9 with yerrorlines lt 8 title 'snapkv' noenhanced, 'bench/quality/results/smollm2/smollm2_plot.dat' index 8 using 1:8:9 with yerrorlines lt 9 title 'snapkv+pyramid' noenhanced, 'bench/quality/results/smollm2/smollm2_plot.dat' index 9 using 1:8:9 with yerrorlines lt 10 title 'oracle' noenhanced
 set ylabel 'KL(full || policy) (nats)'
 set logscale y
