@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
 
 namespace kvquality {
@@ -243,6 +244,10 @@ Reference evaluate_with_reference(llama2::Engine& full, const std::vector<llama2
                                   const std::vector<int>& tokens, std::size_t prompt,
                                   std::vector<WindowResult>& results, FutureAttention* future) {
   Reference ref;
+  for (std::size_t l = 0; l < full.config().n_layers; ++l)
+    if (full.cache(l) != nullptr)
+      throw std::invalid_argument("kvquality::evaluate_with_reference: the reference engine evicts (block " +
+                                  std::to_string(l) + " has a cache); it must be a full cache");
   if (future != nullptr) {
     const llama2::Config& c = full.config();
     future->reset(c.n_layers, c.n_kv_heads, c.n_heads / c.n_kv_heads, tokens.size() - prompt - 1, tokens.size());

@@ -92,7 +92,8 @@ WindowResult evaluate(llama2::Engine& engine, const std::vector<int>& tokens, st
 /// `llama2::Engine::step_batch` of `full` and all `engines`, so the model's weights are read once per token
 /// for all runs instead of once per run. `full` must be a full-cache engine with a one-shot prefill;
 /// every engine must prefill in one shot (what `prefill_batch` requires) and hold the window
-/// (`context() >= tokens.size() - 1`). Throws what `prefill_batch` and `step_batch` throw.
+/// (`context() >= tokens.size() - 1`). Throws `std::invalid_argument` if `full` has a cache in any block,
+/// and what `prefill_batch` and `step_batch` throw.
 Reference evaluate_with_reference(llama2::Engine& full, const std::vector<llama2::Engine*>& engines,
                                   const std::vector<int>& tokens, std::size_t prompt,
                                   std::vector<WindowResult>& results, FutureAttention* future = nullptr);

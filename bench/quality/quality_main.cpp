@@ -423,7 +423,9 @@ int main(int argc, char** argv) {
           s.shared_heads = s.shared_heads || row.shared;
           s.prefill_chunk = row.bounded_chunk != 0 ? row.bounded_chunk : prefill_chunk;
           s.bounded_prefill = row.bounded_chunk != 0 || bounded_prefill;
-          s.context = context;
+          // A chunked row runs alone at the model's full context: its capacity must hold k + C during the
+          // prefill (CacheConfig::max_prefill_chunk), which a window-sized context may not.
+          s.context = s.prefill_chunk != 0 ? 0 : context;
           std::unique_ptr<llama2::Engine> e = llama2::make_engine(model, s);
           if (row.reindexed) kvquality::reindex_positions(*e);
           e->set_pool(step_pool);
@@ -467,14 +469,15 @@ int main(int argc, char** argv) {
       const int end_id = files.end_id;
       // The greedy answers of `es[0]` (the lead, e.g. the full cache) and of every other engine to prompt `p`,
       // all in one batch: the prompt runs once (prefill_batch), then each answer token is one step_batch of
-      // the engines still answering. The same answers as each engine's own prefill and steps (bit for bit),
-      // so a lone engine (chunked prefill, which cannot share a prompt) runs as a batch of one.
+      // the engines still answering. The same answers as each engine's own prefill (last-position logits)
+      // and steps, bit for bit. A lone engine (chunked prefill, which cannot share a prompt) prefills alone.
       auto answer_all = [&](const std::vector<llama2::Engine*>& es, const std::vector<int>& p) {
         llama2::Engine& lead = *es[0];
         const std::vector<llama2::Engine*> followers(es.begin() + 1, es.end());
         lead.reset();
         for (llama2::Engine* f : followers) f->reset();
-        const llama2::RowMatrix& lp = llama2::Engine::prefill_batch(lead, followers, p);
+        const llama2::RowMatrix& lp =
+            followers.empty() ? lead.prefill(p) : llama2::Engine::prefill_batch(lead, followers, p);
         const std::size_t vocab = model.config().vocab_size;
         std::vector<const float*> logits(es.size(), lp.data() + static_cast<std::size_t>(lp.rows() - 1) * vocab);
         std::vector<std::vector<int>> out(es.size());

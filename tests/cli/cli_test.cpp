@@ -492,6 +492,32 @@ TEST(CliQuality, TinyRunWritesEveryOutputAndNoTemporaryFile) {
   EXPECT_NE(csv.find("\nsnapkv,0.5,16,4,0,0,"), std::string::npos) << csv;  // L = min(32, 16)
 }
 
+// Retrieval batches the one-shot rows with the full cache and answers a chunked-prefill row (here a
+// bounded one) alone: both kinds answer every prompt.
+TEST(CliQuality, RetrievalAnswersWithBatchedAndChunkedRows) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  const std::string docs = Workspace::get().file("qdocs"), out = Workspace::get().file("qret");
+  fs::create_directories(docs);
+  fs::create_directories(out);
+  const std::string text = slurp(shared() + "/data/tinystories-val/tinystories_val.txt");
+  for (int d = 0; d < 2; ++d) {
+    std::ofstream f(docs + "/doc" + std::to_string(d) + ".txt");
+    f << text.substr(static_cast<std::size_t>(d) * 20000, 20000);
+  }
+  const ToolRun run = Workspace::get().run(
+      binary(Tool::quality), expand(kSmall) + "--data " + docs + " --retrieval 1 --prompt 256 --window 258 " +
+                                 "--ratios 0.5 --policies h2o,h2o+bounded16 --seeds 1 --threads 1 --out " + out + "/q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string csv = slurp(out + "/q_retrieval.csv");
+  std::size_t h2o = 0, bounded = 0, pos = 0;
+  while ((pos = csv.find("\nh2o,0.5,", pos)) != std::string::npos) ++h2o, ++pos;
+  pos = 0;
+  while ((pos = csv.find("\nh2o+bounded16,0.5,", pos)) != std::string::npos) ++bounded, ++pos;
+  EXPECT_EQ(h2o, 3u) << csv;  // one prompt per depth
+  EXPECT_EQ(bounded, 3u) << csv;
+}
+
 // Row specs: every variant is its own row, in the order asked, with its own k, w and seeds;
 // the ablations change the numbers; the oracle runs beside the policies against the same reference.
 TEST(CliQuality, RowSpecsRunEveryVariantAgainstOneReference) {

@@ -134,9 +134,12 @@ class Engine {
   /// after its own `prefill(tokens)`, its prefill logits a copy of the lead's (the lead's
   /// `set_prefill_logits` mode). Costs one forward pass plus each follower's cache work, instead of one
   /// forward pass per engine (a quality harness comparing many policies on one prompt).
-  /// Throws `std::invalid_argument` (no engine changed) unless every engine shares the lead's `Model`
-  /// object, is distinct, prefills in one shot (`prefill_chunk() == 0`) and is at position 0, and the
-  /// prompt fits every engine's `context()`; then what `prefill` throws, after which every engine is reset.
+  /// Throws, changing no engine: `std::logic_error` unless `lead.position() == 0` (as `prefill`);
+  /// `std::invalid_argument` for an empty prompt, one longer than the lead's `context()` or holding an id out
+  /// of range, a chunked lead (`prefill_chunk() != 0`; also with no followers: use `prefill`), and a
+  /// follower that is null, the lead, repeated, of another `Model` object, chunked, not at position 0 or
+  /// whose `context()` is shorter than the prompt. Then whatever a cache throws, after which every engine
+  /// is reset.
   static const RowMatrix& prefill_batch(Engine& lead, const std::vector<Engine*>& followers,
                                         const std::vector<int>& tokens);
 
@@ -229,7 +232,7 @@ class Engine {
   void attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out);
 
   const Model& model_;
-  Config config_;                   // the model's, with seq_len = context (the stores keep a reference)
+  Config config_;                   // the model's, with seq_len = context (the stores keep a copy)
   std::unique_ptr<KVStore> store_;  // the KV layout: contiguous or paged, with each block's cache
   std::size_t position_ = 0;
   std::size_t prefill_chunk_ = 0;

@@ -36,7 +36,7 @@ using PagedCacheFactory = std::function<std::unique_ptr<kvevict::PagedCacheInter
     std::size_t layer, const kvevict::PagedKVView<float>& view, kvevict::PagePool& pool)>;
 
 /// Paged KV storage of an `Engine`: every block owns K and V page
-/// pools of `ceil((seq_len + 1) / page_size)` pages in `layout`, a `PagePool`
+/// pools of `ceil((context + 1) / page_size)` pages in `layout` (`Engine::context()`), a `PagePool`
 /// over them and the sequence's page table (page unit: a budget k needs
 /// `k + page_size <= ` that many slots).
 struct PagedKVOptions {
@@ -99,7 +99,7 @@ class ContiguousKVStore final : public KVStore {
   bool paged() const override { return false; }
 
  private:
-  const Config& config_;
+  Config config_;  // a copy: the engine that owns the store may be moved
   CacheFactory make_cache_;
   std::vector<kvevict::KVBuffer<float>> buffers_;
   std::vector<kvevict::KVView<float>> views_;
@@ -144,7 +144,7 @@ class PagedKVStore final : public KVStore {
   /// Copies slots `[from, length)` of `pv` into the gather scratch (lengths = length).
   const kvevict::KVView<float>& gather(const kvevict::PagedKVView<float>& pv, std::size_t from);
 
-  const Config& config_;
+  Config config_;  // a copy: the engine that owns the store may be moved
   PagedKVOptions options_;
   PagedCacheFactory make_cache_;
   std::vector<std::unique_ptr<Layer>> layers_;
