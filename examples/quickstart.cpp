@@ -46,7 +46,7 @@ int main() {
   config.n_q_heads = n_q;
   config.budget = kvevict::Budget::tokens(6);       // k = 6 tokens per KV head
   config.recent = kvevict::RecentWindow::tokens(2); // w = 2 most recent always kept
-  config.seed = 42;
+  config.seed = 7;
   kvevict::Keyformer cache(config, kv, kvevict::GumbelLogitScore{},
                            kvevict::LinearTemperature(/*tau_init=*/1.0f, /*tau_end=*/2.0f, /*T=*/steps));
 

@@ -22,7 +22,7 @@
 //
 // Floating point: every sum is done in the CPU kernel's order (softmax_accumulate.hpp:
 // 16-lane chunk sums, the fixed-order chunk combine, q heads ascending), with the CPU's
-// `log_positive` / `exp_nonpositive` and ζ formula (score/gumbel.hpp), so that, compiled
+// `neg_log_positive` / `exp_nonpositive` and ζ formula (score/gumbel.hpp), so that, compiled
 // without FMA contraction (nvcc `-fmad=false`, as the CPU library's `-ffp-contract=off`) and
 // with IEEE division (no `--use_fast_math`), the device scores are meant to be the CPU's bit
 // for bit: on the host executor they are (tests/cuda/cuda_core_test); tests/cuda/gpu_check is

@@ -72,10 +72,8 @@ KVEVICT_VEC_INLINE void gumbel_from_uniform_body(float* u, std::size_t n) {
     F z;
     if (i + W <= n) load(z, u + i);
     else load_part(z, u + i, n - i, 0.5f);
-    log_positive<W>(z);
-    z = -z;
-    log_positive<W>(z);
-    z = -z;
+    neg_log_positive<W>(z);
+    neg_log_positive<W>(z);
     if (i + W <= n) store(u + i, z);
     else store_part(u + i, z, n - i);
   }

@@ -1,4 +1,4 @@
-// detail/vec16_math.hpp — the vector types and element-wise math (log, exp, the noise hash) of the
+// detail/vec16_math.hpp — the vector types and element-wise math (−log, exp, the noise hash) of the
 // kernels in detail/vec16.hpp, one lane count W per dispatched path; the same operations in the same order
 // as the scalar detail/fast_math.hpp, so that every path gives the same bits.
 // SPDX-License-Identifier: Apache-2.0
@@ -65,9 +65,9 @@ KVEVICT_VEC_INLINE void store_part(float* p, const T& v, std::size_t r) {
   std::memcpy(t, &v, sizeof v);
   std::memcpy(p, t, r * sizeof(float));
 }
-/// `log_positive` (detail/fast_math.hpp), lane-wise, the same operations in the same order.
+/// `neg_log_positive` (detail/fast_math.hpp), lane-wise, the same operations in the same order.
 template <int W>
-KVEVICT_VEC_INLINE void log_positive(typename V<W>::F& x) {
+KVEVICT_VEC_INLINE void neg_log_positive(typename V<W>::F& x) {
   KVEVICT_NO_CONTRACT_BODY
   using F = typename V<W>::F;
   using U = typename V<W>::U;
@@ -76,18 +76,12 @@ KVEVICT_VEC_INLINE void log_positive(typename V<W>::F& x) {
   const F e = __builtin_convertvector((I)(ix) >> 23, F);
   const U mb = (ix & 0x007fffffu) + 0x3f3504f3u;
   const F f = (F)(mb)-1.0f;
-  const F f2 = f * f;
-  F p = f * 7.0376836292e-2f;  // = 7.0376836292e-2f · f, the first Horner step (commutative: same bits)
-  p = p - 1.1514610310e-1f;
-  p = p * f + 1.1676998740e-1f;
-  p = p * f - 1.2420140846e-1f;
-  p = p * f + 1.4249322787e-1f;
-  p = p * f - 1.6668057665e-1f;
-  p = p * f + 2.0000714765e-1f;
-  p = p * f - 2.4999993993e-1f;
-  p = p * f + 3.3333331174e-1f;
-  const F r = (p * f) * f2 - 0.5f * f2 + f;
-  x = (r + e * -2.12194440e-4f) + e * 0.693359375f;
+  F p = f * 0.142920837f + -0.220559403f;
+  p = p * f + 0.254032671f;
+  p = p * f + -0.332580239f;
+  p = p * f + 0.499902189f;
+  p = p * f + -1.00000453f;
+  x = e * -0.693147182f + f * p;
 }
 
 /// `exp_nonpositive` (detail/fast_math.hpp), lane-wise, the same operations in the same order.
@@ -137,15 +131,12 @@ KVEVICT_VEC_INLINE void gumbel_zeta(typename V<W>::F& z, std::uint32_t lo, std::
   U x = U{};
   for (int l = 0; l < W; ++l) x[l] = static_cast<std::uint32_t>(l);
   x += s0 + lo;
-  lowbias32(x);
   x ^= hi;
   lowbias32(x);
   const U ub = (x >> 9) | 0x3f800000u;
   z = (F)(ub) - (1.0f - 1.0f / 16777216.0f);
-  log_positive<W>(z);
-  z = -z;
-  log_positive<W>(z);
-  z = -z;
+  neg_log_positive<W>(z);
+  neg_log_positive<W>(z);
 }
 
 }  // namespace v16

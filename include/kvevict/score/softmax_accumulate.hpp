@@ -108,7 +108,7 @@ inline constexpr std::size_t chunk_count(std::size_t n) { return (n + kChunk - 1
 /// Whether every `y[i] = x[i] (+ ζ[i])` of a row is below `+inf` (no NaN, no
 /// `+inf`; `-inf` is fine): exactly the rows `softmax_chunks` accepts. With
 /// `NoNoise` or `DrawnNoise` only `x` is read: a drawn ζ is finite and at most
-/// 16.6 (`fill_gumbel_row`), so `x + ζ` is NaN / `+inf` iff `x` is (finite `x` plus
+/// 16.7 (`fill_gumbel_row`), so `x + ζ` is NaN / `+inf` iff `x` is (finite `x` plus
 /// ζ rounds to at most `FLT_MAX`). Lets a caller check a whole step before it
 /// changes anything, instead of backing its scores up. 16 explicit lanes of
 /// flags (vector code at any optimisation level, on the dispatched path). O(n) reads, no allocation.
