@@ -14,6 +14,7 @@
 #include "llama2/engine.hpp"
 #include "llama2/eviction.hpp"
 #include "llama2/model.hpp"
+#include "hook_log.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -80,25 +81,6 @@ std::vector<std::unique_ptr<Engine>> make_engines(const Model& m) {
   return out;
 }
 
-// Every call as a line, so that a batch's hook calls can be compared with a lone engine's.
-class Log final : public llama2::EngineHooks {
- public:
-  explicit Log(std::vector<std::string>& out) : out_(out) {}
-  std::size_t rotary_position(const Engine&, std::size_t layer, std::size_t position) override {
-    out_.push_back("rot " + std::to_string(layer) + " " + std::to_string(position));
-    return position + 1;  // moves the RoPE, so a batch that skipped the hook would differ
-  }
-  void decode_attention(const Engine&, std::size_t layer, const float*, std::size_t n) override {
-    out_.push_back("att " + std::to_string(layer) + " " + std::to_string(n));
-  }
-  void after_cache(Engine&, std::size_t layer, kvevict::CacheInterface&, bool prompt) override {
-    out_.push_back("cache " + std::to_string(layer) + (prompt ? " prompt" : " step"));
-  }
-
- private:
-  std::vector<std::string>& out_;
-};
-
 // What an engine holds: per block and KV head, its slots' positions (paged: the retained count).
 std::vector<std::vector<std::int64_t>> held(const Engine& e) {
   std::vector<std::vector<std::int64_t>> out;
@@ -129,7 +111,7 @@ TEST(Llama2Batch, EveryEngineOfABatchGetsBitForBitItsOwnPrefillAndSteps) {
   // Each engine alone: prefill logits, then each step's logits, what it holds and its hook calls.
   std::vector<std::unique_ptr<Engine>> alone = make_engines(m);
   std::vector<std::string> alone_calls;
-  alone[1]->set_hooks(std::make_unique<Log>(alone_calls));
+  alone[1]->set_hooks(std::make_unique<llama2_test::HookLog>(alone_calls, 1));
   std::vector<std::vector<std::vector<float>>> want(alone.size());
   std::vector<std::vector<std::vector<std::int64_t>>> want_held(alone.size());
   std::vector<std::vector<float>> want_prefill;
@@ -143,7 +125,7 @@ TEST(Llama2Batch, EveryEngineOfABatchGetsBitForBitItsOwnPrefillAndSteps) {
   // The same engines in one batch, led by a full cache; the lead steps too.
   std::vector<std::unique_ptr<Engine>> batch = make_engines(m);
   std::vector<std::string> batch_calls;
-  batch[1]->set_hooks(std::make_unique<Log>(batch_calls));
+  batch[1]->set_hooks(std::make_unique<llama2_test::HookLog>(batch_calls, 1));
   Engine lead(m);
   std::vector<Engine*> followers;
   for (auto& e : batch) followers.push_back(e.get());

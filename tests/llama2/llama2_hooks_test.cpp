@@ -12,6 +12,7 @@
 #include "llama2/engine.hpp"
 #include "llama2/eviction.hpp"
 #include "llama2/model.hpp"
+#include "hook_log.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -26,33 +27,13 @@ Model make_model(const Header& h, std::uint32_t seed) {
   return Model::load(f.path);
 }
 
-// Writes every call as a line: "rot L P", "att L N", "cache L prompt|step".
-class Log final : public llama2::EngineHooks {
- public:
-  explicit Log(std::vector<std::string>& out, std::size_t shift = 0) : out_(out), shift_(shift) {}
-  std::size_t rotary_position(const Engine&, std::size_t layer, std::size_t position) override {
-    out_.push_back("rot " + std::to_string(layer) + " " + std::to_string(position));
-    return position + shift_;
-  }
-  void decode_attention(const Engine&, std::size_t layer, const float*, std::size_t n) override {
-    out_.push_back("att " + std::to_string(layer) + " " + std::to_string(n));
-  }
-  void after_cache(Engine&, std::size_t layer, kvevict::CacheInterface&, bool prompt) override {
-    out_.push_back("cache " + std::to_string(layer) + (prompt ? " prompt" : " step"));
-  }
-
- private:
-  std::vector<std::string>& out_;
-  std::size_t shift_;
-};
-
 std::vector<float> logits_of(const float* l, std::size_t n) { return std::vector<float>(l, l + n); }
 
 TEST(Llama2Hooks, AFullCacheEngineReportsEveryLayersRotationAndAttentionOfEveryStep) {
   const Model m = make_model(Header{}, 44);  // 2 layers
   Engine e(m);
   std::vector<std::string> calls;
-  e.set_hooks(std::make_unique<Log>(calls));
+  e.set_hooks(std::make_unique<llama2_test::HookLog>(calls));
   ASSERT_NE(e.hooks(), nullptr);
   e.step(3);
   e.step(4);
@@ -75,7 +56,7 @@ TEST(Llama2Hooks, AnEvictingEngineReportsEachCacheAtThePromptsEndAndAfterEverySt
   s.params.horizon = 4;
   auto e = llama2::make_engine(m, s);
   std::vector<std::string> calls;
-  e->set_hooks(std::make_unique<Log>(calls));
+  e->set_hooks(std::make_unique<llama2_test::HookLog>(calls));
   e->prefill({1, 5, 17, 3});  // the prompt's rows go to the caches without a rotary call
   e->step(30);
   EXPECT_EQ(calls, (std::vector<std::string>{"cache 0 prompt", "cache 1 prompt", "rot 0 4", "att 0 4", "cache 0 step",
@@ -89,7 +70,7 @@ TEST(Llama2Hooks, TheRotaryPositionIsWhereTheQueryAndKeyAreRotated) {
   Engine plain(m), hooked(m), shifted(m);
   std::vector<std::string> sink;
   hooked.set_hooks(std::make_unique<llama2::EngineHooks>());
-  shifted.set_hooks(std::make_unique<Log>(sink, 3));
+  shifted.set_hooks(std::make_unique<llama2_test::HookLog>(sink, 3));
   EXPECT_EQ(hooked.prefill({1, 5, 17}), plain.prefill({1, 5, 17}));
   shifted.prefill({1, 5, 17});
   bool differs = false;
