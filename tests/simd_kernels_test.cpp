@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <kvevict/core/dispatch.hpp>
 #include <kvevict/score/softmax_accumulate.hpp>
 #include <kvevict/selection/recent_topk_selection.hpp>
 #include <kvevict/selection/select_keep.hpp>
@@ -145,24 +146,33 @@ std::size_t reference_topk_victim(const std::vector<float>& s, const std::vector
   return best;
 }
 
+// On every dispatched path this CPU runs (the victim's lane loop is compiled per path, W = 4, 8, 16 lanes).
 TEST(SimdKernels, RecentTopKVictimMatchesAScalarScan) {
-  std::mt19937_64 gen(14);
-  const kvevict::RecentTopKSelection sel;
-  for (int trial = 0; trial < 600; ++trial) {
-    const std::size_t n = 1 + static_cast<std::size_t>(gen() % 400);
-    const unsigned levels = trial % 3 == 0 ? 3u : 1000000u;  // few distinct scores: many ties
-    std::vector<float> s(n);
-    std::vector<std::uint8_t> recent(n);
-    std::vector<std::int64_t> pos(n);
-    std::iota(pos.begin(), pos.end(), std::int64_t{100});
-    std::shuffle(pos.begin(), pos.end(), gen);
-    const unsigned recent_per_mille = trial % 10 == 0 ? 1000u : static_cast<unsigned>(gen() % 600);
-    for (std::size_t i = 0; i < n; ++i) {
-      s[i] = static_cast<float>(gen() % levels) * 0.125f;
-      recent[i] = static_cast<std::uint8_t>(gen() % 1000 < recent_per_mille ? 1 + gen() % 2 : 0);
+  struct Restore {
+    kvevict::Isa isa;
+    ~Restore() { kvevict::set_isa(isa); }
+  } restore{kvevict::active_isa()};
+  for (kvevict::Isa isa : {kvevict::Isa::kBaseline, kvevict::Isa::kAvx2, kvevict::Isa::kAvx512}) {
+    if (!kvevict::isa_supported(isa)) continue;
+    kvevict::set_isa(isa);
+    std::mt19937_64 gen(14);
+    const kvevict::RecentTopKSelection sel;
+    for (int trial = 0; trial < 600; ++trial) {
+      const std::size_t n = 1 + static_cast<std::size_t>(gen() % 400);
+      const unsigned levels = trial % 3 == 0 ? 3u : 1000000u;  // few distinct scores: many ties
+      std::vector<float> s(n);
+      std::vector<std::uint8_t> recent(n);
+      std::vector<std::int64_t> pos(n);
+      std::iota(pos.begin(), pos.end(), std::int64_t{100});
+      std::shuffle(pos.begin(), pos.end(), gen);
+      const unsigned recent_per_mille = trial % 10 == 0 ? 1000u : static_cast<unsigned>(gen() % 600);
+      for (std::size_t i = 0; i < n; ++i) {
+        s[i] = static_cast<float>(gen() % levels) * 0.125f;
+        recent[i] = static_cast<std::uint8_t>(gen() % 1000 < recent_per_mille ? 1 + gen() % 2 : 0);
+      }
+      ASSERT_EQ(sel.victim(s.data(), recent.data(), pos.data(), n), reference_topk_victim(s, recent, pos))
+          << kvevict::isa_name(isa) << ", trial " << trial << ", n " << n;
     }
-    EXPECT_EQ(sel.victim(s.data(), recent.data(), pos.data(), n), reference_topk_victim(s, recent, pos))
-        << "trial " << trial << ", n " << n;
   }
 }
 
@@ -174,28 +184,38 @@ std::size_t reference_sink_victim(const std::vector<std::int64_t>& pos, std::siz
   return order[std::min(sinks, pos.size() - 1)];
 }
 
+// On every dispatched path this CPU runs (the block test is compiled per path: 2, 4 or 8 64-bit lanes).
 TEST(SimdKernels, SinkRecentVictimMatchesASortForAnyPositions) {
-  std::mt19937_64 gen(15);
-  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
-  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-  for (int trial = 0; trial < 500; ++trial) {
-    const std::size_t n = 1 + static_cast<std::size_t>(gen() % 700);  // < the 10000 values of range 3
-    std::vector<std::int64_t> pos;
-    const int range = trial % 4;  // ascending-ish cache positions; negatives; both signs near the extremes
-    while (pos.size() < n) {
-      std::int64_t p = 0;
-      if (range == 0) p = static_cast<std::int64_t>(gen() % 100000);
-      if (range == 1) p = -static_cast<std::int64_t>(gen() % 100000);
-      if (range == 2) p = static_cast<std::int64_t>(gen());  // any 64-bit value: p − bar wraps
-      if (range == 3)
-        p = gen() % 2 ? kMin + static_cast<std::int64_t>(gen() % 5000) : kMax - static_cast<std::int64_t>(gen() % 5000);
-      if (std::find(pos.begin(), pos.end(), p) == pos.end()) pos.push_back(p);
-    }
-    for (std::size_t sinks : {0u, 1u, 4u, 64u, 70u}) {
-      kvevict::SinkRecentSelection sel;
-      sel.sinks = sinks;
-      EXPECT_EQ(sel.victim(nullptr, nullptr, pos.data(), n), reference_sink_victim(pos, sinks))
-          << "trial " << trial << ", n " << n << ", sinks " << sinks;
+  struct Restore {
+    kvevict::Isa isa;
+    ~Restore() { kvevict::set_isa(isa); }
+  } restore{kvevict::active_isa()};
+  for (kvevict::Isa isa : {kvevict::Isa::kBaseline, kvevict::Isa::kAvx2, kvevict::Isa::kAvx512}) {
+    if (!kvevict::isa_supported(isa)) continue;
+    kvevict::set_isa(isa);
+    std::mt19937_64 gen(15);
+    constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+    for (int trial = 0; trial < 500; ++trial) {
+      const std::size_t n = 1 + static_cast<std::size_t>(gen() % 700);  // < the 10000 values of range 3
+      std::vector<std::int64_t> pos;
+      const int range = trial % 4;  // ascending-ish cache positions; negatives; both signs near the extremes
+      while (pos.size() < n) {
+        std::int64_t p = 0;
+        if (range == 0) p = static_cast<std::int64_t>(gen() % 100000);
+        if (range == 1) p = -static_cast<std::int64_t>(gen() % 100000);
+        if (range == 2) p = static_cast<std::int64_t>(gen());  // any 64-bit value: p − bar wraps
+        if (range == 3)
+          p = gen() % 2 ? kMin + static_cast<std::int64_t>(gen() % 5000)
+                        : kMax - static_cast<std::int64_t>(gen() % 5000);
+        if (std::find(pos.begin(), pos.end(), p) == pos.end()) pos.push_back(p);
+      }
+      for (std::size_t sinks : {0u, 1u, 4u, 64u, 70u}) {
+        kvevict::SinkRecentSelection sel;
+        sel.sinks = sinks;
+        ASSERT_EQ(sel.victim(nullptr, nullptr, pos.data(), n), reference_sink_victim(pos, sinks))
+            << kvevict::isa_name(isa) << ", trial " << trial << ", n " << n << ", sinks " << sinks;
+      }
     }
   }
 }

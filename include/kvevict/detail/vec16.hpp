@@ -225,10 +225,14 @@ KVEVICT_VEC_INLINE void victim_lanes_body(const float* scores, const std::uint8_
                                           std::uint32_t* lane_count) {
   using U = typename V<W>::U;
   constexpr int K = 16 / W;
-  U mn[K], first[K], count[K], rel[K], byte_of_lane = U{}, iota = U{};
+  U mn[K], first[K], count[K], rel[K], byte_of_lane = U{}, iota = U{}, word_lanes[W / 4];
   for (int l = 0; l < W; ++l) {
     byte_of_lane[l] = 0xffu << (8 * (l % 4));
     iota[l] = static_cast<std::uint32_t>(l);
+  }
+  for (int j = 0; j < W / 4; ++j) {
+    word_lanes[j] = U{};
+    for (int l = 0; l < W; ++l) word_lanes[j][l] = l / 4 == j ? ~0u : 0u;
   }
   KVEVICT_VEC_UNROLL
   for (int k = 0; k < K; ++k) {
@@ -240,14 +244,21 @@ KVEVICT_VEC_INLINE void victim_lanes_body(const float* scores, const std::uint8_
   for (std::size_t i = 0; i < len; i += 16) {
     KVEVICT_VEC_UNROLL
     for (int k = 0; k < K; ++k) {
-      U key, b = U{};
+      U key;
       std::memcpy(&key, scores + i + k * W, sizeof(U));
-      // The flags of the W slots: each 32-bit word of 4 flags into its 4 lanes, then lane l
-      // keeps byte l % 4 (a zero extension without byte shuffles, which SSE2 lacks).
+      // The flags of the W slots: each 32-bit word of 4 flags broadcast into its 4 lanes, then
+      // lane l keeps byte l % 4 (a zero extension without byte shuffles, which SSE2 lacks). Not
+      // lane by lane (b[l] = words[l / 4]): g++ builds that vector on the stack and reloads it
+      // whole, a failed store forwarding per vector, which made H2O's step 1.7x slower than with
+      // clang++; nor __builtin_convertvector from bytes, which g++ extracts byte by byte.
       std::uint32_t words[W / 4];
       std::memcpy(words, recent + i + k * W, sizeof words);
-      KVEVICT_VEC_UNROLL
-      for (int l = 0; l < W; ++l) b[l] = words[l / 4];
+      U b = U{} + words[0];
+      if constexpr (W > 4) {
+        b &= word_lanes[0];
+        KVEVICT_VEC_UNROLL
+        for (int j = 1; j < W / 4; ++j) b |= (U{} + words[j]) & word_lanes[j];
+      }
       key |= (U)((b & byte_of_lane) != 0u);
       const U lower = (U)(key < mn[k]);
       first[k] = (first[k] & ~lower) | (rel[k] & lower);
@@ -262,6 +273,27 @@ KVEVICT_VEC_INLINE void victim_lanes_body(const float* scores, const std::uint8_
     std::memcpy(lane_first + k * W, &first[k], sizeof(U));
     std::memcpy(lane_count + k * W, &count[k], sizeof(U));
   }
+}
+
+/// `block_may_hold_below` (selection/sink_recent_selection.hpp) over `len` positions (a multiple of 8): the
+/// sign bit of the OR over `(p − bar) | (p ^ bar)` in unsigned 64-bit lanes, W / 2 per vector (the OR of
+/// lanes is exact in any order, so every path gives the same answer).
+template <int W>
+KVEVICT_VEC_INLINE bool below_body(const std::int64_t* p, std::size_t len, std::int64_t bar) {
+  using Q = typename V<W>::Q;
+  const Q vbar = Q{} + static_cast<std::uint64_t>(bar);
+  Q acc0 = Q{}, acc1 = Q{};
+  for (std::size_t b = 0; b < len; b += W) {
+    Q v0, v1;
+    std::memcpy(&v0, p + b, sizeof v0);
+    std::memcpy(&v1, p + b + W / 2, sizeof v1);
+    acc0 |= (v0 - vbar) | (v0 ^ vbar);
+    acc1 |= (v1 - vbar) | (v1 ^ vbar);
+  }
+  acc0 |= acc1;
+  std::uint64_t any = 0;
+  for (int l = 0; l < W / 2; ++l) any |= acc0[l];
+  return (any >> 63) != 0;
 }
 
 }  // namespace v16
@@ -310,6 +342,8 @@ KVEVICT_DISPATCHED(void, victim_lanes,
                    (const float* scores, const std::uint8_t* recent, std::size_t len, std::uint32_t* lane_min,
                     std::uint32_t* lane_first, std::uint32_t* lane_count),
                    (scores, recent, len, lane_min, lane_first, lane_count))
+/// `block_may_hold_below` of `SinkRecentSelection::victim` (len a multiple of 16). O(len).
+KVEVICT_DISPATCHED(bool, below, (const std::int64_t* p, std::size_t len, std::int64_t bar), (p, len, bar))
 }  // namespace vk
 
 }  // namespace detail

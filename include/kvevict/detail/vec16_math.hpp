@@ -41,6 +41,7 @@ struct V {
   typedef float F __attribute__((vector_size(4 * W)));          ///< W floats
   typedef std::uint32_t U __attribute__((vector_size(4 * W)));  ///< W unsigned 32-bit integers
   typedef std::int32_t I __attribute__((vector_size(4 * W)));   ///< W signed 32-bit integers (masks)
+  typedef std::uint64_t Q __attribute__((vector_size(4 * W)));  ///< W / 2 unsigned 64-bit integers
 };
 
 template <class T>

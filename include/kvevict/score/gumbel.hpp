@@ -112,7 +112,7 @@ inline void uniform_row(std::uint64_t key, std::size_t first_slot, float* out, s
 /// wrap-around), `j = x >> 9` (23 bits), `U = (j + 0.5) · 2^-23` (exact, strictly
 /// inside (0, 1), as `fill_gumbel`), `ζ = −log(−log U)` with
 /// `detail::neg_log_positive` (relative error below 7.6e-6, so ζ is within 9.3e-6 of
-/// `−ln(−ln U)` for every possible `U`, checked exhaustively), so ζ lies in
+/// `−ln(−ln U)` for every possible `U`, checked on all 2^23), so ζ lies in
 /// [−2.82, 16.7]. For a fixed key the map
 /// slot → `x` is a bijection. One loop of 16-lane vectors (hash, uniform, both logs), on the
 /// path `active_isa()` chose (detail/vec16.hpp); every path gives the same bits, also without
@@ -153,8 +153,8 @@ inline void add_gumbel_row(std::uint64_t key, std::size_t first_slot, const floa
 /// 1.2e-7). Both logarithms use `detail::neg_log_positive` (relative error below
 /// 7.6e-6, so ζ is within 9.3e-6 of the exact value for every possible `U`),
 /// vectorised. Complexity O(n); no allocation. Deterministic for a given
-/// generator state (and a given build: the last bits may depend on whether the
-/// compiler fuses multiply-adds).
+/// generator state: the same bits on every build and dispatched path (the logs
+/// are never contracted into FMAs, detail/no_contract.hpp).
 inline void fill_gumbel(Xoshiro256pp& gen, float* out, std::size_t n) {
   detail::fill_uniform_open(gen, out, n);
   detail::gumbel_from_uniform(out, n);
