@@ -275,7 +275,7 @@ KVEVICT_VEC_INLINE void victim_lanes_body(const float* scores, const std::uint8_
   }
 }
 
-/// `block_may_hold_below` (selection/sink_recent_selection.hpp) over `len` positions (a multiple of 8): the
+/// `block_may_hold_below` (selection/sink_recent_selection.hpp) over `len` positions (a multiple of 16): the
 /// sign bit of the OR over `(p − bar) | (p ^ bar)` in unsigned 64-bit lanes, W / 2 per vector (the OR of
 /// lanes is exact in any order, so every path gives the same answer).
 template <int W>
