@@ -136,6 +136,18 @@ TEST(SimdKernels, SelectKeepNamesTheFirstNaN) {
 
 // Reference victim of RecentTopKSelection: the smallest score outside the window, ties to the
 // largest position; n if every slot is recent.
+// The dispatched paths this CPU runs, and a guard that restores the path chosen before a test.
+std::vector<kvevict::Isa> supported_isas() {
+  std::vector<kvevict::Isa> out;
+  for (kvevict::Isa isa : {kvevict::Isa::kBaseline, kvevict::Isa::kAvx2, kvevict::Isa::kAvx512})
+    if (kvevict::isa_supported(isa)) out.push_back(isa);
+  return out;
+}
+struct IsaRestore {
+  kvevict::Isa saved = kvevict::active_isa();
+  ~IsaRestore() { kvevict::set_isa(saved); }
+};
+
 std::size_t reference_topk_victim(const std::vector<float>& s, const std::vector<std::uint8_t>& recent,
                                   const std::vector<std::int64_t>& pos) {
   std::size_t best = s.size();
@@ -148,12 +160,8 @@ std::size_t reference_topk_victim(const std::vector<float>& s, const std::vector
 
 // On every dispatched path this CPU runs (the victim's lane loop is compiled per path, W = 4, 8, 16 lanes).
 TEST(SimdKernels, RecentTopKVictimMatchesAScalarScan) {
-  struct Restore {
-    kvevict::Isa isa;
-    ~Restore() { kvevict::set_isa(isa); }
-  } restore{kvevict::active_isa()};
-  for (kvevict::Isa isa : {kvevict::Isa::kBaseline, kvevict::Isa::kAvx2, kvevict::Isa::kAvx512}) {
-    if (!kvevict::isa_supported(isa)) continue;
+  const IsaRestore restore;
+  for (kvevict::Isa isa : supported_isas()) {
     kvevict::set_isa(isa);
     std::mt19937_64 gen(14);
     const kvevict::RecentTopKSelection sel;
@@ -186,12 +194,8 @@ std::size_t reference_sink_victim(const std::vector<std::int64_t>& pos, std::siz
 
 // On every dispatched path this CPU runs (the block test is compiled per path: 2, 4 or 8 64-bit lanes).
 TEST(SimdKernels, SinkRecentVictimMatchesASortForAnyPositions) {
-  struct Restore {
-    kvevict::Isa isa;
-    ~Restore() { kvevict::set_isa(isa); }
-  } restore{kvevict::active_isa()};
-  for (kvevict::Isa isa : {kvevict::Isa::kBaseline, kvevict::Isa::kAvx2, kvevict::Isa::kAvx512}) {
-    if (!kvevict::isa_supported(isa)) continue;
+  const IsaRestore restore;
+  for (kvevict::Isa isa : supported_isas()) {
     kvevict::set_isa(isa);
     std::mt19937_64 gen(15);
     constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
