@@ -134,8 +134,6 @@ TEST(SimdKernels, SelectKeepNamesTheFirstNaN) {
   EXPECT_TRUE(kvevict::detail::any_nan(s.data(), 38));
 }
 
-// Reference victim of RecentTopKSelection: the smallest score outside the window, ties to the
-// largest position; n if every slot is recent.
 // The dispatched paths this CPU runs, and a guard that restores the path chosen before a test.
 std::vector<kvevict::Isa> supported_isas() {
   std::vector<kvevict::Isa> out;
@@ -148,6 +146,8 @@ struct IsaRestore {
   ~IsaRestore() { kvevict::set_isa(saved); }
 };
 
+// Reference victim of RecentTopKSelection: the smallest score outside the window, ties to the
+// largest position; n if every slot is recent.
 std::size_t reference_topk_victim(const std::vector<float>& s, const std::vector<std::uint8_t>& recent,
                                   const std::vector<std::int64_t>& pos) {
   std::size_t best = s.size();
