@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when an output block of a README differs from what its command prints.
+"""Fails when an output block of the README or the manual (docs/*.md) differs from what its command prints.
 
 How a block is tied to its command (the counterpart of check_readme_snippets.py, which ties code blocks
 to files): a marker comment right above the block's opening fence names the command that prints it,
@@ -9,7 +9,8 @@ to files): a marker comment right above the block's opening fence names the comm
     ...what the command prints...
     ```
 
-- The command is run with `bash -c` from the repository root (the README's folder), stdout and stderr
+- The command is run with `bash -c` from the repository root (--root; by default the Markdown file's
+  folder, or its parent for a page in docs/, so a page's commands read as typed at the root), stdout and stderr
   together in one pipe (add `2>/dev/null` to the command to leave stderr out). `./build/` at the start
   of a word is replaced by the build folder given with --build-dir, so the marker keeps the README's
   spelling of the command. The marker may span several lines (up to the first `-->`); a line that ends
@@ -24,9 +25,13 @@ to files): a marker comment right above the block's opening fence names the comm
   for any number of whole lines (zero or more). Everything else must match exactly, line by line;
   trailing blank lines of the output are ignored.
 
-Usage: check_readme_outputs.py --build-dir DIR [--shared-dir DIR] README.md [...]
-Exit 0 when every marked block matches (and at least one block is marked), 1 otherwise, printing
-each failing block with the command's output.
+Every Markdown file given is also checked for relative links to a file or `#anchor` that does not exist
+(md_links.py).
+
+Usage: check_readme_outputs.py --build-dir DIR [--shared-dir DIR] [--root DIR] README.md [docs/PAGE.md ...]
+Exit 0 when every marked block matches, every relative link leads somewhere and at least one block is
+marked in all the files together; 1 otherwise, printing each failing block with the command's output
+and a line per broken link.
 """
 import argparse
 import os
@@ -34,6 +39,9 @@ import pathlib
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import md_links  # noqa: E402
 
 OPEN = "<!-- output:"
 OPTION = re.compile(r"^<!-- (vary|needs|exit): (.+) -->$")
@@ -82,8 +90,8 @@ def parse(readme):
         i = (end if end is not None else len(lines)) + 1
 
 
-def check(readme, build_dir, shared_dir, require_models):
-    root = readme.parent
+def check(readme, root, build_dir, shared_dir, require_models):
+    """(failures, blocks checked or skipped) of one Markdown file."""
     checked = failures = skipped = 0
     for lineno, command, options, block in parse(readme):
         where = f"{readme}:{lineno}"
@@ -118,19 +126,19 @@ def check(readme, build_dir, shared_dir, require_models):
         print("\n".join(block))
         print("--- the command's output")
         print(proc.stdout.decode("utf-8", "replace"), end="")
-    if checked + skipped == 0:
-        print(f"{readme}: no <!-- output: ... --> marker found")
-        failures += 1
+    failures += md_links.report(readme)
     if failures == 0:
         print(f"{readme}: {checked} output block(s) match their commands" +
-              (f", {skipped} skipped" if skipped else ""))
-    return failures
+              (f", {skipped} skipped" if skipped else "") + ", relative links resolve")
+    return failures, checked + skipped
 
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build-dir", required=True, type=pathlib.Path, help="the CMake build folder")
     parser.add_argument("--shared-dir", type=pathlib.Path, help="models and data (default $KVEVICT_SHARED_DIR)")
+    parser.add_argument("--root", type=pathlib.Path,
+                        help="the repository root (default: each file's folder, or its parent for docs/)")
     parser.add_argument("readmes", nargs="+", type=pathlib.Path)
     args = parser.parse_args(argv[1:])
     shared = os.environ.get("KVEVICT_SHARED_DIR") or args.shared_dir
@@ -138,8 +146,15 @@ def main(argv):
         parser.error("--shared-dir or $KVEVICT_SHARED_DIR is required")
     require = os.environ.get("KVEVICT_REQUIRE_MODELS") == "1"
     build_dir = args.build_dir.resolve()
-    total = sum(check(r.resolve(), build_dir, pathlib.Path(shared).resolve(), require) for r in args.readmes)
-    return 1 if total else 0
+    failures = marked = 0
+    for readme in args.readmes:
+        root = args.root.resolve() if args.root else md_links.repo_root(readme)
+        f, m = check(readme.resolve(), root, build_dir, pathlib.Path(shared).resolve(), require)
+        failures, marked = failures + f, marked + m
+    if marked == 0:
+        print("no <!-- output: ... --> marker found in " + ", ".join(map(str, args.readmes)))
+        failures += 1
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
