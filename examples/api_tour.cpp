@@ -1,4 +1,4 @@
-// The README's API tour as a program: built and run by the tests, and the README shows
+// The manual's API tour (docs/api.md) as a program: built and run by the tests, and the page shows
 // this file verbatim (scripts/check_readme_snippets.py fails when they drift).
 #include <kvevict/kvevict.hpp>
 

@@ -1,4 +1,4 @@
-// README "Writing your own policy": a selection policy that keeps the first token (an
+// docs/writing-a-policy.md: a selection policy that keeps the first token (an
 // attention sink) for good, plus H2O's recent window and heavy hitters among the others.
 #include <kvevict/kvevict.hpp>
 

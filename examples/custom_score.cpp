@@ -1,4 +1,4 @@
-// README "Writing your own policy": a score from the keys alone, so no attention logits (fused
+// docs/writing-a-policy.md: a score from the keys alone, so no attention logits (fused
 // attention never writes them). Low key L2 norm ~ high attention: Devoto et al. 2024, arXiv 2406.11430.
 #include <kvevict/kvevict.hpp>
 

@@ -1,6 +1,6 @@
-// The README's "Long prompts" loop as a program: a prompt streamed in chunks with bounded
+// The manual's "Long prompts" loop (docs/long-prompts.md) as a program: a prompt streamed in chunks with bounded
 // prefill, scored straight from Q and K (prefill_chunk_qk), then decode steps. Built and run
-// by the tests; the README shows this file verbatim.
+// by the tests; docs/long-prompts.md shows this file verbatim.
 #include <kvevict/kvevict.hpp>
 
 #include <algorithm>

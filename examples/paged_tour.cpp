@@ -1,6 +1,6 @@
-// The README's "Paged KV caches" loop as a program: one layer, one sequence on a page pool, H2O evicting on
-// the pages, logits from kvevict::paged_attention_logits. Built and run by the tests; the README shows this
-// file verbatim (scripts/check_readme_snippets.py fails when they drift).
+// The manual's "Paged KV caches" loop (docs/paged.md) as a program: one layer, one sequence on a page pool,
+// H2O evicting on the pages, logits from kvevict::paged_attention_logits. Built and run by the tests;
+// docs/paged.md shows this file verbatim (scripts/check_readme_snippets.py fails when they drift).
 #include <kvevict/kvevict.hpp>
 
 #include <algorithm>

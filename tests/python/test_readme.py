@@ -1,4 +1,5 @@
-"""The README's Python example runs as printed (with made-up K/V, logits and queries)."""
+"""The Python examples of the manual (docs/python.md, once the README's) run as printed (with made-up K/V,
+logits and queries)."""
 import re
 
 import numpy as np
@@ -6,10 +7,19 @@ import numpy as np
 from conftest import ROOT
 
 
+PAGE = ROOT / "docs" / "python.md"
+
+
+def python_blocks():
+    return re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+
+
+def test_every_python_block_of_the_page_is_run():
+    assert len(python_blocks()) == 2, "docs/python.md has a new python block: run it in a test here"
+
+
 def test_readme_python_example_runs(capsys):
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Python\n"):]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = python_blocks()[0]
     assert len(code.strip().splitlines()) <= 16
     rng = np.random.default_rng(0)
     P, T = 12, 6
@@ -18,7 +28,7 @@ def test_readme_python_example_runs(capsys):
                prompt_logits=rng.standard_normal((8, P, P)).astype(np.float32),
                k_new=np.ones((4, 64), np.float32), v_new=np.ones((4, 64), np.float32),
                q=rng.standard_normal((8, 64)).astype(np.float32))
-    exec(compile(code, "README.md", "exec"), env)
+    exec(compile(code, str(PAGE), "exec"), env)
     cache = env["cache"]
     assert cache.lengths == [6, 6, 6, 6] and cache.step == T and cache.budget == 6 and cache.recent_window == 1
     assert cache.temperature == 2.0  # tau_end after T = horizon steps
@@ -28,9 +38,7 @@ def test_readme_python_example_runs(capsys):
 
 
 def test_readme_paged_example_runs(capsys):
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Python\n"):readme.index("## Performance\n")]
-    code = re.findall(r"```python\n(.*?)```", section, re.S)[1]
+    code = python_blocks()[1]
     rng = np.random.default_rng(1)
     P, T = 12, 6
     env = dict(kvevict=__import__("kvevict"), P=P, T=T,
@@ -39,7 +47,7 @@ def test_readme_paged_example_runs(capsys):
                prompt_logits=rng.standard_normal((8, P, P)).astype(np.float32),
                k_new=np.ones((4, 64), np.float32), v_new=np.ones((4, 64), np.float32),
                q=rng.standard_normal((8, 64)).astype(np.float32))
-    exec(compile(code, "README.md", "exec"), env)
+    exec(compile(code, str(PAGE), "exec"), env)
     seq, pool = env["seq"], env["pool"]
     assert seq.length == 10 and seq.step == T and seq.budget == 10 and seq.recent_window == 2
     assert seq.pages_in_use == 3 and pool.used_pages == 3
