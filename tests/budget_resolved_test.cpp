@@ -1,6 +1,6 @@
 // What a cache says before its budget is resolved: budget() reads 0 until the first prefill and after reset,
 // budget_resolved() tells "not resolved yet" from a budget (a resolved k is >= 1); and the calls a cache does
-// not support throw std::logic_error (README "Guarantees", exception types).
+// not support throw std::logic_error (docs/guarantees.md, exception types).
 #include <cstdint>
 #include <stdexcept>
 #include <vector>

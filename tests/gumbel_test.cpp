@@ -55,7 +55,7 @@ TEST(Gumbel, CdfMatchesAtThreePoints) {
 
 // ---- counter-based noise of the caches ---------------------------------------------
 
-// Written out from the documented definition (README "Guarantees", score/gumbel.hpp), independently
+// Written out from the documented definition (docs/guarantees.md, score/gumbel.hpp), independently
 // of the library's helpers.
 std::uint64_t ref_splitmix(std::uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
@@ -115,7 +115,7 @@ TEST(NegLogPositive, RelativeErrorBelowDocumentedBound) {
 }
 
 // ζ = −log(−log U) for every one of the 2^23 possible uniforms U = (j + 0.5) · 2^-23: within 9.3e-6 of
-// the exact value (what the README's Guarantees state), and in [−2.82, 16.7].
+// the exact value (what docs/guarantees.md states), and in [−2.82, 16.7].
 TEST(GumbelRow, ZetaWithinDocumentedErrorForEveryPossibleUniform) {
   double worst = 0.0;
   float lo = 100.0f, hi = -100.0f;

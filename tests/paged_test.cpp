@@ -143,7 +143,7 @@ TEST(PagedKVView, ValidateNamesTheField) {
 }
 
 TEST(PagedKVView, ReadmeAggregateInitialisationAndLoop) {
-  // The README's engine loop, sized down: 4 KV heads, page size 4, budget 6, window policy.
+  // docs/paged.md's engine loop, sized down: 4 KV heads, page size 4, budget 6, window policy.
   const std::size_t num_pages = 8, page_size = 4, n_kv = 4, head_dim = 2, max_pages = 4, prompt_len = 9;
   std::vector<float> k_pool(num_pages * page_size * n_kv * head_dim), v_pool(k_pool.size());
   kvevict::PagePool pool(num_pages);

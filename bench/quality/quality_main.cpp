@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   spec.kv_layout = true;  // --shared-heads, --kv-layout, --page-size, --evict-unit (as kvevict-generate)
   spec.layer_budgets = true;  // --layer-budgets applies to every row of the sweep (labels "h2o+pyramid")
   spec.prefill_chunk = true;  // --prefill-chunk / --bounded-prefill apply to every policy row
-  spec.prefill_chunk_help = "every policy prefills the prompt in chunks of C tokens (README \"Long prompts\"); "
+  spec.prefill_chunk_help = "every policy prefills the prompt in chunks of C tokens (docs/long-prompts.md); "
                             "default: one shot. The full-cache reference always prefills in one shot";
   kvcli::add_eviction_options(app, flags, spec);
   app.add_option("--seeds", seeds_text, "Keyformer seeds (noise on): 1..S (default 5)")->type_name("INT");

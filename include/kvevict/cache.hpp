@@ -40,12 +40,12 @@ namespace kvevict {
 /// slots `[0, length)` live with K row, V row, position ID and score aligned;
 /// eviction removes tokens for good and never renumbers position IDs.
 ///
-/// Engine protocol for one sequence (see README "API tour"):
+/// Engine protocol for one sequence (see docs/api.md):
 ///  1. append the prompt's `P` tokens to the view (`KVView::append`, positions
 ///     ascending), compute the causal logits `x[q_head][P][P]`, call
 ///     `prefill(x, P)`: scores every row at τ_0 and cuts every KV head to
 ///     `min(k, P)` tokens (the recent window and the key tokens);
-///     — or, chunked (README "Long prompts"): per chunk of `C` tokens, append
+///     — or, chunked (docs/long-prompts.md): per chunk of `C` tokens, append
 ///     them, pass the chunk's logits `x[q_head][C][n]` to `prefill_chunk`; then
 ///     `finish_prefill()` cuts to budget;
 ///  2. per generated token: append its K/V (slot `n − 1` of every head), compute
@@ -98,7 +98,7 @@ class Cache final
 
   // Copying would alias the same view: forbidden (the core's copy is deleted); moving is fine (the
   // implicit, noexcept move). A moved-from cache owns nothing: every member of `CacheInterface` (and
-  // `reset`) then throws `std::logic_error` (README "Guarantees").
+  // `reset`) then throws `std::logic_error` (docs/guarantees.md).
 
   /// Prefill: scores the prompt and evicts to budget (Keyformer Algorithm 1,
   /// prompt phase). Preconditions: every KV head of the view holds exactly `prompt_len` live

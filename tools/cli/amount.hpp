@@ -33,7 +33,7 @@ struct Amount {
 /// Which amount: the two differ only in their ranges and in what a fraction is of.
 enum class AmountKind { budget, recent };
 
-/// The defaults every tool and the Python module use (README, "Command-line tools").
+/// The defaults every tool and the Python module use (docs/tools.md).
 namespace defaults {
 inline constexpr const char* kBudget = "50%";            ///< k = max(1, floor(0.5 P))
 inline constexpr const char* kRecent = "30%";            ///< keyformer, h2o, snapkv: w = floor(0.3 k) (tova 0)

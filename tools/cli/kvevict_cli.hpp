@@ -157,7 +157,7 @@ struct ToolSpec {
   bool kv_layout = false;           ///< declares --shared-heads, --kv-layout, --page-size, --evict-unit
   bool snapkv = true;               ///< declares --snap-window, --snap-kernel, --snap-pooling, --snap-decode
   bool layer_budgets = false;       ///< declares --layer-budgets (tools that run a whole model)
-  bool prefill_chunk = false;       ///< declares --prefill-chunk / --bounded-prefill (README "Long prompts")
+  bool prefill_chunk = false;       ///< declares --prefill-chunk / --bounded-prefill (docs/long-prompts.md)
   std::string prefill_chunk_help;   ///< the tool's help text for --prefill-chunk (what is chunked)
 };
 
@@ -179,8 +179,7 @@ struct Resolved {
   std::string describe() const;
 };
 
-/// Resolves `flags` (validated) for a prompt of `prompt_len` >= 1 tokens. Rules (README,
-/// "Command-line tools"):
+/// Resolves `flags` (validated) for a prompt of `prompt_len` >= 1 tokens. Rules (docs/tools.md):
 ///  - `--budget N%`: k = max(1, floor(N/100 * P)); the default budget 50% of P is raised to
 ///    sinks + 1 for streaming (so that at least one recent token is kept);
 ///  - `--recent N%`: w = floor(N/100 * k), at least 1 for keyformer/h2o when N > 0 and k >= 2;

@@ -69,7 +69,7 @@ enum class PrefillLogits { all, last };
 ///    block instead hands its cache each chunk's `[q_head][C][n]` logits as
 ///    soon as the chunk's K/V are in (`prefill_chunk`), then `finish_prefill`:
 ///    a bounded-prefill cache evicts between chunks, so the chunk's queries
-///    attend to the tokens kept so far plus the chunk (README "Long prompts");
+///    attend to the tokens kept so far plus the chunk (docs/long-prompts.md);
 ///    otherwise the ids equal the one-shot path's exactly (same arithmetic);
 ///  - `step` appends the new token, attends, then hands the cache the
 ///    `[q_head][n]` logits by slot (n = live slots including the new token) and

@@ -12,7 +12,7 @@
 //         command comes first.
 // The shared flags (--policy, --budget, --recent, --sinks, --tau-init, --tau-end, --seed), the environment
 // variables (KVEVICT_SHARED_DIR, KVEVICT_MODEL_DIR) and the exit codes are those of every kvevict tool
-// (tools/cli, README "Command-line tools"): 0 ok, 2 usage or input error (bad flag, model, tokenizer,
+// (tools/cli, docs/tools.md): 0 ok, 2 usage or input error (bad flag, model, tokenizer,
 // prompt), 1 failure at run time.
 #include <algorithm>
 #include <chrono>
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   spec.kv_layout = true;
   spec.layer_budgets = true;
   spec.prefill_chunk = true;
-  spec.prefill_chunk_help = "prefill the prompt in chunks of C tokens (README \"Long prompts\"); the ids equal "
+  spec.prefill_chunk_help = "prefill the prompt in chunks of C tokens (docs/long-prompts.md); the ids equal "
                             "the one-shot prefill's for every policy (the noise is a function of the token's "
                             "position); default: one shot";
   kvcli::add_eviction_options(app, flags, spec);

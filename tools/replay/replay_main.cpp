@@ -5,7 +5,7 @@
 //   kvevict-replay --logits layer0.npy --prompt-len 100 --q-heads-per-kv 1 --policy h2o --budget 50%
 //
 // The shared flags (--policy, --budget, --recent, --sinks, --tau-init, --tau-end, --seed) and the exit
-// codes are those of every kvevict tool (tools/cli, README "Command-line tools").
+// codes are those of every kvevict tool (tools/cli, docs/tools.md).
 // stdout: JSON Lines, one after prefill (t = P - 1) and one per decode position t:
 //   {"t":t,"tau":τ,"kept":[[positions of KV head 0, ascending],...],"scores":[[matching scores],...]}
 // stderr: one summary line with the resolved k, w and sinks.

@@ -35,7 +35,7 @@ namespace kvevict {
 /// Thread safety: none; one pool per layer, used by one thread. A `PagedCache`
 /// keeps a pointer to its pool: do not move a pool that caches still use.
 ///
-/// The `release` callback must not throw (README "Guarantees"): a cache returns
+/// The `release` callback must not throw (docs/guarantees.md): a cache returns
 /// pages after its own state is updated, where no error can be undone, so the
 /// pool calls `release` from a `noexcept` function and an exception escaping it
 /// ends the program (`std::terminate`) rather than leaving a sequence in a state

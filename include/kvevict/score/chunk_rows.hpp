@@ -3,7 +3,7 @@
 // attention/qk_chunk_logits.hpp).
 // SPDX-License-Identifier: Apache-2.0
 //
-// ---- Chunked prefill (README "Long prompts") --------------------------
+// ---- Chunked prefill (docs/long-prompts.md) ---------------------------
 // Protocol, per sequence: for each chunk of C prompt tokens, append their K/V to
 // the view (positions keep rising; sinks and positions are the prompt's, global),
 // compute the chunk's logits x[q_head][C][n] (n = live slots, chunk included,
