@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "cache_calls.hpp"
+
 namespace kvpy {
 
 namespace {
@@ -135,31 +137,8 @@ void PyCache::prefill(py::handle logits, py::handle gumbel) {
     P = lengths_[0];
   }
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), p = static_cast<py::ssize_t>(P);
-  // (py::array{} is an empty array, not a null handle: the pointers say what was given.)
-  py::array la, ga;
-  const float *lp = nullptr, *gp = nullptr;
-  if (!logits.is_none()) {
-    la = checked_array(logits, "logits", Elem::float32, {H, p, p}, "[n_q_heads, P, P]");
-    lp = static_cast<const float*>(la.data());
-  }
-  setup_.check_gumbel(gumbel);
-  if (!gumbel.is_none()) {
-    ga = checked_array(gumbel, "gumbel", Elem::float32, {H, p, p}, "[n_q_heads, P, P]");
-    gp = static_cast<const float*>(ga.data());
-  }
-  bool failed = false;
-  std::string message;
-  {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mutex_);
-    try {
-      cache_->prefill(lp, P, gp);
-    } catch (const std::invalid_argument& e) {  // re-raised below, with the GIL and without the lock
-      failed = true;
-      message = e.what();
-    }
-  }
-  if (failed) throw py::value_error(setup_.name_snap_window(message));
+  const ScoreArgs a = checked_scores(logits, gumbel, setup_, {H, p, p}, "[n_q_heads, P, P]");
+  locked_prefill(*cache_, mutex_, a, P, setup_);
 }
 
 void PyCache::decode_step(py::handle logits, py::handle gumbel) {
@@ -169,20 +148,8 @@ void PyCache::decode_step(py::handle logits, py::handle gumbel) {
     n = lengths_[0];
   }
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
-  py::array la, ga;
-  const float *lp = nullptr, *gp = nullptr;
-  if (!logits.is_none()) {
-    la = checked_array(logits, "logits", Elem::float32, {H, nn}, "[n_q_heads, n]");
-    lp = static_cast<const float*>(la.data());
-  }
-  setup_.check_gumbel(gumbel);
-  if (!gumbel.is_none()) {
-    ga = checked_array(gumbel, "gumbel", Elem::float32, {H, nn}, "[n_q_heads, n]");
-    gp = static_cast<const float*>(ga.data());
-  }
-  py::gil_scoped_release nogil;
-  GilFreeLock lock(mutex_);
-  cache_->decode_step(lp, n, gp);
+  const ScoreArgs a = checked_scores(logits, gumbel, setup_, {H, nn}, "[n_q_heads, n]");
+  locked_decode_step(*cache_, mutex_, a, n);
 }
 
 py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out) {
@@ -194,22 +161,7 @@ py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle b
     GilFreeLock lock(mutex_);
     n = lengths_[0];
   }
-  const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
-  const py::array qa =
-      checked_array(q, "q", Elem::float32, {H, static_cast<py::ssize_t>(head_dim_)}, "[n_q_heads, head_dim]");
-  py::array ba;
-  const float* bp = nullptr;
-  if (!bias.is_none()) {
-    ba = checked_array(bias, "bias", Elem::float32, {H, nn}, "[n_q_heads, n]");
-    bp = static_cast<const float*>(ba.data());
-  }
-  py::array oa = out.is_none() ? py::array_t<float>(std::vector<py::ssize_t>{H, nn})
-                               : checked_array(out, "out", Elem::float32, {H, nn}, "[n_q_heads, n]", true);
-  const float s = scale.is_none() ? 1.0f / std::sqrt(static_cast<float>(head_dim_))
-                                  : static_cast<float>(to_double(scale, "scale"));
-  if (!std::isfinite(s)) throw py::value_error("scale must be finite (got " + text(scale) + ")");
-  const float* qp = static_cast<const float*>(qa.data());
-  float* op = static_cast<float*>(oa.mutable_data());
+  const AttentionArgs a = checked_attention(q, scale, bias, out, setup_.config.n_q_heads, n, head_dim_);
   std::size_t now = n;
   {
     py::gil_scoped_release nogil;
@@ -217,13 +169,13 @@ py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle b
     now = lengths_[0];
     if (now == n) {
       if (dtype_ == DType::float32)
-        kvevict::attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
+        kvevict::attention_logits(view<float>(), a.qp, setup_.config.n_q_heads, a.op, a.scale, a.bp);
       else
-        kvevict::attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+        kvevict::attention_logits(view<Eigen::half>(), a.qp, setup_.config.n_q_heads, a.op, a.scale, a.bp);
     }
   }
   if (now != n) throw py::value_error(length_changed(n, now));
-  return oa;
+  return a.out;
 }
 
 py::array PyCache::storage(bool keys) {
@@ -250,34 +202,18 @@ py::list PyCache::lengths() {
 
 py::array_t<std::int64_t> PyCache::positions(py::handle h) {
   const std::size_t j = head(h, "positions");
-  std::vector<std::int64_t> copy;
-  {
-    GilFreeLock lock(mutex_);
-    const std::int64_t* p = guarded([&] { return cache_->positions(j); });  // IndexError for j too large
-    copy.assign(p, p + lengths_[j]);
-  }
-  return to_numpy(copy);
+  return to_numpy(locked_copy<std::int64_t>(  // IndexError for j too large
+      mutex_, [&] { return cache_->positions(j); }, [&] { return lengths_[j]; }));
 }
 
 py::array_t<float> PyCache::scores(py::handle h) {
   const std::size_t j = head(h, "scores");
-  std::vector<float> copy;
-  {
-    GilFreeLock lock(mutex_);
-    const float* s = guarded([&] { return cache_->scores(j); });
-    copy.assign(s, s + lengths_[j]);
-  }
-  return to_numpy(copy);
+  return to_numpy(locked_copy<float>(mutex_, [&] { return cache_->scores(j); }, [&] { return lengths_[j]; }));
 }
 
 py::list PyCache::retained_positions(py::handle h) {
   const std::size_t j = head(h, "retained_positions");
-  std::vector<std::int64_t> kept;
-  {
-    GilFreeLock lock(mutex_);
-    kept = guarded([&] { return cache_->retained_positions(j); });
-  }
-  return to_list(kept);
+  return to_list(locked_retained_positions(*cache_, mutex_, j));
 }
 
 void PyCache::restore_position_order() {
@@ -285,12 +221,7 @@ void PyCache::restore_position_order() {
   cache_->restore_position_order();
 }
 
-void PyCache::reset(py::handle seed) {
-  const std::uint64_t s = seed.is_none() ? setup_.seed : to_u64(seed, "seed");
-  GilFreeLock lock(mutex_);
-  cache_->reset(s);
-  setup_.seed = s;
-}
+void PyCache::reset(py::handle seed) { locked_reset(*cache_, mutex_, setup_, seed); }
 
 std::size_t PyCache::budget() {
   GilFreeLock lock(mutex_);

@@ -14,6 +14,7 @@
 #include "conversions.hpp"
 #include "docstrings.hpp"
 #include "options.hpp"
+#include "policy_properties.hpp"
 
 namespace kvpy {
 
@@ -70,15 +71,9 @@ void bind_cache_methods(Class& c) {
       .def("reset", &PyCache::reset, py::arg("seed") = py::none(), doc::kReset)
       .def_property_readonly("k", [](PyCache& self) { return self.storage(true); }, doc::kK)
       .def_property_readonly("v", [](PyCache& self) { return self.storage(false); }, doc::kV)
-      .def_property_readonly("lengths", &PyCache::lengths, "Live slots per KV head, a list of n_kv_heads ints.")
-      .def_property_readonly("budget", &PyCache::budget, doc::kBudget)
-      .def_property_readonly("budget_resolved", &PyCache::budget_resolved, doc::kBudgetResolved)
-      .def_property_readonly("recent_window", &PyCache::recent_window,
-                             "Resolved recent window w (0 before the first prefill).")
-      .def_property_readonly("step", &PyCache::step, "Decode steps done since prefill.")
-      .def_property_readonly("temperature", &PyCache::temperature, doc::kTemperature)
-      .def_property_readonly("policy", &PyCache::policy, "Canonical policy name.")
-      .def_property_readonly("n_kv_heads", &PyCache::n_kv_heads, "KV heads.")
+      .def_property_readonly("lengths", &PyCache::lengths, "Live slots per KV head, a list of n_kv_heads ints.");
+  bind_policy_properties<PyCache>(c);
+  c.def_property_readonly("n_kv_heads", &PyCache::n_kv_heads, "KV heads.")
       .def_property_readonly("n_q_heads", &PyCache::n_q_heads, "Query heads.")
       .def_property_readonly("capacity", &PyCache::capacity, "Slots per KV head.")
       .def_property_readonly("head_dim", &PyCache::head_dim, "Elements per K or V row.")

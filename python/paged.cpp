@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "cache_calls.hpp"
+
 namespace kvpy {
 
 namespace {
@@ -90,50 +92,16 @@ void PyPagedCache::append(py::handle position, py::handle k, py::handle v) {
 void PyPagedCache::prefill(py::handle logits, py::handle gumbel) {
   const std::size_t P = length();
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), p = static_cast<py::ssize_t>(P);
-  py::array la, ga;
-  const float *lp = nullptr, *gp = nullptr;
-  if (!logits.is_none()) {
-    la = checked_array(logits, "logits", Elem::float32, {H, p, p}, "[n_q_heads, P, P]");
-    lp = static_cast<const float*>(la.data());
-  }
-  setup_.check_gumbel(gumbel);
-  if (!gumbel.is_none()) {
-    ga = checked_array(gumbel, "gumbel", Elem::float32, {H, p, p}, "[n_q_heads, P, P]");
-    gp = static_cast<const float*>(ga.data());
-  }
-  bool failed = false;
-  std::string message;
-  {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(pool_->mutex());
-    try {
-      cache_->prefill(lp, P, gp);
-    } catch (const std::invalid_argument& e) {  // re-raised below, with the GIL and without the lock
-      failed = true;
-      message = e.what();
-    }
-  }
-  if (failed) throw py::value_error(setup_.name_snap_window(message));
+  const ScoreArgs a = checked_scores(logits, gumbel, setup_, {H, p, p}, "[n_q_heads, P, P]");
+  locked_prefill(*cache_, pool_->mutex(), a, P, setup_);
 }
 
 void PyPagedCache::decode_step(py::handle logits, py::handle gumbel) {
   // n is checked again by the library, under the lock (a sequence that grew in between is refused).
   const std::size_t n = length();
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
-  py::array la, ga;
-  const float *lp = nullptr, *gp = nullptr;
-  if (!logits.is_none()) {
-    la = checked_array(logits, "logits", Elem::float32, {H, nn}, "[n_q_heads, n]");
-    lp = static_cast<const float*>(la.data());
-  }
-  setup_.check_gumbel(gumbel);
-  if (!gumbel.is_none()) {
-    ga = checked_array(gumbel, "gumbel", Elem::float32, {H, nn}, "[n_q_heads, n]");
-    gp = static_cast<const float*>(ga.data());
-  }
-  py::gil_scoped_release nogil;
-  std::lock_guard<std::mutex> lock(pool_->mutex());
-  cache_->decode_step(lp, n, gp);
+  const ScoreArgs a = checked_scores(logits, gumbel, setup_, {H, nn}, "[n_q_heads, n]");
+  locked_decode_step(*cache_, pool_->mutex(), a, n);
 }
 
 py::array PyPagedCache::attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out) {
@@ -141,22 +109,7 @@ py::array PyPagedCache::attention_logits(py::handle q, py::handle scale, py::han
   // arguments can run Python code (__array__, __float__) that appends to this sequence, so the kernel's block
   // checks that the length is still n and writes nothing otherwise.
   const std::size_t n = length();
-  const std::size_t d = pool_->head_dim();
-  const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
-  const py::array qa = checked_array(q, "q", Elem::float32, {H, static_cast<py::ssize_t>(d)}, "[n_q_heads, head_dim]");
-  py::array ba;
-  const float* bp = nullptr;
-  if (!bias.is_none()) {
-    ba = checked_array(bias, "bias", Elem::float32, {H, nn}, "[n_q_heads, n]");
-    bp = static_cast<const float*>(ba.data());
-  }
-  py::array oa = out.is_none() ? py::array_t<float>(std::vector<py::ssize_t>{H, nn})
-                               : checked_array(out, "out", Elem::float32, {H, nn}, "[n_q_heads, n]", true);
-  const float s = scale.is_none() ? 1.0f / std::sqrt(static_cast<float>(d))
-                                  : static_cast<float>(to_double(scale, "scale"));
-  if (!std::isfinite(s)) throw py::value_error("scale must be finite (got " + text(scale) + ")");
-  const float* qp = static_cast<const float*>(qa.data());
-  float* op = static_cast<float*>(oa.mutable_data());
+  const AttentionArgs a = checked_attention(q, scale, bias, out, setup_.config.n_q_heads, n, pool_->head_dim());
   std::size_t now = n;
   {
     py::gil_scoped_release nogil;
@@ -164,45 +117,29 @@ py::array PyPagedCache::attention_logits(py::handle q, py::handle scale, py::han
     now = length_;
     if (now == n) {
       if (pool_->dtype() == DType::float32)
-        kvevict::paged_attention_logits(view<float>(), qp, setup_.config.n_q_heads, op, s, bp);
+        kvevict::paged_attention_logits(view<float>(), a.qp, setup_.config.n_q_heads, a.op, a.scale, a.bp);
       else
-        kvevict::paged_attention_logits(view<Eigen::half>(), qp, setup_.config.n_q_heads, op, s, bp);
+        kvevict::paged_attention_logits(view<Eigen::half>(), a.qp, setup_.config.n_q_heads, a.op, a.scale, a.bp);
     }
   }
   if (now != n) throw py::value_error(length_changed(n, now));
-  return oa;
+  return a.out;
 }
 
 py::array_t<std::int64_t> PyPagedCache::positions(py::handle h) {
   const std::size_t j = head(h, "positions");
-  std::vector<std::int64_t> copy;
-  {
-    GilFreeLock lock(pool_->mutex());
-    const std::int64_t* p = guarded([&] { return cache_->positions(j); });
-    copy.assign(p, p + length_);
-  }
-  return to_numpy(copy);
+  return to_numpy(
+      locked_copy<std::int64_t>(pool_->mutex(), [&] { return cache_->positions(j); }, [&] { return length_; }));
 }
 
 py::array_t<float> PyPagedCache::scores(py::handle h) {
   const std::size_t j = head(h, "scores");
-  std::vector<float> copy;
-  {
-    GilFreeLock lock(pool_->mutex());
-    const float* s = guarded([&] { return cache_->scores(j); });
-    copy.assign(s, s + length_);
-  }
-  return to_numpy(copy);
+  return to_numpy(locked_copy<float>(pool_->mutex(), [&] { return cache_->scores(j); }, [&] { return length_; }));
 }
 
 py::list PyPagedCache::retained_positions(py::handle h) {
   const std::size_t j = head(h, "retained_positions");
-  std::vector<std::int64_t> kept;
-  {
-    GilFreeLock lock(pool_->mutex());
-    kept = guarded([&] { return cache_->retained_positions(j); });
-  }
-  return to_list(kept);
+  return to_list(locked_retained_positions(*cache_, pool_->mutex(), j));
 }
 
 py::array PyPagedCache::rows(py::handle h, bool keys) {
@@ -236,12 +173,7 @@ void PyPagedCache::restore_position_order() {
   cache_->restore_position_order();
 }
 
-void PyPagedCache::reset(py::handle seed) {
-  const std::uint64_t s = seed.is_none() ? setup_.seed : to_u64(seed, "seed");
-  GilFreeLock lock(pool_->mutex());
-  cache_->reset(s);
-  setup_.seed = s;
-}
+void PyPagedCache::reset(py::handle seed) { locked_reset(*cache_, pool_->mutex(), setup_, seed); }
 
 py::array_t<std::int32_t> PyPagedCache::page_table() {
   std::vector<std::int32_t> copy;

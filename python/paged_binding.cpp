@@ -11,6 +11,7 @@
 #include "docstrings.hpp"
 #include "options.hpp"
 #include "paged.hpp"
+#include "policy_properties.hpp"
 
 namespace kvpy {
 
@@ -105,15 +106,9 @@ void bind_paged_cache(py::module_& m) {
                              "page_size).")
       .def_property_readonly("pages_freed", &PyPagedCache::pages_freed,
                              "Pages this cache returned to the pool (evictions and resets).")
-      .def_property_readonly("evict_unit", &PyPagedCache::evict_unit, "'token' or 'page'.")
-      .def_property_readonly("budget", &PyPagedCache::budget, doc::kBudget)
-      .def_property_readonly("budget_resolved", &PyPagedCache::budget_resolved, doc::kBudgetResolved)
-      .def_property_readonly("recent_window", &PyPagedCache::recent_window,
-                             "Resolved recent window w (0 before the first prefill).")
-      .def_property_readonly("step", &PyPagedCache::step, "Decode steps done since prefill.")
-      .def_property_readonly("temperature", &PyPagedCache::temperature, doc::kTemperature)
-      .def_property_readonly("policy", &PyPagedCache::policy, "Canonical policy name.")
-      .def_property_readonly("n_q_heads", &PyPagedCache::n_q_heads, "Query heads.")
+      .def_property_readonly("evict_unit", &PyPagedCache::evict_unit, "'token' or 'page'.");
+  bind_policy_properties<PyPagedCache>(c);
+  c.def_property_readonly("n_q_heads", &PyPagedCache::n_q_heads, "Query heads.")
       .def_property_readonly("n_kv_heads", [](const PyPagedCache& s) { return s.pool().n_kv_heads(); }, "KV heads.")
       .def_property_readonly("head_dim", [](const PyPagedCache& s) { return s.pool().head_dim(); },
                              "Elements per K or V row.")

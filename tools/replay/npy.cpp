@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "trace.hpp"  // InputError
+#include "input_error.hpp"
 
 namespace replay {
 namespace {

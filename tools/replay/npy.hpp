@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "input_error.hpp"  // InputError, thrown by the reader and the writer
+
 namespace replay {
 
 struct NpyArray {

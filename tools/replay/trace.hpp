@@ -21,18 +21,12 @@
 #include <iosfwd>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace replay {
+#include "input_error.hpp"  // InputError, thrown by every reader here
 
-/// Bad input (a file, a field or an option): the message is "<field>: <problem>".
-/// kvevict-replay prints it as one line and exits with code 2.
-class InputError : public std::runtime_error {
- public:
-  InputError(const std::string& field, const std::string& problem) : std::runtime_error(field + ": " + problem) {}
-};
+namespace replay {
 
 /// One layer's logit trace, `[H_q][N][N]` row-major.
 struct Trace {
