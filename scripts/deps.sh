@@ -4,7 +4,7 @@
 # (e.g. scripts/python-test.sh adds the Python ones). Uses sudo when not root.
 set -euo pipefail
 packages=(build-essential cmake clang libclang-rt-14-dev libeigen3-dev googletest libgtest-dev libbenchmark-dev
-          libsentencepiece-dev libpcre2-dev libcli11-dev nlohmann-json3-dev gnuplot-nox python3 "$@")
+          libsentencepiece-dev libpcre2-dev libcli11-dev nlohmann-json3-dev gnuplot-nox python3 ccache "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
