@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -342,6 +343,23 @@ File File::parse(const std::uint8_t* data, std::size_t size, const std::string& 
                        std::to_string(t.offset) + ") ends past the end of the file (" + std::to_string(size) + " bytes)");
     t.data = data + begin;
   }
+  // The tensors' bytes must be disjoint (llama.cpp lays them out one after another): else every tensor
+  // could point at offset 0 and a small file would dequantize to a model of any size. Disjoint tensors
+  // inside the file hold at most its bytes in all, which bounds what a loader makes of them.
+  std::vector<std::size_t> order(f.tensors_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return f.tensors_[a].offset != f.tensors_[b].offset ? f.tensors_[a].offset < f.tensors_[b].offset : a < b;
+  });
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    const TensorInfo& prev = f.tensors_[order[i - 1]];
+    const TensorInfo& t = f.tensors_[order[i]];
+    if (t.offset < prev.offset + prev.bytes)
+      fail(origin, "tensor '" + t.name + "' (" + std::to_string(t.bytes) + " bytes at data offset " +
+                       std::to_string(t.offset) + ") overlaps tensor '" + prev.name + "' (" +
+                       std::to_string(prev.bytes) + " bytes at data offset " + std::to_string(prev.offset) +
+                       "); tensors must not share bytes");
+  }
   return f;
 }
 
@@ -428,9 +446,9 @@ GgufVocab read_vocab(const File& file) {
     if (!v) return;
     if (!v->is_integer()) fail(origin, "key '" + key + "' must be an integer");
     if (v->u == 0xFFFFFFFFu || v->i == -1 || v->u == std::numeric_limits<std::uint64_t>::max()) return;  // "none"
-    if (v->i < 0 || v->u >= n)
-      fail(origin, "key '" + key + "' = " + std::to_string(v->i) + " is outside the vocabulary [0, " +
-                       std::to_string(n) + ")");
+    if (v->i < 0 || v->u >= n)  // a uint64 is shown as unsigned (2^63 is not -9223372036854775808)
+      fail(origin, "key '" + key + "' = " + (v->type == ValueType::UINT64 ? std::to_string(v->u) : std::to_string(v->i)) +
+                       " is outside the vocabulary [0, " + std::to_string(n) + ")");
     out = v->i;
   };
   special("tokenizer.ggml.bos_token_id", vocab.bos_id);

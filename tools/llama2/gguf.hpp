@@ -102,7 +102,10 @@ class File {
   /// that the remaining bytes cannot hold; an unknown value or tensor type; nested arrays deeper than
   /// 8; a duplicate key or tensor name; `general.alignment` not a power of two of type uint32; a
   /// tensor with 0 or more than 4 dimensions, a zero dimension, a row length not a multiple of its
-  /// type's block, a misaligned offset, or data past the end of the file.
+  /// type's block, a misaligned offset, data past the end of the file, or two tensors whose bytes
+  /// overlap ("tensor 'b' (N bytes at data offset X) overlaps tensor 'a' (M bytes at data offset Y);
+  /// tensors must not share bytes", 'a' the one that starts first). So the tensors hold at most the
+  /// file's bytes in all.
   static File parse(const std::uint8_t* data, std::size_t size, const std::string& origin);
 
   File(File&&) noexcept;
