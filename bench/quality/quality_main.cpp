@@ -334,7 +334,11 @@ int main(int argc, char** argv) {
       }
       for (const std::string& path : paths) {
         doc_names.push_back(std::filesystem::path(path).filename().string());
-        doc_ids.push_back(tok.encode(read_file(path), files.add_bos));
+        try {
+          doc_ids.push_back(tok.encode(read_file(path), files.add_bos));
+        } catch (const std::runtime_error& e) {  // e.g. a FIFO named x.txt in the folder
+          throw kvcli::UsageError("--data", e.what());
+        }
         lengths.push_back(doc_ids.back().size());
       }
       available = kvquality::document_windows(lengths, window, 0).size();
@@ -446,6 +450,7 @@ int main(int argc, char** argv) {
                                                 std::to_string(answer_tokens) + " exceeds the model's context of " +
                                                 std::to_string(model.config().seq_len) + " positions");
       std::vector<kvquality::RetrievalItem> items;
+      rspec.doc_names = doc_names;  // a too-short document is named by its file
       try {
         items = kvquality::make_retrieval_items(
             doc_ids, [&](const std::string& t) { return tok.encode(t, false); }, rspec);

@@ -2,6 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "llama2/gguf.hpp"
 
+#include "file_input.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -230,6 +232,9 @@ File& File::operator=(File&&) noexcept = default;
 File::~File() = default;
 
 File File::open(const std::string& path) {
+  // open() of a FIFO blocks until a writer comes: refuse what is not a regular file before opening it.
+  if (const std::string problem = kvtools::file_problem(path); problem.rfind("is not", 0) == 0)
+    fail(path, "not a regular file (" + problem.substr(problem.find("(it is") + 1));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
@@ -474,6 +479,7 @@ namespace llama2 {
 GgufVocab read_gguf_vocab(const std::string& path) { return gguf::read_vocab(gguf::File::open(path)); }
 
 bool is_gguf_file(const std::string& path) {
+  if (!kvtools::file_problem(path).empty()) return false;  // opening a FIFO would block
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;

@@ -94,7 +94,8 @@ struct TensorInfo {
 class File {
  public:
   /// Maps `path` read-only and parses it. Throws `std::invalid_argument` ("gguf: 'path': ...") if the
-  /// file cannot be opened or is malformed (see `parse`).
+  /// file cannot be opened, is not a regular file ("not a regular file (it is a FIFO)", checked before
+  /// opening it: opening a FIFO blocks) or is malformed (see `parse`).
   static File open(const std::string& path);
   /// Parses `size` bytes at `data`, which must outlive the result (no copy). `origin` names the input
   /// in error messages. Throws `std::invalid_argument` for: a magic other than "GGUF"; a version
@@ -149,7 +150,9 @@ class File {
 /// The `tokenizer.ggml.*` metadata of `file` as a `GgufVocab`. Throws `std::invalid_argument`
 /// naming the key if `tokenizer.ggml.model` or `tokenizer.ggml.tokens` is missing, an array has the
 /// wrong element type, `scores` / `token_type` do not have one entry per token, or a special id is
-/// outside the vocabulary (ids of 2^32 − 1 or −1, llama.cpp's "none", read as absent).
+/// outside the vocabulary (ids of 2^32 − 1 or −1, llama.cpp's "none", read as absent; a uint64 id is
+/// printed unsigned: "key 'tokenizer.ggml.bos_token_id' = 9223372036854775808 is outside the vocabulary
+/// [0, 2)").
 GgufVocab read_vocab(const File& file);
 
 }  // namespace llama2::gguf
@@ -157,6 +160,7 @@ GgufVocab read_vocab(const File& file);
 namespace llama2 {
 /// Reads the tokenizer of the GGUF file at `path` (`gguf::File::open` + `gguf::read_vocab`).
 GgufVocab read_gguf_vocab(const std::string& path);
-/// True if the file at `path` starts with the GGUF magic (false if it cannot be read).
+/// True if the file at `path` starts with the GGUF magic (false if it cannot be read or is not a
+/// regular file).
 bool is_gguf_file(const std::string& path);
 }  // namespace llama2
