@@ -67,8 +67,9 @@ class Model {
   /// when the file cannot be read, the header is shorter than 28 bytes, a
   /// dimension is non-positive or inconsistent (`dim % n_heads`,
   /// `n_heads % n_kv_heads`, odd head_dim), the file is a newer llama2.c
-  /// export (magic "ak42"), or the file size differs from what the header
-  /// implies (truncated file or trailing bytes).
+  /// export (magic "ak42"), the file size differs from what the header
+  /// implies (truncated file or trailing bytes), or a weight is NaN or ±inf ("weight 'wq' of layer 0
+  /// holds a non-finite value (nan at element 5)"; the unused legacy RoPE tables are not checked).
   ///
   /// A file that starts with the GGUF magic is read as GGUF instead (format from the magic, not the
   /// extension): `general.architecture` must be "llama"; the hyper-parameters come from
