@@ -89,7 +89,7 @@ class Model {
   /// float32 (the engine's type), which is not in (1, 1e12)"), partial rotary embeddings
   /// (`rope.dimension_count` ≠ head_dim), RoPE scaling, a vocabulary `gguf::read_vocab` refuses, or a
   /// malformed file (`gguf::File::parse`, which also refuses tensors whose bytes overlap: the
-  /// dequantized weights are then at most 4 / 0.5625 ≈ 7.2 times the file's size).
+  /// dequantized weights are then at most 4 / 0.5625 ≈ 7.1 times the file's size).
   /// docs/gguf-loader.md lists every condition and message.
   static Model load(const std::string& path);
 
