@@ -224,12 +224,44 @@ CacheConfig pick_config(FuzzedDataProvider& in, std::size_t nkv, std::size_t cap
   return c;
 }
 
+/// A key score: the key's first element (one in (-1e30, 0) as -0.0), so the K bytes give negative, NaN,
+/// ±inf, denormal and many -0.0 scores (issue 37: a -0.0 passed the check and its bits outranked every
+/// positive score).
+struct FirstElementKeyScore {
+  static constexpr bool kUsesLogits = false, kAccumulates = false, kUsesTemperature = false, kPrefillLastRow = false;
+  bool noisy() const { return false; }
+  float key_score(const float* key, std::size_t) const noexcept {  // a frequent -0.0
+    return key[0] < 0.0f && key[0] > -1e30f ? -0.0f : key[0];
+  }
+};
+/// H2O's score with a selection hook that turns scores above 1.5 into NaN and below 0.01 into -0.0
+/// (issue 37: an unchecked NaN made prefill keep k + 1 tokens).
+struct HostileSelectionScore : AccumulatedAttentionScore {
+  static constexpr const char* kName = "HostileSelection";
+  void selection_scores(const float* s, std::size_t n, float* out) const noexcept {
+    for (std::size_t i = 0; i < n; ++i) out[i] = s[i] > 1.5f ? kNaN : s[i] < 0.01f ? -0.0f : s[i];
+  }
+};
+
 template <class T>
 Subject make_subject(FuzzedDataProvider& in, const CacheConfig& config, const KVView<T>& kv) {
   Subject s;
   s.n_q = config.n_q_heads;
   const int which = in.ConsumeIntegralInRange<int>(0, 7);
-  const bool noise = in.ConsumeBool();
+  // The same byte as ConsumeBool (its low bit); H2O and TOVA ignore the noise bit, so its byte's top
+  // values pick the issue-37 scores there instead, without moving any other seed's bytes.
+  const std::uint8_t noise_byte = in.ConsumeIntegral<std::uint8_t>();
+  const bool noise = (noise_byte & 1) != 0, hostile_score = noise_byte >= 0xFE;
+  if (which == 3 && hostile_score) {
+    s.cache = std::make_unique<Cache<FirstElementKeyScore, ConstantTemperature, RecentTopKSelection>>(config, kv);
+    s.name = "FirstElementKeyScore";
+    return s;
+  }
+  if (which == 4 && hostile_score) {
+    s.cache = std::make_unique<Cache<HostileSelectionScore, ConstantTemperature, RecentTopKSelection>>(config, kv);
+    s.name = "HostileSelectionScore";
+    return s;
+  }
   switch (which) {
     case 0: {
       const float a = pick_tau(in), b = pick_tau(in);
@@ -380,7 +412,8 @@ struct Harness {
         KVFUZZ_CHECK(layer().row_matches(h, i), where(), ": head ", h, " slot ", i, " K/V bytes are not position ",
                      pos[i], "'s");
         const float sc = s().cache->scores(h)[i];
-        KVFUZZ_CHECK(std::isfinite(sc) && sc >= 0.0f, where(), ": head ", h, " slot ", i, " score ", sc);
+        KVFUZZ_CHECK(std::isfinite(sc) && sc >= 0.0f && !std::signbit(sc), where(), ": head ", h, " slot ", i,
+                     " score ", sc);
       }
       if (s().kind == Kind::other) continue;
       if (s().kind == Kind::sink_recent) {

@@ -3,15 +3,18 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The input is one GGUF file. gguf::File::parse must succeed or throw std::invalid_argument; after a
-// successful parse every tensor lies inside the input, read_vocab succeeds or throws
-// std::invalid_argument, and every tensor of a dequantizable type (up to 2^16 elements) dequantizes.
-// Model::load on the same bytes (as a file) must succeed or throw std::invalid_argument; a model
-// small enough to run here (context <= 64, dim <= 256, vocab <= 4096) then prefills two tokens and
-// takes two greedy steps, which must run without a sanitizer finding (fuzzed weights may be
-// non-finite, so the logits' values are not checked; tests/llama2 pins them on real files).
+// successful parse every tensor lies inside the input and no two tensors share a byte (issue 37),
+// read_vocab succeeds or throws std::invalid_argument, and every tensor of a dequantizable type (up to
+// 2^16 elements) dequantizes. Model::load on the same bytes (as a file) must succeed or throw
+// std::invalid_argument; a loaded model's float32 weights take at most 8 bytes per input byte (its
+// tensors are disjoint), and a model small enough to run here (context <= 64, dim <= 256, vocab <=
+// 4096) has only finite weights (issue 37), then prefills two tokens and takes two greedy steps, which
+// must run without a sanitizer finding (the logits' values are not checked: finite weights can still
+// overflow; tests/llama2 pins them on real files).
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -40,6 +43,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   using namespace llama2::gguf;
   try {
     const File f = File::parse(data, size, "fuzz");
+    std::vector<const TensorInfo*> by_start;
+    for (const TensorInfo& t : f.tensors()) by_start.push_back(&t);
+    std::sort(by_start.begin(), by_start.end(), [](const TensorInfo* a, const TensorInfo* b) { return a->data < b->data; });
+    for (std::size_t i = 1; i < by_start.size(); ++i)
+      KVFUZZ_CHECK(by_start[i]->data >= by_start[i - 1]->data + by_start[i - 1]->bytes, "tensor '", by_start[i]->name,
+                   "' overlaps tensor '", by_start[i - 1]->name, "'");
     for (const TensorInfo& t : f.tensors()) {
       KVFUZZ_CHECK(t.data >= data && t.data + t.bytes <= data + size, "tensor '", t.name, "' outside the input");
       if (can_dequantize(t.type) && t.elements <= (1u << 16)) {
@@ -70,7 +79,29 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const llama2::Model m = llama2::Model::load(path);
     const llama2::Config& c = m.config();
+    const std::uint64_t d = c.dim, kv = c.kv_dim(), hid = c.hidden_dim, V = c.vocab_size, L = c.n_layers;
+    const std::uint64_t params = V * d * (c.shared_classifier ? 1 : 2) + d + L * (2 * d + 2 * d * d + 2 * kv * d + 3 * hid * d);
+    KVFUZZ_CHECK(params * 4 <= 8 * static_cast<std::uint64_t>(size), "a ", size, "-byte file loaded ", params,
+                 " float32 weights");
     if (c.seq_len > 64 || c.dim > 256 || c.hidden_dim > 1024 || c.vocab_size > 4096 || c.n_layers > 4) return 0;
+    auto finite = [](const float* x, std::uint64_t n, const char* what) {
+      for (std::uint64_t i = 0; i < n; ++i) KVFUZZ_CHECK(std::isfinite(x[i]), what, " element ", i, " is ", x[i]);
+    };
+    finite(m.token_embedding(), V * d, "token_embd");
+    finite(m.classifier(), V * d, "classifier");
+    finite(m.rms_final(), d, "output_norm");
+    for (std::size_t l = 0; l < c.n_layers; ++l) {
+      const llama2::LayerWeights& w = m.layer(l);
+      finite(w.rms_att, d, "attn_norm");
+      finite(w.wq, d * d, "attn_q");
+      finite(w.wk, kv * d, "attn_k");
+      finite(w.wv, kv * d, "attn_v");
+      finite(w.wo, d * d, "attn_output");
+      finite(w.rms_ffn, d, "ffn_norm");
+      finite(w.w1, hid * d, "ffn_gate");
+      finite(w.w2, hid * d, "ffn_down");
+      finite(w.w3, hid * d, "ffn_up");
+    }
     llama2::Engine e(m);
     const std::vector<int> prompt = {0, static_cast<int>(c.vocab_size - 1)};
     if (prompt.size() > c.seq_len) return 0;

@@ -21,12 +21,13 @@ def kv(key, t, payload):
     return s(key) + struct.pack("<I", t) + payload
 
 
-def gguf(kvs, tensors, align=32):
+def gguf(kvs, tensors, align=32, same_offset=False):
+    """same_offset: every tensor's offset is 0 (its data still written one after another): overlapping tensors."""
     out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
     off, infos = 0, []
     for name, ne, t, data in tensors:
         infos.append(s(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne)
-                     + struct.pack("<IQ", t, off))
+                     + struct.pack("<IQ", t, 0 if same_offset else off))
         off += (len(data) + align - 1) // align * align
     out += b"".join(infos)
     out += b"\0" * (-len(out) % align)
@@ -51,16 +52,18 @@ def blocks(t, n, rng):
     return bytes(raw)
 
 
-def vocab_kvs(kind, n):
-    """A byte-level BPE ("gpt2", SmolLM2's "smollm" split) or a SentencePiece ("llama") vocabulary of n tokens."""
+def vocab_kvs(kind, n, merges=True, eos=None):
+    """A byte-level BPE ("gpt2", SmolLM2's "smollm" split) or a SentencePiece ("llama") vocabulary of n tokens.
+    merges=False: a "gpt2" vocabulary without tokenizer.ggml.merges; eos: the eos id's (type, bytes)."""
     if kind == "gpt2":
         toks = ["a", "b", "Ġ", "ab", "Ġa", "1", "<|im_end|>", "c"][:n]
-        return [kv("tokenizer.ggml.model", STR, s("gpt2")), kv("tokenizer.ggml.pre", STR, s("smollm")),
-                kv("tokenizer.ggml.tokens", ARR, struct.pack("<IQ", STR, n) + b"".join(s(x) for x in toks)),
-                kv("tokenizer.ggml.merges", ARR, struct.pack("<IQ", STR, 2) + s("a b") + s("Ġ a")),
-                kv("tokenizer.ggml.token_type", ARR, struct.pack("<IQ", I32, n) + b"".join(
-                    struct.pack("<i", 3 if x.startswith("<|") else 1) for x in toks)),
-                kv("tokenizer.ggml.eos_token_id", U32, struct.pack("<I", 6))]
+        out = [kv("tokenizer.ggml.model", STR, s("gpt2")), kv("tokenizer.ggml.pre", STR, s("smollm")),
+               kv("tokenizer.ggml.tokens", ARR, struct.pack("<IQ", STR, n) + b"".join(s(x) for x in toks))]
+        if merges:
+            out.append(kv("tokenizer.ggml.merges", ARR, struct.pack("<IQ", STR, 2) + s("a b") + s("Ġ a")))
+        return out + [kv("tokenizer.ggml.token_type", ARR, struct.pack("<IQ", I32, n) + b"".join(
+                          struct.pack("<i", 3 if x.startswith("<|") else 1) for x in toks)),
+                      kv("tokenizer.ggml.eos_token_id", *(eos or (U32, struct.pack("<I", 6))))]
     toks = ["<unk>", "<s>", "</s>", "▁a", "a", "b", "▁", "<0x41>"][:n]
     types = [2, 3, 3, 1, 1, 1, 1, 6][:n]
     return [kv("tokenizer.ggml.model", STR, s("llama")),
@@ -72,7 +75,10 @@ def vocab_kvs(kind, n):
             kv("tokenizer.ggml.eos_token_id", U32, struct.pack("<I", 2))]
 
 
-def model(t, d, hid, vocab=8, layers=1, heads=2, kv_heads=1, ctx=8, tied=True, layers_key=None, vocab_kind="gpt2"):
+def model(t, d, hid, vocab=8, layers=1, heads=2, kv_heads=1, ctx=8, tied=True, layers_key=None, vocab_kind="gpt2",
+          eps=(F32, struct.pack("<f", 1e-5)), theta=(F32, struct.pack("<f", 10000.0)), poison=None, same_offset=False,
+          merges=True, eos=None):
+    """poison: (tensor name, float32 element index, value) written over an f32 tensor's element."""
     rng = random.Random(t * 1000 + d)
     hd = d // heads
     kvd = hd * kv_heads
@@ -82,9 +88,9 @@ def model(t, d, hid, vocab=8, layers=1, heads=2, kv_heads=1, ctx=8, tied=True, l
             kv("llama.attention.head_count", U32, struct.pack("<I", heads)),
             kv("llama.attention.head_count_kv", U32, struct.pack("<I", kv_heads)),
             kv("llama.context_length", U32, struct.pack("<I", ctx)),
-            kv("llama.attention.layer_norm_rms_epsilon", F32, struct.pack("<f", 1e-5)),
-            kv("llama.rope.freq_base", F32, struct.pack("<f", 10000.0)),
-            ] + vocab_kvs(vocab_kind, vocab)
+            kv("llama.attention.layer_norm_rms_epsilon", *eps),
+            kv("llama.rope.freq_base", *theta),
+            ] + vocab_kvs(vocab_kind, vocab, merges, eos)
 
     def w(ne):
         n = ne[0] * (ne[1] if len(ne) > 1 else 1)
@@ -100,7 +106,26 @@ def model(t, d, hid, vocab=8, layers=1, heads=2, kv_heads=1, ctx=8, tied=True, l
     ts.append(("output_norm.weight",) + w([d]))
     if not tied:
         ts.append(("output.weight",) + w([d, vocab]))
-    return gguf(meta, ts)
+    if poison:
+        name, at, value = poison
+        ts = [(n, ne, q, data[:4 * at] + struct.pack("<f", value) + data[4 * at + 4:] if n == name else data)
+              for n, ne, q, data in ts]
+    return gguf(meta, ts, same_offset=same_offset)
+
+
+def many_user_defined(n=90):
+    """A "gpt2" vocabulary whose n long pieces are all user-defined (issue 37: the special-token scan cost
+    O(text x pieces)), in a model whose token_embd has one row per token."""
+    rng = random.Random(37)
+    toks = ["a", "b", "Ġ", "ab"] + ["<piece-%04d-%s>" % (i, "x" * rng.randrange(8, 40)) for i in range(n)]
+    meta = [kv("general.architecture", STR, s("llama")), kv("tokenizer.ggml.model", STR, s("gpt2")),
+            kv("tokenizer.ggml.pre", STR, s("smollm")),
+            kv("tokenizer.ggml.tokens", ARR, struct.pack("<IQ", STR, len(toks)) + b"".join(s(x) for x in toks)),
+            kv("tokenizer.ggml.merges", ARR, struct.pack("<IQ", STR, 1) + s("a b")),
+            kv("tokenizer.ggml.token_type", ARR, struct.pack("<IQ", I32, len(toks)) + b"".join(
+                struct.pack("<i", 4 if x.startswith("<") else 1) for x in toks)),
+            kv("prompt", STR, s("".join(toks[4 + i % n][:-1 if i % 3 == 0 else None] for i in range(3 * n))))]
+    return gguf(meta, [])
 
 
 def every_type():
@@ -127,7 +152,19 @@ def main():
              "model-q8_0": model(8, 32, 32), "model-q4_0": model(2, 32, 32), "model-q4_1-2layers": model(3, 32, 32, layers=2),
              "every-value-type": every_type(), "k-quants": kquants(),
              # a block count of 2^30 over one block's tensors: refused before the loader sizes anything by it
-             "regression-block-count-2pow30": model(0, 16, 16, layers_key=2**30)}
+             "regression-block-count-2pow30": model(0, 16, 16, layers_key=2**30),
+             # issue 37, the attack's files (each refused now, naming the key or tensor):
+             "regression-overlapping-tensors": model(0, 16, 16, layers=2, same_offset=True),
+             "regression-nan-in-attn-q": model(0, 16, 16, poison=("blk.0.attn_q.weight", 5, float("nan"))),
+             "regression-inf-in-ffn-down": model(0, 16, 16, poison=("blk.0.ffn_down.weight", 0, float("inf"))),
+             "regression-block-count-below-stored": model(0, 16, 16, layers=2, layers_key=1),
+             "regression-eps-1e-300-float64": model(0, 16, 16, eps=(F64, struct.pack("<d", 1e-300))),
+             "regression-eps-1e-40-float64": model(0, 16, 16, eps=(F64, struct.pack("<d", 1e-40))),
+             "regression-freq-base-1-plus-1e-12": model(0, 16, 16, theta=(F64, struct.pack("<d", 1 + 1e-12))),
+             "regression-freq-base-1e300": model(0, 16, 16, theta=(F64, struct.pack("<d", 1e300))),
+             "regression-gpt2-without-merges": model(0, 16, 16, merges=False),
+             "regression-eos-id-2pow63-uint64": model(0, 16, 16, eos=(U64, struct.pack("<Q", 2**63))),
+             "regression-many-user-defined-pieces": many_user_defined()}
     for name, data in seeds.items():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)

@@ -110,6 +110,12 @@ class CacheOps(Encoder):
     def h2o(self, workers=0):
         return self.int_in(3, 0, 7).boolean(False).executor(workers)
 
+    def key_score(self, workers=0):  # H2O's choice with noise byte 0xFE: FirstElementKeyScore (issue 37)
+        return self.int_in(3, 0, 7).u8(0xFE).executor(workers)
+
+    def hostile_selection(self, workers=0):  # TOVA's choice with noise byte 0xFF: HostileSelectionScore
+        return self.int_in(4, 0, 7).u8(0xFF).executor(workers)
+
     def streaming(self, sinks, workers=0):
         return self.int_in(5, 0, 7).boolean(False).boolean(True).int_in(sinks, 0, 6).executor(workers)
 
@@ -231,6 +237,27 @@ def cache_ops_seeds():
 
 
 # ---------------------------------------------------------------- select_keep
+def cache_ops_issue37_seeds():
+    # Issue 37: a key score of -0.0 (keys in (-1e30, 0)) must be stored as +0.0; k = 3, w = 0, P = 6 and
+    # decode steps past the budget, per KV head and shared.
+    for shared in (False, True):
+        e = CacheOps().layer(nkv=2, cap=12, hd=1).config(k=3, w=0, shared=shared).key_score()
+        e.append_next(6).prefill([0] * 36, null=True)
+        for _ in range(5):
+            e.append_next().decode([0] * 8, null=True)
+        write("cache_ops", "regression-key-score-negative-zero" + ("-shared" if shared else ""), e.bytes())
+    # Issue 37: a selection score of NaN (slot 0's H2O score 2.45 > 1.5 over 6 rows of zeros) must throw, not
+    # keep k + 1 tokens; then a prompt of 2 rows (scores <= 1.5, the small ones -0.0) is cut to k = 1.
+    e = CacheOps().layer(cap=10, hd=2).config(k=4, w=1).hostile_selection()
+    e.append_next(6).prefill([0] * 36)
+    for _ in range(3):
+        e.append_next().decode([0] * 7)
+    write("cache_ops", "regression-selection-score-nan", e.bytes())
+    e = CacheOps().layer(cap=6, hd=1).config(k=1, w=0).hostile_selection()
+    e.append_next(2).prefill([0, None, 0, 0])
+    write("cache_ops", "regression-selection-score-negative-zero", e.append_next().decode([0, 0, 0]).bytes())
+
+
 def select_keep_seeds():
     import random
     rng = random.Random(8)
@@ -509,6 +536,7 @@ def trace_json_duplicate_seeds():
 
 if __name__ == "__main__":
     cache_ops_seeds()
+    cache_ops_issue37_seeds()
     select_keep_seeds()
     trace_json_seeds()
     replay_seeds()

@@ -434,3 +434,110 @@ TEST(ScoreHooks, EachHookIsDetected) {
 }
 
 }  // namespace
+
+// ---- issue 37: -0.0 scores and unchecked selection scores ----
+
+/// A key score: the key's first element (so a test can hand the cache any float, -0.0 included).
+struct KeyFirstScore : KeySumScore {
+  float key_score(const float* key, std::size_t) const noexcept { return key[0]; }
+};
+
+// k = 3, w = 0; prompt scores 1 2 3, then a token whose key score is -0.0 (or +0.0). The decode step's
+// victim search ranks scores by their bits, where -0.0 (0x80000000) sorted above every positive float:
+// the zero-scored token survived and position 0 (score 1) was evicted (kept 1 2 3). Both zeros now
+// evict the new token, and the cache never stores a -0.0.
+TEST(KeyScore, ANegativeZeroKeyScoreIsRankedAsZero) {
+  for (float zero : {0.0f, -0.0f}) {
+    SCOPED_TRACE(std::signbit(zero) ? "-0.0" : "+0.0");
+    kvevict::KVBuffer<float> buf(1, 8, 1);
+    auto kv = buf.view();
+    kvevict::CacheConfig c = config(3, 0, false);
+    c.n_q_heads = 1;
+    kvevict::Cache<KeyFirstScore, kvevict::ConstantTemperature, kvevict::RecentTopKSelection> cache(c, kv);
+    const float keys[3] = {1.0f, 2.0f, 3.0f}, v = 0.0f;
+    for (std::int64_t p = 0; p < 3; ++p) kv.append(p, &keys[p], &v);
+    cache.prefill(nullptr, 3);
+    kv.append(3, &zero, &v);
+    cache.decode_step(nullptr, 4);
+    EXPECT_EQ(cache.retained_positions(0), (Positions{0, 1, 2}));
+    // A -0.0 at prefill is stored as +0.0 too.
+    cache.reset();
+    const float first[3] = {zero, 2.0f, 3.0f};
+    for (std::int64_t p = 0; p < 3; ++p) kv.append(p, &first[p], &v);
+    cache.prefill(nullptr, 3);
+    EXPECT_FALSE(std::signbit(cache.scores(0)[0]));
+  }
+}
+
+/// KeySumScore with a selection hook that writes NaN at slot 2 (`bad`), or -0.0 there (`negzero`).
+struct BadSelectionScore : KeySumScore {
+  static constexpr const char* kName = "BadSelection";
+  bool negzero = false;
+  void selection_scores(const float* s, std::size_t n, float* out) const noexcept {
+    for (std::size_t i = 0; i < n; ++i) out[i] = i != 2 ? s[i] : negzero ? -0.0f : std::nanf("");
+  }
+};
+using BadSelectionCache = kvevict::Cache<BadSelectionScore, kvevict::ConstantTemperature, kvevict::RecentTopKSelection>;
+
+// A NaN from selection_scores went unchecked: prefill_keep then kept k + 1 tokens (k = 4 kept 5, and
+// every later step kept 5). Now each path that cuts throws before any state changes, naming the score,
+// the KV head (or the summed heads) and the slot; the fixed score then gives k tokens.
+TEST(ScoreHooks, ANonFiniteSelectionScoreThrowsAndChangesNothing) {
+  for (bool shared : {false, true}) {
+    kvevict::KVBuffer<float> buf(2, 10, 2);
+    auto kv = buf.view();
+    BadSelectionCache cache(config(3, 1, shared), kv, BadSelectionScore{});
+    for (std::int64_t p = 0; p < 6; ++p) append_key(kv, p);
+    EXPECT_EQ(message_of([&] { cache.prefill(nullptr, 6); }),
+              shared ? "kvevict::Cache::prefill: BadSelection's selection_scores of the summed KV heads, slot 2 is "
+                       "nan (must be finite and >= 0)"
+                     : "kvevict::Cache::prefill: BadSelection's selection_scores of KV head 0, slot 2 is nan (must "
+                       "be finite and >= 0)");
+    EXPECT_EQ(cache.budget(), 0u);
+    EXPECT_EQ(kv.length(0), 6u);
+    EXPECT_EQ(cache.scores(0)[0], 0.0f);
+    // Chunked: finish_prefill cuts; bounded: the chunk that goes over k cuts.
+    EXPECT_EQ(message_of([&] {
+                cache.prefill_chunk(nullptr, 6, 6);
+                cache.finish_prefill();
+              }),
+              std::string("kvevict::Cache::finish_prefill: BadSelection's selection_scores of ") +
+                  (shared ? "the summed KV heads" : "KV head 0") + ", slot 2 is nan (must be finite and >= 0)");
+    EXPECT_EQ(cache.budget(), 0u);
+  }
+  kvevict::KVBuffer<float> buf(2, 10, 2);
+  auto kv = buf.view();
+  kvevict::CacheConfig c = config(3, 1, false);
+  c.bounded_prefill = true;
+  c.max_prefill_chunk = 2;
+  BadSelectionCache bounded(c, kv, BadSelectionScore{});
+  for (std::int64_t p = 0; p < 2; ++p) append_key(kv, p);
+  bounded.prefill_chunk(nullptr, 2, 2);
+  for (std::int64_t p = 2; p < 4; ++p) append_key(kv, p);
+  EXPECT_EQ(message_of([&] { bounded.prefill_chunk(nullptr, 2, 4); }),
+            "kvevict::Cache::prefill_chunk: BadSelection's selection_scores of KV head 0, slot 2 is nan (must be "
+            "finite and >= 0)");
+  EXPECT_EQ(kv.length(0), 4u);
+  // -0.0 passes and ranks as 0, not above every score (its bits): head 0 keeps 5 (recent), 4 and 0.
+  kvevict::KVBuffer<float> buf2(2, 10, 2);
+  auto kv2 = buf2.view();
+  BadSelectionScore negzero;
+  negzero.negzero = true;
+  BadSelectionCache ok(config(3, 1, false), kv2, negzero);
+  for (std::int64_t p = 0; p < 6; ++p) append_key(kv2, p);
+  ok.prefill(nullptr, 6);
+  EXPECT_EQ(ok.retained_positions(0), (Positions{0, 4, 5}));
+}
+
+TEST(ScoreHooks, PagedCacheChecksTheSelectionScoresOfItsTokenUnit) {
+  PagedKeys s;
+  kvevict::CacheConfig c = config(3, 1, true);
+  kvevict::PagedCache<BadSelectionScore, kvevict::ConstantTemperature, kvevict::RecentTopKSelection> cache(
+      c, kvevict::PagedEvictionConfig{}, s.view, s.pool, BadSelectionScore{});
+  for (std::int64_t p = 0; p < 6; ++p) s.append(p);
+  EXPECT_EQ(message_of([&] { cache.prefill(nullptr, 6); }),
+            "kvevict::PagedCache::prefill: BadSelection's selection_scores of the summed KV heads, slot 2 is nan "
+            "(must be finite and >= 0)");
+  EXPECT_EQ(s.length, 6u);
+  EXPECT_EQ(cache.budget(), 0u);
+}

@@ -13,6 +13,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "file_input.hpp"
+
 namespace kvquality {
 namespace {
 
@@ -32,11 +34,11 @@ int argmax(const std::vector<float>& v) {
 }  // namespace
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  try {
+    return kvtools::read_regular_file(path);  // a FIFO or /dev/zero was read until memory ran out
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
 }
 
 // Paragraphs separated by blank lines, each encoded with BOS, concatenated

@@ -32,7 +32,9 @@ struct Stat {
   double mean = 0.0, se = 0.0;
 };
 
-/// The whole file at `path`; throws `std::runtime_error` naming it.
+/// The whole file at `path` (`kvtools::read_regular_file`: a regular file of at most 1 GiB); throws
+/// `std::runtime_error` naming it otherwise ("'/dev/zero' is not a regular file (it is a character
+/// device)", "'x': cannot read (No such file or directory)").
 std::string read_file(const std::string& path);
 
 /// Paragraphs separated by blank lines, each encoded with BOS, concatenated (the tokenization of

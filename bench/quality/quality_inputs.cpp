@@ -62,7 +62,11 @@ void QualityRun::load_inputs() {
     }
     for (const std::string& path : paths) {
       doc_names.push_back(std::filesystem::path(path).filename().string());
-      doc_ids.push_back(tok.encode(read_file(path), files.add_bos));
+      try {
+        doc_ids.push_back(tok.encode(read_file(path), files.add_bos));
+      } catch (const std::runtime_error& e) {  // e.g. a FIFO named x.txt in the folder
+        throw kvcli::UsageError("--data", e.what());
+      }
       lengths.push_back(doc_ids.back().size());
     }
     available = kvquality::document_windows(lengths, window, 0).size();

@@ -26,6 +26,7 @@ int QualityRun::run_retrieval() {
                                             std::to_string(answer_tokens) + " exceeds the model's context of " +
                                             std::to_string(model.config().seq_len) + " positions");
   std::vector<kvquality::RetrievalItem> items;
+  rspec.doc_names = doc_names;  // a too-short document is named by its file
   try {
     items = kvquality::make_retrieval_items(
         doc_ids, [&](const std::string& t) { return tok.encode(t, false); }, rspec);

@@ -73,7 +73,10 @@ std::vector<RetrievalItem> make_retrieval_items(const std::vector<std::vector<in
       const std::size_t excerpt = spec.prompt - frame;
       const std::vector<int>& doc = docs[it.doc];
       if (doc.size() < excerpt)
-        throw std::invalid_argument("make_retrieval_items: document " + std::to_string(it.doc) + " has " +
+        throw std::invalid_argument("make_retrieval_items: document " +
+                                    (it.doc < spec.doc_names.size() ? "'" + spec.doc_names[it.doc] + "'"
+                                                                    : std::to_string(it.doc)) +
+                                    " has " +
                                     std::to_string(doc.size()) + " tokens, fewer than the excerpt's " +
                                     std::to_string(excerpt));
       it.offset = static_cast<std::size_t>(splitmix64(state) % (doc.size() - excerpt + 1));

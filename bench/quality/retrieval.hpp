@@ -38,6 +38,7 @@ struct RetrievalSpec {
   std::size_t needle_repeats = 1;            ///< copies of the needle line (the 2nd, 3rd, ... spread evenly after
                                              ///< the first), >= 1
   int im_start = 1, im_end = 2;              ///< ChatML ids (chat only; the tool reads them from the model)
+  std::vector<std::string> doc_names;        ///< the documents' names for messages (empty: "document i")
 };
 
 /// One prompt of the task.
@@ -57,7 +58,8 @@ struct RetrievalItem {
 /// encoded as "\n" + line + "\n"; the excerpt fills the rest of P; the needle goes after
 /// `floor(depth · E / 100)` excerpt tokens (E: the excerpt's length). Throws `std::invalid_argument`
 /// (naming the argument) for no documents, a depth > 100, per_depth or needle_repeats 0, or a
-/// document too short for the excerpt. O(P) per prompt plus the encoder.
+/// document too short for the excerpt ("make_retrieval_items: document 'a.txt' has 0 tokens, fewer than
+/// the excerpt's 1900", by its `doc_names` entry, else "document 1"). O(P) per prompt plus the encoder.
 std::vector<RetrievalItem> make_retrieval_items(const std::vector<std::vector<int>>& docs,
                                                 const std::function<std::vector<int>(const std::string&)>& encode,
                                                 const RetrievalSpec& spec);

@@ -119,8 +119,10 @@ class Cache final
   /// selection cannot serve (`resolve_budget`: `w > k`, `sinks > k`, a window
   /// given to StreamingLLM, capacity < `k + 1`), τ_0 outside the valid range
   /// (finite, >= FLT_MIN), a null `logits` when scores need it, a NaN /
-  /// `+inf` value of `x + ζ`, or a key score that is not finite and >= 0.
-  /// Every check runs before any state changes.
+  /// `+inf` value of `x + ζ`, a key score that is not finite and >= 0, or (a score with a
+  /// `selection_scores` hook) a selection score that is not finite and >= 0 ("…: <score>'s
+  /// selection_scores of KV head j, slot s is v (must be finite and >= 0)"). A key or selection score
+  /// of -0.0 is stored and ranked as +0.0. Every check runs before any state changes.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
     live("prefill");
     const std::size_t P = prompt_len;
@@ -136,6 +138,7 @@ class Cache final
     } else if constexpr (detail::has_key_score<Score>) {
       this->score_prompt_keys(0, P, "prefill");
     }
+    scorer_.check_selection(P, config_.shared_heads, "prefill");
 
     // ---- nothing below can throw ----
     take_chunk(P, tau);
@@ -157,8 +160,9 @@ class Cache final
   /// rows; use `prefill`), if `C == 0`,
   /// `C > config.max_prefill_chunk` (when set), `n != held + C`, a length is not
   /// `n`, positions do not rise or differ across heads, τ_0 is invalid,
-  /// `logits` is null when needed, a value of `x + ζ` is NaN / `+inf`, or a key score is not finite
-  /// and >= 0; the cache and the view are then unchanged.
+  /// `logits` is null when needed, a value of `x + ζ` is NaN / `+inf`, a key score is not finite
+  /// and >= 0, or (bounded, when this chunk cuts) a selection score is not finite and >= 0 (as
+  /// `prefill`); the cache and the view are then unchanged.
   void prefill_chunk(const float* logits, std::size_t chunk_len, std::size_t n,
                      const float* gumbel = nullptr) override {
     live("prefill_chunk");
@@ -189,6 +193,7 @@ class Cache final
     const float tau = checked_tau(0, "prefill_chunk");
     if constexpr (Score::kUsesLogits) scorer_.score_chunk(rows, n_, C, 1.0f / tau, "prefill_chunk", prompt_len_);
     if constexpr (detail::has_key_score<Score>) this->score_prompt_keys(n_, n_ + C, "prefill_chunk");
+    if (bounded && n_ + C > k) scorer_.check_selection(n_ + C, config_.shared_heads, "prefill_chunk");
     // ---- nothing below can throw ----
     take_chunk(C, tau);
     if (bounded && n_ > k) {
@@ -200,13 +205,14 @@ class Cache final
   /// Ends a chunked prefill: resolves `k` and `w` for the prompt length (the
   /// tokens of every chunk) and cuts to `min(k, n)` as `prefill` does; decode
   /// steps may follow. Throws `std::invalid_argument` (state unchanged) if no
-  /// chunk was passed, the prompt is already finished, or `resolve_budget`
-  /// rejects the budget. O(n_kv_heads · n · head_dim).
+  /// chunk was passed, the prompt is already finished, `resolve_budget`
+  /// rejects the budget, or a selection score is not finite and >= 0 (as `prefill`). O(n_kv_heads · n · head_dim).
   void finish_prefill() override {
     live("finish_prefill");
     detail::require(!prefilled_, "kvevict::Cache::finish_prefill: the prompt is already finished; call reset()");
     detail::require(chunking_, "kvevict::Cache::finish_prefill: no chunk was passed (call prefill_chunk first)");
     const auto [k, w] = resolve_budget(config_.budget.resolve(prompt_len_), "kvevict::Cache::finish_prefill");
+    scorer_.check_selection(n_, config_.shared_heads, "finish_prefill");
     finish(k, w);
   }
 

@@ -40,9 +40,12 @@
 //       The scores a prefill cut ranks (the selection's `prefill_keep`), written to `out[0, n)` from the
 //       cut's `n` candidates' scores `s[0, n)` (position order; summed over KV heads with shared_heads).
 //       `out` (the scorer's scratch, `n` floats) never overlaps `s`; every value must be finite and
-//       >= 0. The cache's stored scores stay `s`; decode steps rank them unchanged, and so does the
-//       page unit of `PagedCache` (its pages by raw scores). Default: `s` itself.
-//       Must not throw (it runs after the cache has started to change state); no allocation.
+//       >= 0: the cache calls the hook once more before the cut changes any state and throws
+//       `std::invalid_argument` "<cache>::<method>: <kName>'s selection_scores of KV head j, slot s is v
+//       (must be finite and >= 0)" ("of the summed KV heads" with shared_heads) otherwise; -0.0 is
+//       ranked as +0.0. So it must give the same values for the same input. The cache's stored scores
+//       stay `s`; decode steps rank them unchanged, and so does the page unit of `PagedCache` (its pages
+//       by raw scores). Default: `s` itself. Must not throw; no allocation.
 //       SnapKV: pooled over positions, the observation window at FLT_MAX.
 //   void validate_budget(std::size_t k, std::size_t w) const;
 //       Called whenever the budget is resolved (construction with a token budget, prefill,
@@ -58,7 +61,8 @@
 //       false, checked by static_assert, so logits may be nullptr on `Cache` and `PagedCache`; `noisy()`
 //       must return false, else the cache's constructor throws `std::invalid_argument`); kAccumulates
 //       keeps only its budget meaning (the ratio-window rule of detail/budget_rule.hpp). The result must be finite and >= 0: otherwise the call throws
-//       `std::invalid_argument` naming the KV head, slot and value, state unchanged. The view's element
+//       `std::invalid_argument` naming the KV head, slot and value, state unchanged; -0.0 is stored as
+//       +0.0 (the victim search ranks by bits, where -0.0 would sort above every positive score). The view's element
 //       type must convert to float (float, Eigen::half, Eigen::bfloat16). Called serially, once per
 //       token and KV head: O(head_dim) each.
 // ---- Temperature schedule (τ per step; e.g. LinearTemperature) ---------------

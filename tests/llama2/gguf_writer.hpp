@@ -4,6 +4,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -53,6 +54,9 @@ struct Builder {
   std::uint64_t kv_count = 0;
   Bytes kv;  // encoded key/values
   std::vector<Tensor> tensors;
+  // When not empty (one entry per tensor): the data offsets written, instead of one after another (the
+  // data is then written at those offsets, later tensors over earlier ones): hostile tables.
+  std::vector<std::uint64_t> forced_offsets;
 
   Builder& raw(const std::string& key, ValueType type, const Bytes& value) {
     put_string(kv, key);
@@ -121,15 +125,17 @@ struct Builder {
       put<std::uint32_t>(b, static_cast<std::uint32_t>(t.ne.size()));
       for (auto n : t.ne) put<std::uint64_t>(b, n);
       put<std::uint32_t>(b, t.type);
-      put<std::uint64_t>(b, offset);
-      offsets.push_back(offset);
+      const std::uint64_t at = forced_offsets.empty() ? offset : forced_offsets[offsets.size()];
+      put<std::uint64_t>(b, at);
+      offsets.push_back(at);
       offset += (t.data.size() + alignment - 1) / alignment * alignment;
     }
     while (b.size() % alignment != 0) b.push_back(0);
     const std::size_t data_start = b.size();
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-      b.resize(data_start + offsets[i], 0);
-      b.insert(b.end(), tensors[i].data.begin(), tensors[i].data.end());
+      const std::size_t at = data_start + static_cast<std::size_t>(offsets[i]);
+      if (b.size() < at + tensors[i].data.size()) b.resize(at + tensors[i].data.size(), 0);
+      std::copy(tensors[i].data.begin(), tensors[i].data.end(), b.begin() + static_cast<std::ptrdiff_t>(at));
     }
     return b;
   }

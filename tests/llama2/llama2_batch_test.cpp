@@ -310,4 +310,63 @@ TEST(Llama2Batch, AFollowerCacheThatThrowsInThePrefillResetsTheWholeBatch) {
   EXPECT_EQ(good.position(), 8u);
 }
 
+/// Throws from block 1's after_cache hook at decode step `fail_at` (counted from 0), else does nothing.
+class ThrowAtStep final : public llama2::EngineHooks {
+ public:
+  explicit ThrowAtStep(int fail_at) : fail_at_(fail_at) {}
+  void after_cache(Engine&, std::size_t layer, kvevict::CacheInterface&, bool prompt) override {
+    if (prompt || layer != 1) return;
+    if (step_++ == fail_at_) throw std::runtime_error("hook failed at block 1");
+  }
+
+ private:
+  int fail_at_, step_ = 0;
+};
+
+// Issue 37: a hook that threw inside step_batch left every engine of the batch mid-step (block 0 had the
+// new token, block 1 not): a retry failed ("new token's position 6 must be larger than the last one,
+// 6") until reset(). Now the failing engine is reset and the others complete the step: their steps after
+// the failed one are bit for bit those of engines that never saw a failure.
+TEST(Llama2Batch, AHookThatThrowsResetsItsEngineAndTheOthersCompleteTheStep) {
+  const Model m = make_model(batch_header(), 93);
+  const std::size_t vocab = m.config().vocab_size;
+  const std::vector<int> prompt = tokens_from(4, 10, static_cast<int>(vocab)), next = tokens_from(6, 6, 200);
+  std::vector<std::unique_ptr<Engine>> run, ref;
+  for (const char* p : {"h2o", "keyformer", "snapkv"}) {
+    run.push_back(llama2::make_engine(m, settings(p)));
+    ref.push_back(llama2::make_engine(m, settings(p)));
+  }
+  run[1]->set_hooks(std::make_unique<ThrowAtStep>(2));
+  for (std::size_t e = 0; e < run.size(); ++e) {
+    run[e]->prefill(prompt);
+    ref[e]->prefill(prompt);
+  }
+  const std::vector<Engine*> batch = {run[0].get(), run[1].get(), run[2].get()};
+  for (std::size_t i = 0; i < next.size(); ++i) {
+    const std::vector<int> tokens(3, next[i]);
+    if (i == 2) {
+      try {
+        Engine::step_batch(batch, tokens);
+        FAIL() << "the hook did not throw";
+      } catch (const std::runtime_error& e) {
+        EXPECT_EQ(std::string(e.what()), "hook failed at block 1");
+      }
+      EXPECT_EQ(run[1]->position(), 0u);  // reset: empty caches
+      EXPECT_EQ(run[1]->retained(0), 0u);
+      run[1]->prefill(prompt);  // usable again at once
+      for (std::size_t j = 0; j <= i; ++j) run[1]->step(next[j]);
+      ref[1]->step(next[i]);
+    } else {
+      Engine::step_batch(batch, tokens);
+      ref[1]->step(next[i]);
+    }
+    for (std::size_t e : {0u, 2u}) {
+      ASSERT_EQ(run[e]->position(), prompt.size() + i + 1);
+      ASSERT_EQ(row(run[e]->logits(), vocab), row(ref[e]->step(next[i]), vocab)) << "engine " << e << " step " << i;
+      ASSERT_EQ(held(*run[e]), held(*ref[e])) << "engine " << e << " step " << i;
+    }
+    ASSERT_EQ(row(run[1]->logits(), vocab), row(ref[1]->logits(), vocab)) << "step " << i;
+  }
+}
+
 }  // namespace

@@ -312,7 +312,7 @@ TEST(GgufDequantize, HalvesAndErrors) {
 // a multiple of 32 in `quant` (F32: none), the rest F32. With `twin`, the quantized tensors are
 // written back as the F32 values they dequantize to.
 Builder to_gguf(const llama2_test::Header& h, const std::vector<float>& w, TensorType quant, bool twin,
-                float theta = 10000.0f, std::uint32_t kv_heads_key = 0) {
+                float theta = 10000.0f, std::uint32_t kv_heads_key = 0, bool float_keys = true) {
   const std::uint64_t d = static_cast<std::uint64_t>(h.dim), hid = static_cast<std::uint64_t>(h.hidden_dim),
                       L = static_cast<std::uint64_t>(h.n_layers),
                       V = static_cast<std::uint64_t>(h.vocab_size < 0 ? -h.vocab_size : h.vocab_size),
@@ -323,7 +323,7 @@ Builder to_gguf(const llama2_test::Header& h, const std::vector<float>& w, Tenso
   g.u32("llama.attention.head_count", static_cast<std::uint32_t>(h.n_heads));
   g.u32("llama.attention.head_count_kv", kv_heads_key ? kv_heads_key : static_cast<std::uint32_t>(h.n_kv_heads));
   g.u32("llama.context_length", static_cast<std::uint32_t>(h.seq_len));
-  g.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f).f32("llama.rope.freq_base", theta);
+  if (float_keys) g.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f).f32("llama.rope.freq_base", theta);
   const float* p = w.data();
   auto emit = [&](const std::string& name, std::vector<std::uint64_t> ne) {
     const std::size_t n = static_cast<std::size_t>(ne.size() == 1 ? ne[0] : ne[0] * ne[1]);
@@ -493,6 +493,126 @@ TEST(GgufModel, BadModelsNameTheKeyOrTensor) {
   const std::vector<float> huge_w = llama2_test::random_weights(huge_context, 14);
   EXPECT_EQ(load_error(to_gguf(huge_context, huge_w, TensorType::F32, false)),
             "key 'llama.context_length' = 2097152 is out of range [1, 2^20]");
+}
+
+// ---- issue 37: the attack's hostile files --------------------------------------------------------
+
+// Tensors were checked to lie inside the file, not to be disjoint: every tensor could point at offset 0,
+// and 200 layers in a 1.17 MB file dequantized to 1.49 GB. Overlapping bytes are refused (touching is fine).
+TEST(GgufReader, OverlappingTensorsAreRefused) {
+  const float w[16] = {};
+  Builder g;
+  g.tensor("a", {16}, TensorType::F32, gguf_test::f32_bytes(w, 16)).tensor("b", {8}, TensorType::F32,
+                                                                            gguf_test::f32_bytes(w, 8));
+  g.forced_offsets = {0, 0};
+  EXPECT_EQ(parse_error(g.bytes()), "llama2::gguf: 'mem': tensor 'b' (32 bytes at data offset 0) overlaps tensor 'a' "
+                                    "(64 bytes at data offset 0); tensors must not share bytes");
+  g.forced_offsets = {0, 32};
+  EXPECT_EQ(parse_error(g.bytes()), "llama2::gguf: 'mem': tensor 'b' (32 bytes at data offset 32) overlaps tensor "
+                                    "'a' (64 bytes at data offset 0); tensors must not share bytes");
+  g.forced_offsets = {64, 0};  // gaps are fine
+  EXPECT_EQ(parse_error(g.bytes()), "");
+  g.forced_offsets = {32, 0};
+  EXPECT_EQ(parse_error(g.bytes()), "");  // b = [0, 32), a = [32, 96): adjacent, in either table order
+  g.forced_offsets = {0, 64};
+  EXPECT_EQ(parse_error(g.bytes()), "");
+}
+
+TEST(GgufModel, AModelWhoseBlocksShareOneTensorsBytesIsRefused) {
+  llama2_test::Header h;
+  const std::vector<float> w = llama2_test::random_weights(h, 21);
+  Builder g = to_gguf(h, w, TensorType::F32, false);
+  std::vector<std::uint64_t> offsets;
+  std::uint64_t at = 0;
+  for (const auto& t : g.tensors) {
+    offsets.push_back(t.name.rfind("blk.1.", 0) == 0 ? offsets[offsets.size() - 9] : at);  // block 1 = block 0's bytes
+    at += (t.data.size() + 31) / 32 * 32;
+  }
+  g.forced_offsets = offsets;
+  EXPECT_EQ(load_error(g), "tensor 'blk.1.attn_norm.weight' (64 bytes at data offset 2048) overlaps tensor "
+                           "'blk.0.attn_norm.weight' (64 bytes at data offset 2048); tensors must not share bytes");
+}
+
+// A NaN or inf weight outside the norms gave silent garbage (greedy ids 0 0 0 0 0, exit 0); every
+// tensor is checked after dequantization, naming it, the value and the element.
+TEST(GgufModel, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  llama2_test::Header h;
+  const std::vector<float> w = llama2_test::random_weights(h, 22);
+  Builder g = to_gguf(h, w, TensorType::F32, false);
+  ASSERT_EQ(g.tensors[2].name, "blk.0.attn_q.weight");
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::memcpy(g.tensors[2].data.data() + 5 * sizeof(float), &nan, sizeof nan);
+  EXPECT_EQ(load_error(g), "tensor 'blk.0.attn_q.weight' holds a non-finite value (nan at element 5)");
+  g = to_gguf(h, w, TensorType::F32, false);
+  const float minus_inf = -inf;
+  std::memcpy(g.tensors.back().data.data(), &minus_inf, sizeof minus_inf);
+  EXPECT_EQ(load_error(g), "tensor 'output_norm.weight' holds a non-finite value (-inf at element 0)");
+  // Quantized: a q8_0 block whose scale is the half inf dequantizes to inf / NaN.
+  llama2_test::Header q = h;
+  q.dim = 32, q.hidden_dim = 64, q.n_heads = 4, q.n_kv_heads = 4;
+  const std::vector<float> wq = llama2_test::random_weights(q, 23);
+  g = to_gguf(q, wq, TensorType::Q8_0, false);
+  ASSERT_EQ(g.tensors[8].name, "blk.0.ffn_up.weight");
+  g.tensors[8].data[34] = 0x00, g.tensors[8].data[35] = 0x7C;  // block 1's scale: +inf
+  EXPECT_EQ(load_error(g), "tensor 'blk.0.ffn_up.weight' holds a non-finite value (inf at element 32)");
+}
+
+// block_count 1 with two blocks stored: blk.1.* was ignored and a truncated model ran.
+TEST(GgufModel, TensorsTheMetadataDoesNotAccountForAreRefused) {
+  llama2_test::Header h2, h1;
+  h1.n_layers = 1;
+  const std::vector<float> w2 = llama2_test::random_weights(h2, 24), w1 = llama2_test::random_weights(h1, 24);
+  const Builder two = to_gguf(h2, w2, TensorType::F32, false);
+  Builder g = to_gguf(h1, w1, TensorType::F32, false);
+  for (const auto& t : two.tensors)
+    if (t.name.rfind("blk.1.", 0) == 0) g.tensors.push_back(t);
+  EXPECT_EQ(load_error(g), "tensor 'blk.1.attn_norm.weight' is not read by a llama model with 'llama.block_count' = "
+                           "1 and a tied classifier (a file may hold only the model's tensors)");
+  g = to_gguf(h1, w1, TensorType::F32, false);
+  g.tensor("rope_freqs.weight", {2}, TensorType::F32, gguf_test::f32_bytes(w1.data(), 2));
+  EXPECT_EQ(load_error(g), "tensor 'rope_freqs.weight' is not read by a llama model with 'llama.block_count' = 1 and "
+                           "a tied classifier (a file may hold only the model's tensors)");
+}
+
+// The range checks ran on the double, the engine uses the float32: eps = 1e-300 (float64) became 0.0f,
+// 1e-40 a denormal, freq_base = 1 + 1e-12 became 1.0f. Values print in their shortest form (1e+300 was
+// printed with 300 digits).
+TEST(GgufModel, FloatKeysAreCheckedAsTheFloat32TheEngineUses) {
+  llama2_test::Header h;
+  const std::vector<float> w = llama2_test::random_weights(h, 25);
+  auto with = [&](double eps, double theta) {
+    Builder g = to_gguf(h, w, TensorType::F32, false, 10000.0f, 0, false);
+    g.scalar<double>("llama.attention.layer_norm_rms_epsilon", ValueType::FLOAT64, eps);
+    g.scalar<double>("llama.rope.freq_base", ValueType::FLOAT64, theta);
+    return load_error(g);
+  };
+  EXPECT_EQ(with(1e-300, 1e4), "key 'llama.attention.layer_norm_rms_epsilon' = 1e-300 becomes 0 as a float32 (the "
+                               "engine's type), which is not a normal float32 in (0, 1)");
+  EXPECT_EQ(with(1e-40, 1e4), "key 'llama.attention.layer_norm_rms_epsilon' = 1e-40 becomes 1e-40 as a float32 (the "
+                              "engine's type), which is not a normal float32 in (0, 1)");
+  EXPECT_EQ(with(1 - 1e-12, 1e4), "key 'llama.attention.layer_norm_rms_epsilon' = 0.999999999999 becomes 1 as a "
+                                  "float32 (the engine's type), which is not a normal float32 in (0, 1)");
+  EXPECT_EQ(with(2.0, 1e4), "key 'llama.attention.layer_norm_rms_epsilon' = 2 is not in (0, 1)");
+  EXPECT_EQ(with(1e-5, 1 + 1e-12), "key 'llama.rope.freq_base' = 1.000000000001 becomes 1 as a float32 (the engine's "
+                                   "type), which is not in (1, 1e12)");
+  EXPECT_EQ(with(1e-5, 1e300), "key 'llama.rope.freq_base' = 1e+300 is not in (1, 1e12)");
+  EXPECT_EQ(with(1e-5, std::nan("")), "key 'llama.rope.freq_base' = nan is not in (1, 1e12)");
+  EXPECT_EQ(with(1e-5, 5e5), "");
+}
+
+// A uint64 special-token id of 2^63 was printed as -9223372036854775808.
+TEST(GgufReader, AHugeUnsignedSpecialIdIsPrintedUnsigned) {
+  Builder g;
+  g.str("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", {"a", "b"});
+  g.scalar<std::uint64_t>("tokenizer.ggml.bos_token_id", ValueType::UINT64, std::uint64_t{1} << 63);
+  const Bytes b = g.bytes();
+  try {
+    llama2::gguf::read_vocab(parse(b));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "llama2::gguf: 'mem': key 'tokenizer.ggml.bos_token_id' = 9223372036854775808 is "
+                                     "outside the vocabulary [0, 2)");
+  }
 }
 
 // stories260K.gguf (an F32 GGUF of stories260K.bin): the same logits bit for bit as the .bin, so

@@ -418,6 +418,12 @@ TEST(Llama2GgufTokenizer, MalformedVocabulariesAreInvalidArgumentNamingTheProble
   v = tiny_spm();
   v.scores.clear();
   expect_invalid(v, "a 'llama' (SentencePiece) vocabulary needs tokenizer.ggml.scores; the file has none");
+  // Issue 37: without merges every text became its bytes ("The quick brown fox jumps over the lazy dog":
+  // 43 tokens instead of 9); llama.cpp refuses such a file too.
+  v = tiny_bpe();
+  v.merges.clear();
+  expect_invalid(v, "a 'gpt2' (byte-level BPE) vocabulary needs tokenizer.ggml.merges; the file has none (or an "
+                    "empty array)");
   v = tiny_spm();
   v.scores.push_back(0);
   expect_invalid(v, "tokenizer.ggml.scores has 13 entries for 12 tokens");
@@ -442,6 +448,33 @@ TEST(Llama2GgufTokenizer, BosIsRequiredOnlyWhenAskedForAndDecodeChecksIds) {
     EXPECT_EQ(std::string(e.what()), "llama2::Tokenizer::decode: id 265 is outside the vocabulary [0, 265)");
   }
   EXPECT_THROW(tok.decode({-1}), std::invalid_argument);
+}
+
+// Issue 37: special and user-defined pieces are found with a trie (PieceTrie) instead of a scan of
+// every piece at every byte; the longest piece starting at a byte wins, as before. Pieces that are
+// prefixes of each other, a piece cut short at the end of the text, and a piece inside another.
+TEST(Llama2GgufTokenizer, SpecialPiecesAreMatchedLongestFirstByTheTrie) {
+  GgufVocab v = tiny_bpe();
+  for (const char* t : {"<a>", "<ab>", "<abc>", "c>"}) {
+    v.tokens.push_back(t);
+    v.token_types.push_back(4);
+  }
+  const int a = 265, ab = 266, abc = 267, c = 268;
+  const Tokenizer tok = Tokenizer::from_gguf(v);
+  EXPECT_EQ(tok.encode("<abc><ab><a><x>", false), (std::vector<int>{abc, ab, a, 2}));
+  EXPECT_EQ(tok.encode("<ab<abc>c>", false), (std::vector<int>{B('<'), B('a'), B('b'), abc, c}));
+  EXPECT_EQ(tok.encode("<abc", false), (std::vector<int>{B('<'), B('a'), B('b'), B('c')}));
+  EXPECT_EQ(tok.decode({abc, c, 2}), "<abc>c><x>");
+
+  llama2::PieceTrie trie;
+  EXPECT_TRUE(trie.empty());
+  trie.add("ab", 1);
+  trie.add("abcd", 2);
+  trie.add("ab", 7);  // the first value stays
+  EXPECT_EQ(trie.longest("abcx", 4), (std::pair<std::size_t, int>{2, 1}));
+  EXPECT_EQ(trie.longest("abcd", 4), (std::pair<std::size_t, int>{4, 2}));
+  EXPECT_EQ(trie.longest("abcd", 3), (std::pair<std::size_t, int>{2, 1}));
+  EXPECT_EQ(trie.longest("xab", 3), (std::pair<std::size_t, int>{0, -1}));
 }
 
 }  // namespace

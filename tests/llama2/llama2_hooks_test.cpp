@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,40 @@ TEST(Llama2Hooks, TheRotaryPositionIsWhereTheQueryAndKeyAreRotated) {
     differs |= logits_of(shifted.step(t), vocab) != want;
   }
   EXPECT_TRUE(differs);
+}
+
+/// Returns a fixed rotary position at block `layer`, the true one elsewhere.
+class FixedRotary final : public llama2::EngineHooks {
+ public:
+  FixedRotary(std::size_t layer, std::size_t rot) : layer_(layer), rot_(rot) {}
+  std::size_t rotary_position(const Engine&, std::size_t layer, std::size_t position) override {
+    return layer == layer_ ? rot_ : position;
+  }
+
+ private:
+  std::size_t layer_, rot_;
+};
+
+// Issue 37: the hook's result indexed the RoPE tables unchecked: context() gave a heap-buffer-overflow in
+// Engine::rope, 2^40 a SEGV. It is checked before the block changes; the engine is then reset.
+TEST(Llama2Hooks, ARotaryPositionOutsideTheContextThrowsNamingTheHookAndTheValue) {
+  const Model m = make_model(Header{}, 47);  // seq_len 48, 2 layers
+  Engine e(m);
+  for (const std::size_t rot : {std::size_t{48}, std::size_t{1} << 40}) {
+    e.set_hooks(std::make_unique<FixedRotary>(1, rot));
+    e.prefill({1, 5, 17});
+    try {
+      e.step(4);
+      FAIL() << "accepted rotary position " << rot;
+    } catch (const std::invalid_argument& x) {
+      EXPECT_EQ(std::string(x.what()), "llama2::Engine: EngineHooks::rotary_position returned " + std::to_string(rot) +
+                                           " for block 1, position 3; it must be < context() = 48");
+    }
+    EXPECT_EQ(e.position(), 0u);
+  }
+  e.set_hooks(std::make_unique<FixedRotary>(0, 47));  // the last position of the table is fine
+  e.prefill({1, 5});
+  EXPECT_NO_THROW(e.step(3));
 }
 
 }  // namespace

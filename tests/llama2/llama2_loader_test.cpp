@@ -3,11 +3,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "llama2/model.hpp"
 #include "test_support.hpp"
@@ -193,4 +195,23 @@ TEST(Llama2Loader, RejectsAHeaderWhoseSizeOverflows64Bits) {
   h.vocab_size = 2147483647;
   h.seq_len = 2147483647;
   EXPECT_NE(load_error_for(h).find("': header dimensions are too large (size overflows 64 bits)"), std::string::npos);
+}
+
+// Issue 37 (the GGUF loader's check, for llama2.c files too): a NaN or inf weight gave silent garbage.
+// Defaults: embedding 32 x 16 = 512 floats, rms_att 2 x 16, so layer 1's wq starts at 512 + 32 + 256.
+TEST(Llama2Loader, RejectsANonFiniteWeightNamingItButNotTheUnusedRopeTables) {
+  const Header h;
+  const std::vector<float> clean = llama2_test::random_weights(h, 10);
+  auto error_with = [&](std::size_t at, float value) {
+    std::vector<float> w = clean;
+    w[at] = value;
+    TempFile f("kvevict_nonfinite");
+    llama2_test::write_checkpoint(f.path, h, w);
+    const std::string msg = load_error(f.path);
+    return msg.empty() ? msg : msg.substr(msg.find("': ") + 3);
+  };
+  EXPECT_EQ(error_with(512 + 32 + 256 + 5, std::nanf("")), "weight 'wq' of layer 1 holds a non-finite value (nan at element 5)");
+  const std::size_t rope = 48 * 4, rms_final_last = clean.size() - rope - 1;
+  EXPECT_EQ(error_with(rms_final_last, -INFINITY), "weight 'rms_final' holds a non-finite value (-inf at element 15)");
+  EXPECT_EQ(error_with(clean.size() - 1, INFINITY), "");  // the legacy RoPE tables are not read
 }

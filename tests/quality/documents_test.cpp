@@ -5,6 +5,7 @@
 // a synthetic checkpoint.
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "file_input.hpp"
 #include "llama2/eviction.hpp"
 #include "oracle.hpp"
 #include "quality_eval.hpp"
@@ -241,6 +243,58 @@ TEST(Retrieval, BadArgumentsThrow) {
   EXPECT_EQ(kvquality::first_digits(" 48193."), "48193");
   EXPECT_EQ(kvquality::first_digits("code 12 and 34"), "12");
   EXPECT_EQ(kvquality::first_digits("none"), "");
+}
+
+// Issue 37: a document too short for the excerpt (here: empty) was named "document 1", not by its file.
+TEST(Retrieval, ATooShortDocumentIsNamedByItsFile) {
+  kvquality::RetrievalSpec spec;
+  spec.prompt = 200;  // an excerpt of 200 - 153 = 47 tokens
+  spec.depths = {10, 50};
+  const std::vector<std::vector<int>> docs{bytes(cycle('a', 300)), {}};
+  auto message = [&] {
+    try {
+      kvquality::make_retrieval_items(docs, bytes, spec);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  EXPECT_EQ(message(), "make_retrieval_items: document 1 has 0 tokens, fewer than the excerpt's 47");
+  spec.doc_names = {"story.txt", "empty.txt"};
+  EXPECT_EQ(message(), "make_retrieval_items: document 'empty.txt' has 0 tokens, fewer than the excerpt's 47");
+}
+
+// Issue 37: --data /dev/zero (or a FIFO) was read until memory ran out. Only regular files are read
+// (a FIFO is refused without being opened, which would block), at most the cap's bytes.
+TEST(ReadFile, RefusesWhatIsNotARegularFileAndCapsTheSize) {
+  auto message = [](const std::string& path) {
+    try {
+      kvquality::read_file(path);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  EXPECT_EQ(message("/dev/zero"), "'/dev/zero' is not a regular file (it is a character device)");
+  EXPECT_EQ(message("/nonexistent/x.txt"), "'/nonexistent/x.txt': cannot read (No such file or directory)");
+  llama2_test::TempFile fifo("kvevict_fifo"), dir("kvevict_dir"), small("kvevict_small");
+  ASSERT_EQ(::mkfifo(fifo.path.c_str(), 0600), 0);
+  EXPECT_EQ(message(fifo.path), "'" + fifo.path + "' is not a regular file (it is a FIFO)");
+  std::filesystem::create_directory(dir.path);
+  EXPECT_EQ(message(dir.path), "'" + dir.path + "' is not a regular file (it is a directory)");
+  std::filesystem::remove(dir.path);
+  {
+    std::ofstream out(small.path, std::ios::binary);
+    out << "0123456789";
+  }
+  EXPECT_EQ(kvquality::read_file(small.path), "0123456789");
+  EXPECT_EQ(kvtools::read_regular_file(small.path, 10), "0123456789");
+  try {
+    kvtools::read_regular_file(small.path, 4);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "'" + small.path + "' has 10 bytes, more than the 4 this tool reads");
+  }
 }
 
 // The batched evaluation gives every number of the runs one at a time, bit for bit: the reference, each

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/kvevict_cli.hpp"
+#include "file_input.hpp"
 
 namespace fs = std::filesystem;
 
@@ -38,6 +39,9 @@ std::string help_footer() {
 
 void check_llama2_checkpoint(const std::string& path, const std::string& flag) {
   const std::string who = flag + " '" + path + "'";
+  // A FIFO would block in open and a device (/dev/zero) has no size: only regular files.
+  if (const std::string problem = kvtools::file_problem(path); problem.rfind("is not", 0) == 0)
+    throw UsageError(flag, "'" + path + "' " + problem);
   std::error_code ec;
   const std::uint64_t size = fs::file_size(path, ec);
   if (ec) throw UsageError(flag, "'" + path + "': cannot read (" + ec.message() + ")");

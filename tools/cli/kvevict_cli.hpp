@@ -228,7 +228,8 @@ std::string find_checkpoint(const std::string& path, const std::string& flag);
 /// Checks the 28-byte header of a llama2.c legacy checkpoint and that the file size matches it; a file
 /// with the GGUF magic passes (`llama2::Model::load` reads and checks it whole).
 /// Throws `UsageError(flag)` saying "not a llama2.c checkpoint (…)" and what the file looks like:
-/// a SentencePiece model, text, a newer llama2.c export, or truncated.
+/// a SentencePiece model, text, a newer llama2.c export, or truncated; and "'<path>' is not a regular
+/// file (it is a FIFO)" (or a device, …) before opening anything that is not a regular file.
 void check_llama2_checkpoint(const std::string& path, const std::string& flag);
 
 /// The SentencePiece `.model` beside `checkpoint` (the only one in its folder), or "" if none.

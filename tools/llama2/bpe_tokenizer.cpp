@@ -32,6 +32,10 @@ BpeTokenizer::BpeTokenizer(const GgufVocab& vocab) : pieces_(vocab.tokens) {
     throw std::invalid_argument(std::string(kWho) + ": BpeTokenizer needs tokenizer.ggml.model 'gpt2', not '" +
                                 vocab.model + "'");
   types_ = check_gguf_vocab(vocab, kWho);
+  // Without merges every text would silently become its bytes (llama.cpp refuses such a file too).
+  if (vocab.merges.empty())
+    throw std::invalid_argument(std::string(kWho) + ": a 'gpt2' (byte-level BPE) vocabulary needs "
+                                "tokenizer.ggml.merges; the file has none (or an empty array)");
   for (const auto& p : pre_tokenizer_patterns(vocab.pre)) split_.emplace_back(p);
 
   std::unordered_map<std::string, int> id_of;
@@ -66,7 +70,7 @@ BpeTokenizer::BpeTokenizer(const GgufVocab& vocab) : pieces_(vocab.tokens) {
   decoded_.resize(pieces_.size());
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     if (types_[i] == GgufTokenType::control || types_[i] == GgufTokenType::user_defined) {
-      if (!pieces_[i].empty()) specials_.emplace_back(pieces_[i], static_cast<int>(i));
+      if (!pieces_[i].empty()) specials_.add(pieces_[i], static_cast<int>(i));
       if (types_[i] == GgufTokenType::user_defined) decoded_[i] = pieces_[i];
       continue;
     }
@@ -90,8 +94,6 @@ BpeTokenizer::BpeTokenizer(const GgufVocab& vocab) : pieces_(vocab.tokens) {
       k += len;
     }
   }
-  std::stable_sort(specials_.begin(), specials_.end(),
-                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 }
 
 std::vector<std::string> BpeTokenizer::pre_tokenize(const std::string& text) const {
@@ -158,16 +160,14 @@ std::vector<int> BpeTokenizer::encode(const std::string& text) const {
       for (const auto& p : pre_tokenize(text.substr(plain, end - plain))) encode_piece(p, ids);
   };
   for (std::size_t i = 0; i < text.size();) {
-    const auto hit = std::find_if(specials_.begin(), specials_.end(), [&](const auto& sp) {
-      return text.compare(i, sp.first.size(), sp.first) == 0;
-    });
-    if (hit == specials_.end()) {
+    const auto [len, id] = specials_.longest(text.data() + i, text.size() - i);
+    if (len == 0) {
       ++i;
       continue;
     }
     flush(i);
-    ids.push_back(hit->second);
-    i += hit->first.size();
+    ids.push_back(id);
+    i += len;
     plain = i;
   }
   flush(text.size());

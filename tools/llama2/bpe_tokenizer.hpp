@@ -30,7 +30,9 @@ std::uint32_t byte_to_unicode(unsigned char b);
 class BpeTokenizer final : public TokenizerBackend {
  public:
   /// Builds the encoder. Throws `std::invalid_argument` naming the problem: any of `check_gguf_vocab`'s,
-  /// a model other than "gpt2", an unsupported `pre`, or a merge that
+  /// a model other than "gpt2", no merges (`tokenizer.ggml.merges` missing or empty: "a 'gpt2'
+  /// (byte-level BPE) vocabulary needs tokenizer.ggml.merges; the file has none (or an empty array)"),
+  /// an unsupported `pre`, or a merge that
   /// is not "left right" (one space), names a piece not in the vocabulary, or whose result is not in it.
   explicit BpeTokenizer(const GgufVocab& vocab);
 
@@ -52,7 +54,7 @@ class BpeTokenizer final : public TokenizerBackend {
   std::vector<GgufTokenType> types_;
   std::vector<RegexSplit> split_;
   std::unordered_map<std::uint64_t, Merge> merges_;  // (left id << 32 | right id) -> rank, merged id
-  std::vector<std::pair<std::string, int>> specials_;  // control/user-defined pieces, longest first
+  PieceTrie specials_;  // control/user-defined pieces -> id
   int byte_ids_[256];  // -1: the byte has no token
   std::vector<std::string> decoded_;  // each token's bytes
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -281,6 +282,11 @@ void Engine::step_engines(Engine* const* es, const int* tokens, std::size_t n) {
 
   for (std::size_t i = 0; i < n; ++i)
     es[i]->x_ = ConstVectorMap(model.token_embedding() + static_cast<std::size_t>(tokens[i]) * c.dim, dim);
+  // An engine whose hook or cache throws is reset and leaves the batch; the others complete the step
+  // (their bits do not depend on the batch), then the first exception (in block, then engine order)
+  // propagates. Only that path allocates (the survivors' list, the reset).
+  std::vector<Engine*> survivors;
+  std::exception_ptr error;
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layer(l);
     // Attention: q, k, v; RoPE; k and v join the cache once, at this position.
@@ -288,18 +294,30 @@ void Engine::step_engines(Engine* const* es, const int* tokens, std::size_t n) {
     gemv_engines(es, n, &Engine::q_, w.wq, c.dim, c.dim, &Engine::xb_, false);
     gemv_engines(es, n, &Engine::k_, w.wk, c.kv_dim(), c.dim, &Engine::xb_, false);
     gemv_engines(es, n, &Engine::v_, w.wv, c.kv_dim(), c.dim, &Engine::xb_, false);
+    bool failed = false;
     for (std::size_t i = 0; i < n; ++i) {
       Engine& e = *es[i];
-      const std::size_t rot = e.hooks_ ? e.hooks_->rotary_position(e, l, e.position_) : e.position_;
-      e.rope(e.q_.data(), c.n_heads, rot);
-      e.rope(e.k_.data(), c.n_kv_heads, rot);
-      const kvevict::KVView<float>& view = e.store_->append(l, e.position_, e.k_.data(), e.v_.data(), false);
-      e.attend(view, e.q_.data(), e.att_logits_.data(), e.xb2_.data());
-      if (e.hooks_) e.hooks_->decode_attention(e, l, e.att_logits_.data(), view.length(0));
-      if (kvevict::CacheInterface* cache = e.store_->cache(l)) {
-        cache->decode_step(e.att_logits_.data(), view.length(0));
-        if (e.hooks_) e.hooks_->after_cache(e, l, *cache, false);
+      try {
+        e.step_attention(l);
+      } catch (...) {
+        if (!error) error = std::current_exception();
+        e.step_failed_ = failed = true;
       }
+    }
+    if (failed) {
+      std::vector<Engine*> next;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!es[i]->step_failed_) {
+          next.push_back(es[i]);
+          continue;
+        }
+        es[i]->step_failed_ = false;
+        es[i]->reset();
+      }
+      survivors.swap(next);
+      es = survivors.data();
+      n = survivors.size();
+      if (n == 0) std::rethrow_exception(error);
     }
     gemv_engines(es, n, &Engine::x_, w.wo, c.dim, c.dim, &Engine::xb2_, true);
 
@@ -314,6 +332,26 @@ void Engine::step_engines(Engine* const* es, const int* tokens, std::size_t n) {
     rmsnorm(es[i]->xb_.data(), es[i]->x_.data(), model.rms_final(), c.dim, c.rms_eps);
   gemv_engines(es, n, &Engine::logits_, model.classifier(), c.vocab_size, c.dim, &Engine::xb_, false);
   for (std::size_t i = 0; i < n; ++i) ++es[i]->position_;
+  if (error) std::rethrow_exception(error);
+}
+
+void Engine::step_attention(std::size_t l) {
+  const Config& c = config_;
+  const std::size_t rot = hooks_ ? hooks_->rotary_position(*this, l, position_) : position_;
+  // The result indexes the RoPE tables ([context][head_dim / 2]): checked before anything changes.
+  if (rot >= c.seq_len)
+    throw std::invalid_argument("llama2::Engine: EngineHooks::rotary_position returned " + std::to_string(rot) +
+                                " for block " + std::to_string(l) + ", position " + std::to_string(position_) +
+                                "; it must be < context() = " + std::to_string(c.seq_len));
+  rope(q_.data(), c.n_heads, rot);
+  rope(k_.data(), c.n_kv_heads, rot);
+  const kvevict::KVView<float>& view = store_->append(l, position_, k_.data(), v_.data(), false);
+  attend(view, q_.data(), att_logits_.data(), xb2_.data());
+  if (hooks_) hooks_->decode_attention(*this, l, att_logits_.data(), view.length(0));
+  if (kvevict::CacheInterface* cache = store_->cache(l)) {
+    cache->decode_step(att_logits_.data(), view.length(0));
+    if (hooks_) hooks_->after_cache(*this, l, *cache, false);
+  }
 }
 
 void Engine::check_prompt(const std::vector<int>& tokens, const char* where) const {

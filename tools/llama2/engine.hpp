@@ -123,7 +123,11 @@ class Engine {
   /// next-token logits `[vocab]` (also `logits()`), valid until the next call.
   /// Throws `std::invalid_argument` for an id out of range and
   /// `std::length_error` when `position() == context()` (RoPE positions beyond
-  /// the trained context are not supported).
+  /// the trained context are not supported), the engine unchanged; and
+  /// `std::invalid_argument` if the hooks' `rotary_position` returns a position >= `context()`
+  /// ("llama2::Engine: EngineHooks::rotary_position returned 48 for block 0, position 5; it must be <
+  /// context() = 48"), or whatever a hook or cache throws: the engine is then reset (position 0, empty
+  /// caches), as after a failed `prefill`.
   const float* step(int token);
 
   /// `lead.prefill(tokens)`, and the same prompt into every engine of `followers` without running the
@@ -151,7 +155,10 @@ class Engine {
   /// weight products run on the pool of `engines[0]`, each engine's attention and cache on its own.
   /// Throws `std::invalid_argument` (no engine changed) if the sizes differ, an engine is null, repeated
   /// or of another `Model`, or a token is out of range, `std::length_error` if an engine is at its
-  /// `context()`; a cache or hook that throws leaves the engines mid-step, as `step` does.
+  /// `context()`. When an engine's hook or cache throws (a bad `rotary_position` included, see `step`),
+  /// that engine is reset and leaves the batch, and every other engine completes the step, bit for bit as
+  /// if the failed engine had never been in the batch (so their next steps are those of a run that never
+  /// failed); then the first exception, in (block, engine) order, propagates.
   static void step_batch(const std::vector<Engine*>& engines, const std::vector<int>& tokens);
 
   /// The next-token logits `[vocab]` of the last `step` or `step_batch` (unspecified before one).
@@ -224,6 +231,9 @@ class Engine {
   void check_prompt(const std::vector<int>& tokens, const char* where) const;
   /// The decode step of `n` distinct engines of one model, inputs already checked (`step`: n = 1).
   static void step_engines(Engine* const* engines, const int* tokens, std::size_t n);
+  /// One engine's part of block `l` in a decode step: the hook's rotary position (checked), RoPE, the
+  /// append, attention, the hooks and the block's cache. Throws what they throw.
+  void step_attention(std::size_t l);
   /// `y = W x` (or `y += W x`) for each of `n` engines: `y`, `x` are the engines' members.
   static void gemv_engines(Engine* const* engines, std::size_t n, Eigen::VectorXf Engine::*y, const float* w,
                            std::size_t out, std::size_t in, Eigen::VectorXf Engine::*x, bool accumulate);
@@ -236,6 +246,7 @@ class Engine {
   std::unique_ptr<KVStore> store_;  // the KV layout: contiguous or paged, with each block's cache
   std::size_t position_ = 0;
   std::size_t prefill_chunk_ = 0;
+  bool step_failed_ = false;  // set by step_engines while it takes an engine whose block threw out of the batch
 
   std::vector<float> rope_cos_, rope_sin_;  // [seq_len][head_dim / 2]
   std::unique_ptr<EngineHooks> hooks_;

@@ -2,11 +2,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "llama2/gguf.hpp"
 
+#include "file_input.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -229,6 +232,9 @@ File& File::operator=(File&&) noexcept = default;
 File::~File() = default;
 
 File File::open(const std::string& path) {
+  // open() of a FIFO blocks until a writer comes: refuse what is not a regular file before opening it.
+  if (const std::string problem = kvtools::file_problem(path); problem.rfind("is not", 0) == 0)
+    fail(path, "not a regular file (" + problem.substr(problem.find("(it is") + 1));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
@@ -342,6 +348,23 @@ File File::parse(const std::uint8_t* data, std::size_t size, const std::string& 
                        std::to_string(t.offset) + ") ends past the end of the file (" + std::to_string(size) + " bytes)");
     t.data = data + begin;
   }
+  // The tensors' bytes must be disjoint (llama.cpp lays them out one after another): else every tensor
+  // could point at offset 0 and a small file would dequantize to a model of any size. Disjoint tensors
+  // inside the file hold at most its bytes in all, which bounds what a loader makes of them.
+  std::vector<std::size_t> order(f.tensors_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return f.tensors_[a].offset != f.tensors_[b].offset ? f.tensors_[a].offset < f.tensors_[b].offset : a < b;
+  });
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    const TensorInfo& prev = f.tensors_[order[i - 1]];
+    const TensorInfo& t = f.tensors_[order[i]];
+    if (t.offset < prev.offset + prev.bytes)
+      fail(origin, "tensor '" + t.name + "' (" + std::to_string(t.bytes) + " bytes at data offset " +
+                       std::to_string(t.offset) + ") overlaps tensor '" + prev.name + "' (" +
+                       std::to_string(prev.bytes) + " bytes at data offset " + std::to_string(prev.offset) +
+                       "); tensors must not share bytes");
+  }
   return f;
 }
 
@@ -428,9 +451,9 @@ GgufVocab read_vocab(const File& file) {
     if (!v) return;
     if (!v->is_integer()) fail(origin, "key '" + key + "' must be an integer");
     if (v->u == 0xFFFFFFFFu || v->i == -1 || v->u == std::numeric_limits<std::uint64_t>::max()) return;  // "none"
-    if (v->i < 0 || v->u >= n)
-      fail(origin, "key '" + key + "' = " + std::to_string(v->i) + " is outside the vocabulary [0, " +
-                       std::to_string(n) + ")");
+    if (v->i < 0 || v->u >= n)  // a uint64 is shown as unsigned (2^63 is not -9223372036854775808)
+      fail(origin, "key '" + key + "' = " + (v->type == ValueType::UINT64 ? std::to_string(v->u) : std::to_string(v->i)) +
+                       " is outside the vocabulary [0, " + std::to_string(n) + ")");
     out = v->i;
   };
   special("tokenizer.ggml.bos_token_id", vocab.bos_id);
@@ -456,6 +479,7 @@ namespace llama2 {
 GgufVocab read_gguf_vocab(const std::string& path) { return gguf::read_vocab(gguf::File::open(path)); }
 
 bool is_gguf_file(const std::string& path) {
+  if (!kvtools::file_problem(path).empty()) return false;  // opening a FIFO would block
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;

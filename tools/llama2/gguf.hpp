@@ -94,7 +94,8 @@ struct TensorInfo {
 class File {
  public:
   /// Maps `path` read-only and parses it. Throws `std::invalid_argument` ("gguf: 'path': ...") if the
-  /// file cannot be opened or is malformed (see `parse`).
+  /// file cannot be opened, is not a regular file ("not a regular file (it is a FIFO)", checked before
+  /// opening it: opening a FIFO blocks) or is malformed (see `parse`).
   static File open(const std::string& path);
   /// Parses `size` bytes at `data`, which must outlive the result (no copy). `origin` names the input
   /// in error messages. Throws `std::invalid_argument` for: a magic other than "GGUF"; a version
@@ -102,7 +103,10 @@ class File {
   /// that the remaining bytes cannot hold; an unknown value or tensor type; nested arrays deeper than
   /// 8; a duplicate key or tensor name; `general.alignment` not a power of two of type uint32; a
   /// tensor with 0 or more than 4 dimensions, a zero dimension, a row length not a multiple of its
-  /// type's block, a misaligned offset, or data past the end of the file.
+  /// type's block, a misaligned offset, data past the end of the file, or two tensors whose bytes
+  /// overlap ("tensor 'b' (N bytes at data offset X) overlaps tensor 'a' (M bytes at data offset Y);
+  /// tensors must not share bytes", 'a' the one that starts first). So the tensors hold at most the
+  /// file's bytes in all.
   static File parse(const std::uint8_t* data, std::size_t size, const std::string& origin);
 
   File(File&&) noexcept;
@@ -146,7 +150,9 @@ class File {
 /// The `tokenizer.ggml.*` metadata of `file` as a `GgufVocab`. Throws `std::invalid_argument`
 /// naming the key if `tokenizer.ggml.model` or `tokenizer.ggml.tokens` is missing, an array has the
 /// wrong element type, `scores` / `token_type` do not have one entry per token, or a special id is
-/// outside the vocabulary (ids of 2^32 − 1 or −1, llama.cpp's "none", read as absent).
+/// outside the vocabulary (ids of 2^32 − 1 or −1, llama.cpp's "none", read as absent; a uint64 id is
+/// printed unsigned: "key 'tokenizer.ggml.bos_token_id' = 9223372036854775808 is outside the vocabulary
+/// [0, 2)").
 GgufVocab read_vocab(const File& file);
 
 }  // namespace llama2::gguf
@@ -154,6 +160,7 @@ GgufVocab read_vocab(const File& file);
 namespace llama2 {
 /// Reads the tokenizer of the GGUF file at `path` (`gguf::File::open` + `gguf::read_vocab`).
 GgufVocab read_gguf_vocab(const std::string& path);
-/// True if the file at `path` starts with the GGUF magic (false if it cannot be read).
+/// True if the file at `path` starts with the GGUF magic (false if it cannot be read or is not a
+/// regular file).
 bool is_gguf_file(const std::string& path);
 }  // namespace llama2

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -138,6 +139,29 @@ Model Model::load(const std::string& path) {
   m.rms_final_ = take(d);
   take(c.seq_len * c.head_dim());  // legacy freq_cis_real / freq_cis_imag: RoPE is recomputed
   m.classifier_ = c.shared_classifier ? m.token_embedding_ : take(c.vocab_size * d);
+  // Every weight finite (as for GGUF): a NaN gave silent garbage. The unused RoPE tables are not read.
+  auto check = [&](const float* x, std::size_t n, const char* name, const std::string& of = "") {
+    for (std::size_t j = 0; j < n; ++j)
+      if (!std::isfinite(x[j]))
+        fail(path, std::string("weight '") + name + "'" + of + " holds a non-finite value (" +
+                       (std::isnan(x[j]) ? "nan" : x[j] > 0 ? "inf" : "-inf") + " at element " + std::to_string(j) + ")");
+  };
+  check(m.token_embedding_, c.vocab_size * d, "token_embedding");
+  for (std::size_t l = 0; l < L; ++l) {
+    const LayerWeights& w = m.layers_[l];
+    const std::string of = " of layer " + std::to_string(l);
+    check(w.rms_att, d, "rms_att", of);
+    check(w.wq, d * d, "wq", of);
+    check(w.wk, kv * d, "wk", of);
+    check(w.wv, kv * d, "wv", of);
+    check(w.wo, d * d, "wo", of);
+    check(w.rms_ffn, d, "rms_ffn", of);
+    check(w.w1, hid * d, "w1", of);
+    check(w.w2, d * hid, "w2", of);
+    check(w.w3, hid * d, "w3", of);
+  }
+  check(m.rms_final_, d, "rms_final");
+  if (!c.shared_classifier) check(m.classifier_, c.vocab_size * d, "classifier");
   return m;
 }
 

@@ -67,8 +67,9 @@ class Model {
   /// when the file cannot be read, the header is shorter than 28 bytes, a
   /// dimension is non-positive or inconsistent (`dim % n_heads`,
   /// `n_heads % n_kv_heads`, odd head_dim), the file is a newer llama2.c
-  /// export (magic "ak42"), or the file size differs from what the header
-  /// implies (truncated file or trailing bytes).
+  /// export (magic "ak42"), the file size differs from what the header
+  /// implies (truncated file or trailing bytes), or a weight is NaN or ±inf ("weight 'wq' of layer 0
+  /// holds a non-finite value (nan at element 5)"; the unused legacy RoPE tables are not checked).
   ///
   /// A file that starts with the GGUF magic is read as GGUF instead (format from the magic, not the
   /// extension): `general.architecture` must be "llama"; the hyper-parameters come from
@@ -80,8 +81,16 @@ class Model {
   /// bf16, q8_0, q4_0, q4_1, q4_K, q5_K or q6_K. Q and K are used as stored: llama.cpp's converter
   /// permutes Hugging Face's rotate-half layout into the adjacent pairs this engine's RoPE turns.
   /// Throws `std::invalid_argument` naming the key or tensor for a missing or inconsistent key, a
-  /// tensor missing or of the wrong shape or an unsupported type, partial rotary embeddings
-  /// (`rope.dimension_count` ≠ head_dim), RoPE scaling, or a malformed file (`gguf::File::parse`).
+  /// tensor missing or of the wrong shape or an unsupported type, a tensor the model does not read
+  /// ("tensor 'blk.4.attn_q.weight' is not read by a llama model with 'llama.block_count' = 4 …"), a
+  /// weight that is NaN or ±inf after dequantization ("tensor 'blk.0.attn_q.weight' holds a non-finite
+  /// value (nan at element 5)"), an RMS ε not in (0, 1) or not a normal float32 once rounded to float32,
+  /// a RoPE base not in (1, 1e12) as a double and as a float32 ("… = 1.000000000001 becomes 1 as a
+  /// float32 (the engine's type), which is not in (1, 1e12)"), partial rotary embeddings
+  /// (`rope.dimension_count` ≠ head_dim), RoPE scaling, a vocabulary `gguf::read_vocab` refuses, or a
+  /// malformed file (`gguf::File::parse`, which also refuses tensors whose bytes overlap: the
+  /// dequantized weights are then at most 4 / 0.5625 ≈ 7.1 times the file's size).
+  /// docs/gguf-loader.md lists every condition and message.
   static Model load(const std::string& path);
 
   Model(Model&&) = default;

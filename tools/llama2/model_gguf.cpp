@@ -1,8 +1,11 @@
 // kvevict tools — llama2/model_gguf.cpp: a llama-architecture GGUF file to the engine's float32 weights.
 // SPDX-License-Identifier: Apache-2.0
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstring>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +36,33 @@ std::size_t dimension(const gguf::File& f, const std::string& key, bool required
   return static_cast<std::size_t>(v);
 }
 
+// `x` in the shortest form that reads back as the same double (1e+300, not 300 digits).
+std::string shortest(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+std::string shortest(float x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+// A float key as the float32 the engine uses: the value must lie in the open interval (lo, hi), and so
+// must its float32 rounding, a normal float32 when `normal` (`range` says it in words: "(1, 1e12)").
+float float_key(const gguf::File& f, const std::string& key, bool required, double fallback, double lo, double hi,
+                bool normal, const std::string& range) {
+  const double v = f.get_float(key, required, fallback);
+  if (!(v > lo && v < hi)) fail(f.origin(), "key '" + key + "' = " + shortest(v) + " is not in " + range);
+  const float x = static_cast<float>(v);
+  const double xd = static_cast<double>(x);
+  if (!(xd > lo && xd < hi) || (normal && !std::isnormal(x)))
+    fail(f.origin(), "key '" + key + "' = " + shortest(v) + " becomes " + shortest(x) +
+                         " as a float32 (the engine's type), which is not " + (normal ? "a normal float32 in " : "in ") +
+                         range);
+  return x;
+}
+
 }  // namespace
 
 Model Model::load_gguf(const std::string& path) {
@@ -51,14 +81,10 @@ Model Model::load_gguf(const std::string& path) {
   // The engine sizes its RoPE tables and KV buffers by the context: 2^20 positions (above any llama-family
   // model's) keeps a corrupt header from asking for hundreds of GiB before anything names the key.
   c.seq_len = dimension(f, "llama.context_length", true, 0, 20);
-  const double eps = f.get_float("llama.attention.layer_norm_rms_epsilon", true);
-  const double theta = f.get_float("llama.rope.freq_base", false, 10000.0);
-  if (!(eps > 0.0 && eps < 1.0))
-    fail(path, "key 'llama.attention.layer_norm_rms_epsilon' = " + std::to_string(eps) + " is not in (0, 1)");
-  if (!(theta > 1.0 && theta < 1e12))
-    fail(path, "key 'llama.rope.freq_base' = " + std::to_string(theta) + " is not in (1, 1e12)");
-  c.rms_eps = static_cast<float>(eps);
-  c.rope_theta = static_cast<float>(theta);
+  // The engine computes in float32: the range is checked on the float32 value it uses (a float64 eps of
+  // 1e-300 is 0 as a float32, 1e-40 a denormal; a freq_base of 1 + 1e-12 is 1).
+  c.rms_eps = float_key(f, "llama.attention.layer_norm_rms_epsilon", true, 0.0, 0.0, 1.0, true, "(0, 1)");
+  c.rope_theta = float_key(f, "llama.rope.freq_base", false, 10000.0, 1.0, 1e12, false, "(1, 1e12)");
   if (c.dim % c.n_heads != 0)
     fail(path, "key 'llama.attention.head_count' = " + std::to_string(c.n_heads) + " does not divide "
                "'llama.embedding_length' = " + std::to_string(c.dim));
@@ -137,6 +163,16 @@ Model Model::load_gguf(const std::string& path) {
     infos.push_back(t);
     ++type_counts[gguf::tensor_type_name(static_cast<std::uint32_t>(t->type))];
   }
+  // Every tensor of the file must be one the model reads: with block_count smaller than the blocks
+  // stored, blk.4.* was ignored and a truncated model ran.
+  std::set<std::string> wanted;
+  for (const Want& w : wants) wanted.insert(w.name);
+  for (const gguf::TensorInfo& t : f.tensors())
+    if (!wanted.count(t.name))
+      fail(path, "tensor '" + t.name + "' is not read by a llama model with 'llama.block_count' = " +
+                     std::to_string(c.n_layers) + (output ? "" : " and a tied classifier") +
+                     " (a file may hold only the model's tensors)");
+
   m.storage_.resize(static_cast<std::size_t>(total));
   float* p = m.storage_.data();
   std::vector<const float*> at;
@@ -145,10 +181,23 @@ Model Model::load_gguf(const std::string& path) {
     at.push_back(p);
     p += t->elements;
   }
-  for (std::size_t i = 0; i < infos.size(); ++i)
-    if (infos[i]->name.find("_norm.") != std::string::npos)
-      for (std::uint64_t j = 0; j < infos[i]->elements; ++j)
-        if (!std::isfinite(at[i][j])) fail(path, "tensor '" + infos[i]->name + "' holds a non-finite value");
+  // Every weight finite (a NaN in attn_q gave greedy ids 0 0 0 ... and exit 0): one pass over the
+  // dequantized floats, an OR of "exponent all ones" that vectorizes, the element found only on failure.
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    const float* x = at[i];
+    const std::size_t n = static_cast<std::size_t>(infos[i]->elements);
+    std::uint32_t bad = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      std::uint32_t u;
+      std::memcpy(&u, x + j, sizeof u);
+      bad |= static_cast<std::uint32_t>((u & 0x7F800000u) == 0x7F800000u);
+    }
+    if (bad == 0) continue;
+    std::size_t j = 0;
+    while (std::isfinite(x[j])) ++j;
+    fail(path, "tensor '" + infos[i]->name + "' holds a non-finite value (" + shortest(x[j]) + " at element " +
+                   std::to_string(j) + ")");
+  }
 
   std::size_t i = 0;
   m.token_embedding_ = at[i++];

@@ -42,7 +42,7 @@ SpmTokenizer::SpmTokenizer(const GgufVocab& vocab, const SpmNormalization& norma
         reserved_.emplace(pieces_[i], id);
         break;
       case GgufTokenType::user_defined:
-        if (!pieces_[i].empty()) user_defined_.push_back(pieces_[i]);
+        if (!pieces_[i].empty()) user_defined_.add(pieces_[i], id);
         normal_.emplace(pieces_[i], id);
         break;
       default:
@@ -52,8 +52,6 @@ SpmTokenizer::SpmTokenizer(const GgufVocab& vocab, const SpmNormalization& norma
     if (types_[i] == GgufTokenType::byte) byte_fallback_ = true;
   }
   if (vocab.unk_id >= 0) unk_id_ = static_cast<int>(vocab.unk_id);
-  std::stable_sort(user_defined_.begin(), user_defined_.end(),
-                   [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   for (unsigned b = 0; b < 256; ++b) byte_ids_[b] = lookup(byte_piece(b));
 }
 
@@ -105,14 +103,8 @@ std::vector<int> SpmTokenizer::encode(const std::string& text) const {
   };
   std::vector<Symbol> sym;
   for (std::size_t i = 0; i < s.size();) {
-    std::size_t len = 0;
-    bool freeze = false;
-    for (const auto& u : user_defined_)
-      if (s.compare(i, u.size(), u) == 0) {
-        len = u.size();
-        freeze = true;
-        break;
-      }
+    std::size_t len = user_defined_.longest(s.data() + i, s.size() - i).first;
+    const bool freeze = len != 0;
     if (!len) len = std::max<std::size_t>(1, utf8_char_length(s.data() + i, s.size() - i));
     const int index = static_cast<int>(sym.size());
     sym.push_back({i, len, index - 1, i + len < s.size() ? index + 1 : -1, freeze});

@@ -62,7 +62,7 @@ class SpmTokenizer final : public TokenizerBackend {
   SpmNormalization norm_;
   std::unordered_map<std::string, int> normal_;    // normal, user-defined, unused, undefined: mergeable
   std::unordered_map<std::string, int> reserved_;  // control, unknown, byte
-  std::vector<std::string> user_defined_;          // longest first
+  PieceTrie user_defined_;                         // user-defined pieces (value: unused)
   int unk_id_ = -1;
   int byte_ids_[256];
   bool byte_fallback_ = false;

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 
+#include "file_input.hpp"
 #include "llama2/bpe_tokenizer.hpp"
 #include "llama2/spm_tokenizer.hpp"
 #include "llama2/tokenizer_backend.hpp"
@@ -16,6 +17,9 @@ Tokenizer::Tokenizer(const std::string& model_path) : sp_(std::make_unique<sente
   // SentencePiece reports most bad files through its status, but a malformed model can also throw from
   // inside the library (e.g. Darts' "zero-length key" for an empty piece, found by fuzz_llama2_load):
   // every failure is the same input error naming the file.
+  // The library reads the whole file: a FIFO or /dev/zero would be read until memory ran out.
+  if (const std::string problem = kvtools::file_problem(model_path); problem.rfind("is not", 0) == 0)
+    throw std::invalid_argument("llama2::Tokenizer: cannot load SentencePiece model '" + model_path + "': " + problem);
   sentencepiece::util::Status status;
   try {
     status = sp_->Load(model_path);

@@ -36,7 +36,8 @@ class Tokenizer {
   static Tokenizer from_gguf(const GgufVocab& vocab, const SpmNormalization& normalization = {});
 
   /// Loads a SentencePiece `.model` file. Throws `std::invalid_argument` naming
-  /// the file if it is missing or not a SentencePiece model.
+  /// the file if it is missing, not a regular file ("… 'p': is not a regular file (it is a FIFO)":
+  /// the library would read a FIFO or /dev/zero without end) or not a SentencePiece model.
   explicit Tokenizer(const std::string& model_path);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;

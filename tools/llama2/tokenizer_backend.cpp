@@ -47,6 +47,30 @@ std::vector<GgufTokenType> check_gguf_vocab(const GgufVocab& vocab, const std::s
   return types;
 }
 
+void PieceTrie::add(const std::string& piece, int value) {
+  int node = 0;
+  for (const char c : piece) {
+    const std::uint64_t key = static_cast<std::uint64_t>(node) << 8 | static_cast<unsigned char>(c);
+    const auto [it, fresh] = edges_.emplace(key, static_cast<int>(values_.size()));
+    if (fresh) values_.push_back(-1);
+    node = it->second;
+  }
+  if (node != 0 && values_[static_cast<std::size_t>(node)] < 0) values_[static_cast<std::size_t>(node)] = value;
+}
+
+std::pair<std::size_t, int> PieceTrie::longest(const char* s, std::size_t n) const {
+  std::pair<std::size_t, int> best{0, -1};
+  if (empty()) return best;
+  int node = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto it = edges_.find(static_cast<std::uint64_t>(node) << 8 | static_cast<unsigned char>(s[i]));
+    if (it == edges_.end()) break;
+    node = it->second;
+    if (values_[static_cast<std::size_t>(node)] >= 0) best = {i + 1, values_[static_cast<std::size_t>(node)]};
+  }
+  return best;
+}
+
 std::size_t utf8_char_length(const char* s, std::size_t n) {
   if (n == 0) return 0;
   const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };

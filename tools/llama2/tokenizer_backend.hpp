@@ -3,8 +3,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "llama2/gguf_vocab.hpp"
@@ -32,6 +35,23 @@ class TokenizerBackend {
 /// scores or token_type of the wrong length, a token type outside [0, 6], a special id outside
 /// [-1, tokens), or the same piece at two ids (both named). `who` prefixes the message.
 std::vector<GgufTokenType> check_gguf_vocab(const GgufVocab& vocab, const std::string& who);
+
+/// A byte trie of pieces (the special / user-defined tokens a tokenizer cuts out of the text before
+/// anything else): `longest` finds the longest piece that starts at a given byte in O(length of the
+/// longest piece that matches there), whatever the number of pieces (a scan of every piece at every
+/// byte cost O(text × pieces): 1.2 s for a 5 KB prompt with ~49K user-defined pieces).
+class PieceTrie {
+ public:
+  /// Adds `piece` (non-empty) with `value` (>= 0); a piece added twice keeps its first value.
+  void add(const std::string& piece, int value);
+  /// The longest added piece that is a prefix of `s[0, n)`: (its length, its value), or (0, -1).
+  std::pair<std::size_t, int> longest(const char* s, std::size_t n) const;
+  bool empty() const { return values_.size() <= 1; }
+
+ private:
+  std::vector<int> values_ = {-1};                 // per node: the value of the piece ending there, or -1
+  std::unordered_map<std::uint64_t, int> edges_;   // (node << 8 | byte) -> child node
+};
 
 /// Length of the well-formed UTF-8 character at the start of `s` (1 to 4), or 0 if `s` is empty or
 /// starts with an ill-formed sequence (overlong, surrogate, above U+10FFFF, truncated, stray continuation).

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "file_input.hpp"
 #include "input_error.hpp"
 
 namespace replay {
@@ -157,6 +158,8 @@ NpyArray read_npy_f32(const std::string& path, const std::string& field) {
   const std::string where = field + " '" + path + "'";
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError(where, "is a directory");
+  if (const std::string problem = kvtools::file_problem(path); problem.rfind("is not", 0) == 0)
+    throw InputError(where, problem);  // a FIFO or a device: read without end
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(where, std::string("cannot open (") + std::strerror(errno) + ")");
   in.seekg(0, std::ios::end);

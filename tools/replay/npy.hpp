@@ -24,7 +24,8 @@ struct NpyArray {
 };
 
 /// Reads a float32 '<f4' C-order .npy file. `field` names the file in error messages (e.g. "--logits").
-/// Throws `InputError` on any deviation from the format above or an unreadable file.
+/// Throws `InputError` on any deviation from the format above, an unreadable file, or one that is not
+/// a regular file ("--logits '/dev/zero': is not a regular file (it is a character device)").
 NpyArray read_npy_f32(const std::string& path, const std::string& field);
 
 /// Parses the header dict of a .npy file (exposed for tests): sets `shape` and checks

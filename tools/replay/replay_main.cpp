@@ -21,6 +21,7 @@
 #include <string>
 
 #include "cli/kvevict_cli.hpp"
+#include "file_input.hpp"
 #include "replay.hpp"
 #include "trace.hpp"
 
@@ -30,6 +31,8 @@ namespace {
 // given as the positional JSON trace, it gets a message that says to pass it with --logits.
 bool looks_like_npy(const std::string& path) {
   if (path == "-") return false;
+  // Opening a FIFO would block: load_trace_json names what it is instead.
+  if (kvtools::file_problem(path).rfind("is not", 0) == 0) return false;
   std::ifstream in(path, std::ios::binary);
   char magic[6] = {};
   if (in.read(magic, sizeof magic)) return std::string(magic, sizeof magic) == "\x93NUMPY";

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "npy.hpp"
+#include "file_input.hpp"
 
 namespace replay {
 namespace {
@@ -301,6 +302,9 @@ Trace load_trace_json(const std::string& path) {
   if (path == "-") return read_trace_json(std::cin, "-");
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError("trace '" + path + "'", "is a directory");
+  // A FIFO or a device (/dev/zero) would be read without end: only regular files (and "-", stdin).
+  if (const std::string problem = kvtools::file_problem(path); problem.rfind("is not", 0) == 0)
+    throw InputError("trace '" + path + "'", problem);
   std::ifstream in(path);
   if (!in) throw InputError("trace '" + path + "'", std::string("cannot open (") + std::strerror(errno) + ")");
   return read_trace_json(in, path);

@@ -57,7 +57,8 @@ void validate(const Trace& trace);
 /// allocating the cube, but not P against N and not NaN / inf: call `validate` after applying
 /// command-line overrides.
 Trace read_trace_json(std::istream& in, const std::string& name);
-/// Opens `path` ("-" = stdin) and parses it with `read_trace_json`.
+/// Opens `path` ("-" = stdin) and parses it with `read_trace_json`. Throws `InputError` ("trace '<path>':
+/// …") for a directory or another file that is not a regular one (a FIFO, /dev/zero: read without end).
 Trace load_trace_json(const std::string& path);
 /// Reads the logits (and optional gumbel) from float32 `.npy` files of shape [H_q, N, N].
 Trace load_trace_npy(const std::string& logits_path, const std::string& gumbel_path = "");

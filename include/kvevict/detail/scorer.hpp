@@ -287,12 +287,58 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
   /// The scores a selection ranks at a prefill cut, for `n` candidates `scores[0, n)`: the scores
   /// themselves, or the score's `selection_scores` (SnapKV: pooled, the window at `FLT_MAX`) in
   /// scratch valid until the next call. O(n) plus the hook's cost; no allocation, no throw.
+  /// A -0.0 from the hook is stored as +0.0 (the selections may rank by bits, where -0.0 sorts above
+  /// every positive float); `check_selection` has checked the values before the cut.
   const float* selection_scores(const float* scores, std::size_t n) noexcept {
     if constexpr (has_selection_scores<Score>) {
-      score_.selection_scores(scores, n, pooled_.data());
-      return pooled_.data();
+      float* out = pooled_.data();
+      score_.selection_scores(scores, n, out);
+      KVEVICT_SIMD
+      for (std::size_t i = 0; i < n; ++i) out[i] += 0.0f;  // -0.0 + +0.0 = +0.0; every other value unchanged
+      return out;
     }
     return scores;
+  }
+  /// Before a prefill cut over `n` slots changes any state: the score's `selection_scores` (if it has
+  /// one) of the scores the cut will rank — each KV head's fold of the accumulators, or with `shared`
+  /// their sum over KV heads, the same bits as `fold` then `sum_over_heads` — must all be finite and
+  /// >= 0. Throws `std::invalid_argument` "<who>::<method>: <score>'s selection_scores of KV head j
+  /// (shared: of the summed KV heads), slot s is v (must be finite and >= 0)" at the first bad value.
+  /// Writes only scratch. O(n_q_heads · n) plus the hook's cost; no allocation. No-op without the hook.
+  void check_selection(std::size_t n, bool shared, const char* method) {
+    if constexpr (has_selection_scores<Score>) {
+      float* s = row_.data();
+      auto head = [&](std::size_t j, std::size_t i) {
+        float v = acc(j * group_)[i];
+        for (std::size_t t = 1; t < group_; ++t) v += acc(j * group_ + t)[i];
+        return v;
+      };
+      for (std::size_t j = 0; j < (shared ? 1 : n_kv_heads_); ++j) {
+        for (std::size_t i = 0; i < n; ++i) {
+          if (!shared) {
+            s[i] = head(j, i);
+            continue;
+          }
+          float sum = 0.0f;
+          for (std::size_t h = 0; h < n_kv_heads_; ++h) sum += head(h, i);
+          s[i] = sum;
+        }
+        score_.selection_scores(s, n, pooled_.data());
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = pooled_[i];
+          if (std::isfinite(v) && v >= 0.0f) continue;
+          if (shared)
+            throw std::invalid_argument(concat(who_, "::", method, ": ", score_name<Score>(),
+                                               "'s selection_scores of the summed KV heads, slot ", i, " is ", v,
+                                               " (must be finite and >= 0)"));
+          throw std::invalid_argument(concat(who_, "::", method, ": ", score_name<Score>(),
+                                             "'s selection_scores of KV head ", j, ", slot ", i, " is ", v,
+                                             " (must be finite and >= 0)"));
+        }
+      }
+    } else {
+      (void)n, (void)shared, (void)method;
+    }
   }
   /// Checks that the score can serve budget `k` with window `w` (its `validate_budget`, if any): its
   /// `std::invalid_argument` is rethrown as "<who>: <what>" (SnapKV: "<who>: SnapKV observation window
@@ -331,14 +377,15 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
   }
 
  private:
-  /// `key_score` of the K row at `row` (KV head `j`, slot `s`), checked finite and >= 0. Throws
+  /// `key_score` of the K row at `row` (KV head `j`, slot `s`), checked finite and >= 0, a -0.0 returned
+  /// as +0.0 (-0.0's bits sort above every positive float's in the victim search). Throws
   /// `std::invalid_argument` naming them otherwise. O(head_dim).
   float key_of(const unsigned char* row, std::size_t j, std::size_t s, const char* method) {
     this->keys_.read(row, this->keys_.head_dim, this->key_.data());
     const float v = score_.key_score(this->key_.data(), this->keys_.head_dim);
     require(std::isfinite(v) && v >= 0.0f, who_, "::", method, ": key_score of KV head ", j, ", slot ", s, " is ", v,
             " (must be finite and >= 0)");
-    return v;
+    return v + 0.0f;  // -0.0 becomes +0.0: the victim search ranks scores by their bits
   }
 
   float* acc(std::size_t h) { return acc_.data() + h * stride_; }

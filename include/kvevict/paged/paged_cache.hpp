@@ -125,7 +125,8 @@ class PagedCache final
   /// the pages left empty. Page unit: evicts `floor((P − k) / page_size)`
   /// middle pages (when `P >= k + page_size`), lowest score first.
   /// O(n_q_heads · P²) scoring, O(P · n_kv_heads · head_dim) compaction. Throws
-  /// `std::invalid_argument` as `Cache::prefill` does (the same budget rules, see `resolve_budget`), for a page table
+  /// `std::invalid_argument` as `Cache::prefill` does (the same budget rules, see `resolve_budget`; token unit: a
+  /// selection score that is not finite and >= 0), for a page table
   /// that fails `PagePool::check_table`, and (page unit) if `k < start_pages · page_size + max(w, 1)`.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
     live("prefill");
@@ -144,17 +145,20 @@ class PagedCache final
     const float tau = checked_tau(0, "prefill");
     if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::PagedCache::prefill: logits must be non-null");
-      scorer_.score_prompt(logits, gumbel, P, 1.0f / tau, slots_.all_scores(), slots_.capacity());
+      MaterializedChunk rows(logits, gumbel, P, P);
+      scorer_.score_chunk(rows, 0, P, 1.0f / tau, "prefill");  // Scorer::score_prompt, checked before its fold
     } else if constexpr (detail::has_key_score<Score>) {
       this->score_prompt_keys(0, P, "prefill");
-      scorer_.fold(slots_.all_scores(), slots_.capacity(), P);
-    } else {
-      slots_.clear_scores();
     }
+    if (paged_.unit == EvictUnit::token) scorer_.check_selection(P, true, "prefill");
     // The newest prompt position, before compaction may evict it (w = 0): a decode step's token
     // must come after every position of the prompt, kept or not (as in Cache).
     const std::int64_t last_prompt_position = kv().positions[P - 1];
     // ---- nothing below can throw ----
+    if constexpr (Score::kUsesLogits || detail::has_key_score<Score>)
+      scorer_.fold(slots_.all_scores(), slots_.capacity(), P);
+    else
+      slots_.clear_scores();
     const float* summed = this->summed_scores(P);
     std::size_t m = P;
     if (paged_.unit == EvictUnit::token) {
