@@ -28,8 +28,8 @@ def repo_root(markdown: pathlib.Path) -> pathlib.Path:
     return folder.parent if folder.name == "docs" else folder
 
 
-def prose_lines(text: str):
-    """Yields (line number, line) for every line outside fenced code blocks, inline code blanked."""
+def outside_fences(text: str):
+    """Yields (line number, line) for every line outside fenced code blocks (the fences left out too)."""
     fence = None
     for number, line in enumerate(text.split("\n"), 1):
         m = FENCE.match(line)
@@ -40,6 +40,12 @@ def prose_lines(text: str):
             if line.strip().startswith(fence):
                 fence = None
             continue
+        yield number, line
+
+
+def prose_lines(text: str):
+    """Yields (line number, line) for every line outside fenced code blocks, inline code blanked."""
+    for number, line in outside_fences(text):
         yield number, INLINE_CODE.sub(lambda c: " " * len(c.group(0)), line)
 
 
@@ -53,16 +59,7 @@ def slug(heading: str) -> str:
 def anchors(text: str) -> set:
     """Every anchor a Markdown text defines."""
     found, seen = set(), {}
-    fence = None
-    for line in text.split("\n"):
-        m = FENCE.match(line)
-        if fence is None and m:
-            fence = m.group(1)
-            continue
-        if fence is not None:
-            if line.strip().startswith(fence):
-                fence = None
-            continue
+    for _, line in outside_fences(text):
         found.update(HTML_ANCHOR.findall(line))
         h = HEADING.match(line)
         if h:
