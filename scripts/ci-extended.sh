@@ -5,7 +5,7 @@
 #  E1. g++ AddressSanitizer + UndefinedBehaviorSanitizer over every target but the benchmarks and all tests but
 #      the realmodel ones (.ci/run's flavour 3 is the same with clang++: this is the other compiler's view)
 #  E2. clang++ Release -Werror: every target but the benchmarks, all tests but realmodel (clang's code generation;
-#      .ci/run compiles with clang++ only under the sanitizers at -O1)
+#      .ci/run compiles with clang++ only under the sanitizers at -O0)
 #  E3. clang++ bits: bench/plain_build_check.sh without --quick (g++ and clang++, -O2 and -O3 -march=native, the
 #      same checksums on every dispatched path)
 #  E4. ThreadSanitizer (g++) over every unit test and the llama2 engine's tests, not only the parallel ones
@@ -79,7 +79,7 @@ run_flavour E2 "clang++ Release -Werror, all but bench, all tests" e2
 run_flavour E3 "plain_build_check: g++ and clang++ bits" e3
 run_flavour E4 "g++ ThreadSanitizer: unit and engine tests" e4
 run_flavour E5 "-march=x86-64-v4: every target" e5
-run_flavour E6 "libFuzzer: every target for FUZZ_SECONDS (600) each" e6
+run_flavour E6 "libFuzzer: every target for ${FUZZ_SECONDS:-600} s each" e6
 
 echo
 echo "== scripts/ci-extended.sh, $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
