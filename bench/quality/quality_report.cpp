@@ -133,26 +133,22 @@ int QualityRun::write_report() {
     }
     std::cout << "\n";
   }
-  header("NLL increase over the full cache, paired per window (nats/token)");
-  for (const auto& label : labels) {
-    std::cout << "| " << label << " |";
-    for (double r : ratios)
-      std::cout << " " << fmt_signed(table[{label, r}].dnll.mean, 4) << " ± " << fmt(table[{label, r}].dnll.se, 4) << " |";
-    std::cout << "\n";
-  }
-  header("Mean KL(full || policy) (nats)");
-  for (const auto& label : labels) {
-    std::cout << "| " << label << " |";
-    for (double r : ratios) std::cout << " " << fmt(table[{label, r}].kl.mean, 4) << " ± " << fmt(table[{label, r}].kl.se, 4) << " |";
-    std::cout << "\n";
-  }
-  header("Top-1 agreement with the full cache");
-  for (const auto& label : labels) {
-    std::cout << "| " << label << " |";
-    for (double r : ratios)
-      std::cout << " " << fmt(table[{label, r}].top1.mean, 3) << " ± " << fmt(table[{label, r}].top1.se, 3) << " |";
-    std::cout << "\n";
-  }
+  // One table of a Cell's Stat per label and ratio: "mean ± se", the mean signed where asked.
+  auto stat_table = [&](const std::string& title, Stat Cell::*stat, int digits, bool signed_mean) {
+    header(title);
+    for (const auto& label : labels) {
+      std::cout << "| " << label << " |";
+      for (double r : ratios) {
+        const Stat& st = table[{label, r}].*stat;
+        std::cout << " " << (signed_mean ? fmt_signed(st.mean, digits) : fmt(st.mean, digits)) << " ± "
+                  << fmt(st.se, digits) << " |";
+      }
+      std::cout << "\n";
+    }
+  };
+  stat_table("NLL increase over the full cache, paired per window (nats/token)", &Cell::dnll, 4, true);
+  stat_table("Mean KL(full || policy) (nats)", &Cell::kl, 4, false);
+  stat_table("Top-1 agreement with the full cache", &Cell::top1, 3, false);
 
   // Documents: which windows, and the paired NLL increase by the target's distance to its previous
   // occurrence in the window (per window: mean over its tokens of the class; then mean ± se over the
