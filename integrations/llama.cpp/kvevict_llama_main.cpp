@@ -39,7 +39,8 @@ namespace {
 bool g_verbose = false;
 
 void log_callback(ggml_log_level level, const char* text, void* /*user*/) {
-  if (g_verbose || level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+  (void)level;
+  if (g_verbose) std::fputs(text, stderr);
 }
 
 std::string read_file(const std::string& path, const std::string& flag) {
@@ -231,6 +232,8 @@ int main(int argc, char** argv) {
     }
     const std::size_t n_ctx = ctx_text.empty() ? N : kvcli::parse_count(ctx_text, "--ctx-size", 1, 1u << 24);
     const std::string ctx_flag = ctx_text.empty() ? "--ctx-size (default P + steps)" : "--ctx-size";
+    const std::string ctx_named = ctx_text.empty() ? "the default --ctx-size (P + steps = " + std::to_string(n_ctx) + ")"
+                                                   : "--ctx-size " + std::to_string(n_ctx);
     if (P > n_ctx)
       throw kvcli::UsageError(ctx_flag, "the prompt's P = " + std::to_string(P) + " tokens do not fit in " +
                                             std::to_string(n_ctx) + " cells; raise --ctx-size or shorten the prompt");
@@ -238,10 +241,10 @@ int main(int argc, char** argv) {
       throw kvcli::UsageError(ctx_flag, std::to_string(N) + " positions (P + steps) do not fit in " +
                                             std::to_string(n_ctx) + " cells with --policy full; raise --ctx-size");
     if (!full && k + 1 > n_ctx)
-      throw kvcli::UsageError(flags.budget_flag, "k = " + std::to_string(k) + " exceeds the context: " +
-                                                     std::to_string(n_ctx) +
-                                                     " cells hold k + 1 (the kept positions and the decoded "
-                                                     "token); lower " + flags.budget_flag + " or raise --ctx-size");
+      throw kvcli::UsageError(flags.budget_flag, "k = " + std::to_string(k) + " exceeds the context: " + ctx_named +
+                                                     " holds at most " + std::to_string(n_ctx - 1) +
+                                                     " kept positions besides the token being decoded; lower " +
+                                                     flags.budget_flag + " or raise --ctx-size");
 
     llama_context_params cparams = llama_context_default_params();
     cparams.n_ctx = static_cast<uint32_t>(n_ctx);
@@ -253,7 +256,7 @@ int main(int argc, char** argv) {
     cparams.flash_attn_type = flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cparams.no_perf = true;
     std::unique_ptr<kvevict_llama::Evictor> ev;
-    if (!no_kvevict) {
+    if (!no_kvevict && !(full && flash)) {  // a full cache with flash attention: no scores, nothing to track
       ev = std::make_unique<kvevict_llama::Evictor>(policy, config, params, N, !full);
       cparams.cb_eval = kvevict_llama::eval_callback;
       cparams.cb_eval_user_data = ev.get();
