@@ -308,9 +308,11 @@ class Evictor {
     const std::int64_t* pos = cache_->positions(0);
     for (std::size_t h = 0; h < config_.n_q_heads; ++h)
       for (std::size_t r = 0; r < rows; ++r) {
-        const float* in = x_.data() + (h * rows + r) * n;
         float* out = trace_.data() + (h * N + batch_first_ + r) * N;
-        for (std::size_t s = 0; s < n; ++s) out[static_cast<std::size_t>(pos[s])] = in[s];
+        // Streaming and window score nothing: their trace holds 0 at the positions they see.
+        const float* in = x_.empty() ? nullptr : x_.data() + (h * rows + r) * n;
+        for (std::size_t s = 0; s < n; ++s)
+          if (static_cast<std::size_t>(pos[s]) <= batch_first_ + r) out[static_cast<std::size_t>(pos[s])] = in ? in[s] : 0.0f;
       }
   }
 
