@@ -87,21 +87,19 @@ class Evictor {
   }
 
   /// Binds the evictor to `ctx` (created with `cb_eval = eval_callback`, `cb_eval_user_data = this`) and
-  /// sequence `seq`. Throws `std::invalid_argument` if the model's memory is recurrent or hybrid (it cannot
-  /// drop a middle range of positions), if it has no layers, or if flash attention is on while the policy
-  /// scores from attention probabilities (`needs_scores`).
+  /// sequence `seq`. Throws `std::invalid_argument` if the evictor evicts and the model's memory is recurrent
+  /// or hybrid (it cannot drop a middle range of positions), or if the model has no attention heads. (Flash
+  /// attention on with a policy that `needs_scores` is found at the first `end`: no softmax reaches the callback.)
   void attach(llama_context* ctx, const llama_model* model, llama_seq_id seq = 0) {
     ctx_ = ctx;
     seq_ = seq;
     mem_ = llama_get_memory(ctx);
-    if (llama_model_is_recurrent(model) || llama_model_is_hybrid(model))
+    if (evict_ && (llama_model_is_recurrent(model) || llama_model_is_hybrid(model)))
       throw std::invalid_argument("the model's memory is recurrent or hybrid: llama.cpp cannot drop a middle range of "
                                   "its positions (llama_memory_seq_rm), so nothing can be evicted");
     n_layer_ = static_cast<std::size_t>(llama_model_n_layer(model));
     n_head_ = static_cast<std::size_t>(llama_model_n_head(model));
     if (n_layer_ == 0 || n_head_ == 0) throw std::invalid_argument("the model has no attention layers");
-    if (evict_ && needs_scores(policy_) && llama_n_ctx(ctx) == 0)
-      throw std::invalid_argument("the context has no cells");
     config_.n_q_heads = n_layer_ * n_head_;
     config_.shared_heads = false;
     if (evict_) cache_ = kvevict::make_cache(policy_, config_, kv_, params_);
