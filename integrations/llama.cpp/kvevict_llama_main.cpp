@@ -6,8 +6,9 @@
 //   kvevict-llama --model m.gguf --prompt "Once upon a time" --steps 32 --no-kvevict   # llama.cpp alone
 //
 // Generate mode (default): greedy decoding of --steps tokens; stdout: one line "ids: <id> <id> ...".
-// Teacher-forced mode (--teacher-force T): the text's first P + T tokens; the prompt is P (--prompt-tokens),
-// then T predictions, each token fed back with eviction at every step; stdout: one JSON line
+// Teacher-forced mode (--teacher-force T): the text's first P + T + 1 tokens (after --skip-tokens); the prompt is
+// P (--prompt-tokens), then T decode steps, each feeding the text's next token with eviction and predicting the
+// one after it (kvevict-quality's windows of P + T + 1 tokens); stdout: one JSON line
 // {"nll":mean NLL in nats/token,"predictions":T,...}.
 // The shared flags (--policy, --budget, --recent, --sinks, --tau-init, --tau-end, --seed) and exit codes are
 // those of every kvevict tool (docs/tools.md); integrations/llama.cpp/README.md has the rest.
@@ -120,10 +121,10 @@ void check_step(const kvevict_llama::Evictor& ev, llama_memory_t mem, std::size_
 int main(int argc, char** argv) {
   CLI::App app{"Run a GGUF model in llama.cpp with a kvevict policy (one selection for the whole model) deciding "
                "which KV positions to drop."};
-  std::string model_path, prompt, prompt_file, prompt_tokens_text, steps_text = "32", teacher_text, ctx_text,
+  std::string model_path, prompt, prompt_file, prompt_tokens_text, skip_text, steps_text = "32", teacher_text, ctx_text,
                                                                     batch_text = "64", threads_text, fa = "off",
                                                                     kept_out, trace_out;
-  bool no_kvevict = false, ignore_eos = false;
+  bool no_kvevict = false, ignore_eos = false, count_only = false;
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
                  "GGUF model file (default $KVEVICT_SHARED_DIR/models/stories260K/stories260K.gguf)");
@@ -134,10 +135,13 @@ int main(int argc, char** argv) {
                  "prompt length P: the first P tokens of the text (default: all of them; teacher-forced: all but "
                  "the last T)")
       ->type_name("INT");
+  app.add_option("--skip-tokens", skip_text, "drop the text's first N tokens (a window further into a document)")
+      ->type_name("INT");
   app.add_option("--steps", steps_text, "generate: tokens to generate (greedy), each one decoded (default 32)")
       ->type_name("INT");
   app.add_option("--teacher-force", teacher_text,
-                 "scoring mode: T teacher-forced predictions after the P prompt tokens; prints the mean NLL")
+                 "scoring mode: T teacher-forced decode steps after the P prompt tokens, each predicting the "
+                 "text's next token; prints the mean NLL")
       ->type_name("INT");
   app.add_option("--ctx-size", ctx_text, "llama.cpp context (cells); default P + steps (or P + T)")->type_name("INT");
   app.add_option("--batch", batch_text, "prompt chunk: tokens per llama_decode (n_batch = n_ubatch; default 64)")
@@ -151,6 +155,7 @@ int main(int argc, char** argv) {
   app.add_option("--trace-out", trace_out, "write the model-wide logits the cache was given as float32 .npy "
                                            "[n_layer*n_head, N, N] for kvevict-replay");
   app.add_flag("--verbose", g_verbose, "show llama.cpp's log");
+  app.add_flag("--count-tokens", count_only, "print the text's token count (llama.cpp's tokenizer, with BOS) and exit");
   kvcli::ToolSpec spec;
   spec.default_policy = "full";
   spec.snapkv = false;
@@ -204,17 +209,28 @@ int main(int argc, char** argv) {
                                              "' (not a GGUF model it supports; --verbose shows its log)");
     const llama_vocab* vocab = llama_model_get_vocab(model.get());
     std::vector<llama_token> tokens = tokenize(vocab, text);
+    if (count_only) {
+      std::printf("%zu\n", tokens.size());
+      return kvcli::kExitOk;
+    }
+    if (!skip_text.empty()) {
+      const std::size_t skip = kvcli::parse_count(skip_text, "--skip-tokens");
+      if (skip >= tokens.size())
+        throw kvcli::UsageError("--skip-tokens", std::to_string(skip) + " is not below the text's " +
+                                                     std::to_string(tokens.size()) + " tokens");
+      tokens.erase(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(skip));
+    }
 
-    // P prompt tokens, then T steps (generate) or T predictions (teacher-forced: P + T tokens of the text).
-    std::size_t P = tokens.size() - (teacher ? std::min(T, tokens.size()) : 0);
+    // P prompt tokens, then T steps (generate) or T predictions (teacher-forced: P + T + 1 tokens of the text).
+    std::size_t P = tokens.size() - (teacher ? std::min(T + 1, tokens.size()) : 0);
     if (!prompt_tokens_text.empty()) P = kvcli::parse_count(prompt_tokens_text, "--prompt-tokens", 1);
-    if (P == 0 || P + (teacher ? T : 0) > tokens.size())
+    if (P == 0 || P + (teacher ? T + 1 : 0) > tokens.size())
       throw kvcli::UsageError(prompt_tokens_text.empty() ? (prompt_file.empty() ? "--prompt" : "--prompt-file")
                                                          : "--prompt-tokens",
                               "the text has " + std::to_string(tokens.size()) + " tokens; " +
-                                  (teacher ? "P + T = " + std::to_string(P + T) : "P = " + std::to_string(P)) +
+                                  (teacher ? "P + T + 1 = " + std::to_string(P + T + 1) : "P = " + std::to_string(P)) +
                                   " needed");
-    const std::size_t decode_steps = teacher ? T - 1 : T;  // tokens fed one at a time after the prompt
+    const std::size_t decode_steps = T;  // tokens fed one at a time after the prompt
     const std::size_t N = P + decode_steps;
 
     std::size_t k = N;
@@ -342,8 +358,8 @@ int main(int argc, char** argv) {
     };
     if (teacher) {
       for (std::size_t i = 0; i < T; ++i) {
-        nll += target_nll(tokens[P + i]);
-        if (i + 1 < T) decode(&tokens[P + i], 1, P + i);
+        decode(&tokens[P + i], 1, P + i);
+        nll += target_nll(tokens[P + i + 1]);
       }
     } else {
       for (std::size_t i = 0; i < T; ++i) {
