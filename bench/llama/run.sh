@@ -37,7 +37,8 @@ start=$(date +%s)
 for r in $(seq 1 "$repeats"); do
   for v in "${order[@]}"; do
     # shellcheck disable=SC2086
-    line=$("$kvl" "${common[@]}" ${args[$v]} 2>&1 >/dev/null | grep '^kvevict-llama: \[')
+    line=$("$kvl" "${common[@]}" ${args[$v]} 2>&1 >/dev/null | grep '^kvevict-llama: ') || true
+    [[ $line == *"decode steps in"* ]] || { echo "run.sh: $v failed: $line" >&2; exit 1; }
     rate=$(echo "$line" | sed -E 's/.*decode steps in [0-9.]+ s \(([0-9.]+) tok\/s\).*/\1/')
     echo "round $r $v: $line" >&2
     rates[$v]="${rates[$v]:-} $rate"

@@ -82,7 +82,7 @@ class Evictor {
   Evictor(kvevict::Policy policy, kvevict::CacheConfig config, kvevict::PolicyParams params, std::size_t capacity,
           bool evict = true)
       : policy_(policy), config_(config), params_(params), capacity_(capacity), evict_(evict),
-        store_(1, capacity == 0 ? 1 : capacity, 1) {
+        store_(1, view_capacity(config.budget, capacity), 1) {
     if (capacity == 0) throw std::invalid_argument("kvevict_llama::Evictor: capacity must be >= 1");
   }
 
@@ -233,6 +233,13 @@ class Evictor {
   }
 
  private:
+  // The cache's view must hold k + 1 slots (a decode step appends before it evicts) and every position.
+  static std::size_t view_capacity(const kvevict::Budget& budget, std::size_t capacity) {
+    std::size_t k = budget.is_ratio() ? static_cast<std::size_t>(std::ceil(budget.ratio_value() * double(capacity)))
+                                      : budget.token_count();
+    return std::max(capacity, k) + 1;
+  }
+
   [[noreturn]] static void throw_in_callback(const std::string& what) {
     throw std::runtime_error("kvevict_llama: " + what);
   }
