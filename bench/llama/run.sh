@@ -32,28 +32,34 @@ declare -A args=(
   [keyformer]="--policy keyformer --budget 50%"
 )
 order=(llama callback scoring keyformer)
-declare -A rates
+declare -A rates cpu_rates
 start=$(date +%s)
 for r in $(seq 1 "$repeats"); do
   for v in "${order[@]}"; do
     # shellcheck disable=SC2086
     line=$("$kvl" "${common[@]}" ${args[$v]} 2>&1 >/dev/null | grep '^kvevict-llama: ') || true
     [[ $line == *"decode steps in"* ]] || { echo "run.sh: $v failed: $line" >&2; exit 1; }
-    rate=$(echo "$line" | sed -E 's/.*decode steps in [0-9.]+ s \(([0-9.]+) tok\/s\).*/\1/')
+    rate=$(echo "$line" | sed -E 's/.*decode steps in [0-9.]+ s \(([0-9.]+) tok\/s;.*/\1/')
+    cpu_rate=$(echo "$line" | sed -E 's/.* ([0-9.]+) tok\/CPU s\).*/\1/')
     echo "round $r $v: $line" >&2
     rates[$v]="${rates[$v]:-} $rate"
+    cpu_rates[$v]="${cpu_rates[$v]:-} $cpu_rate"
   done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 ref=$(echo "${rates[llama]}" | median)
+cpu_ref=$(echo "${cpu_rates[llama]}" | median)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 mkdir -p bench/llama/results
 {
-  echo "| variant | decode tok/s (median of $repeats) | ratio to llama.cpp alone | runs |"
-  echo "|---|---|---|---|"
+  echo "| variant | decode tok/s, wall (median of $repeats) | ratio | decode tok/s per CPU second (median) | ratio | wall tok/s of each round |"
+  echo "|---|---|---|---|---|---|"
   for v in "${order[@]}"; do
     m=$(echo "${rates[$v]}" | median)
-    printf '| %s (`%s`) | %s | %s | %s |\n' "$v" "${args[$v]}" "$m" "$(awk -v a="$m" -v b="$ref" 'BEGIN {printf "%.3f", a / b}')" "${rates[$v]# }"
+    c=$(echo "${cpu_rates[$v]}" | median)
+    printf '| %s (`%s`) | %s | %s | %s | %s | %s |\n' "$v" "${args[$v]}" "$m" "$(ratio "$m" "$ref")" "$c" \
+      "$(ratio "$c" "$cpu_ref")" "${rates[$v]# }"
   done
   echo
-  echo "SmolLM2-135M Q4_1, prompt $prompt tokens + $steps decode steps (context $(( prompt + steps ))), --threads $threads, $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(( $(date +%s) - start )) s in all; \`bash bench/llama/run.sh\`."
+  echo "SmolLM2-135M Q4_1, prompt $prompt tokens + $steps decode steps (context $(( prompt + steps ))), --threads $threads, $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average at the end $(cut -d' ' -f1-3 /proc/loadavg), $(( $(date +%s) - start )) s in all; \`bash bench/llama/run.sh\`."
 } | tee bench/llama/results/decode_4k.md

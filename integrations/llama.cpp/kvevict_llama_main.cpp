@@ -29,6 +29,7 @@
 #include <string>
 #include <sys/stat.h>
 #include <thread>
+#include <time.h>
 #include <vector>
 
 #include "cli/kvevict_cli.hpp"
@@ -38,6 +39,13 @@
 namespace {
 
 bool g_verbose = false;
+
+// CPU seconds this process has used (all threads): on a shared machine, less disturbed by other jobs than wall time.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 void log_callback(ggml_log_level level, const char* text, void* /*user*/) {
   (void)level;
@@ -207,7 +215,14 @@ int main(int argc, char** argv) {
     if (!model)
       throw kvcli::UsageError("--model", "llama.cpp cannot load '" + model_path +
                                              "' (not a GGUF model it supports; --verbose shows its log)");
+    // Before any token: a recurrent or hybrid memory cannot drop a middle range of positions.
+    if (!full && (llama_model_is_recurrent(model.get()) || llama_model_is_hybrid(model.get())))
+      throw kvcli::UsageError("--model", "the model's memory is recurrent or hybrid: llama.cpp cannot drop a middle "
+                                         "range of its positions (llama_memory_seq_rm), so nothing can be evicted; "
+                                         "use --policy full");
     const llama_vocab* vocab = llama_model_get_vocab(model.get());
+    if (llama_vocab_type(vocab) == LLAMA_VOCAB_TYPE_NONE)
+      throw kvcli::UsageError("--model", "'" + model_path + "' has no vocabulary: llama.cpp cannot tokenize text for it");
     std::vector<llama_token> tokens = tokenize(vocab, text);
     if (count_only) {
       std::printf("%zu\n", tokens.size());
@@ -342,6 +357,7 @@ int main(int argc, char** argv) {
       if (kept_file && ev->cache()) write_kept_line(kept_file, P - 1, *ev->cache());
     }
     const auto t1 = std::chrono::steady_clock::now();
+    const double cpu1 = cpu_seconds();
 
     std::vector<llama_token> out;
     double nll = 0.0;
@@ -370,6 +386,7 @@ int main(int argc, char** argv) {
       }
     }
     const auto t2 = std::chrono::steady_clock::now();
+    const double decode_cpu = cpu_seconds() - cpu1;
     const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
     const double decode_s = std::chrono::duration<double>(t2 - t1).count();
     const std::size_t steps_done = teacher ? decode_steps : out.size();
@@ -393,9 +410,12 @@ int main(int argc, char** argv) {
       replay::save_trace_npy(tr, trace_out);
     }
     if (kept_file && !kept_file.flush()) throw std::runtime_error("--kept-out: write error");
-    std::fprintf(stderr, "kvevict-llama: [%s k=%zu] prompt %zu tok in %.3f s, %zu decode steps in %.3f s (%.2f tok/s)",
+    std::fprintf(stderr,
+                 "kvevict-llama: [%s k=%zu] prompt %zu tok in %.3f s, %zu decode steps in %.3f s (%.2f tok/s; "
+                 "%.3f CPU s, %.2f tok/CPU s)",
                  flags.policy.c_str(), k, P, prefill_s, steps_done, decode_s,
-                 decode_s > 0 ? static_cast<double>(steps_done) / decode_s : 0.0);
+                 decode_s > 0 ? static_cast<double>(steps_done) / decode_s : 0.0, decode_cpu,
+                 decode_cpu > 0 ? static_cast<double>(steps_done) / decode_cpu : 0.0);
     if (ev)
       std::fprintf(stderr, "; most cells seen %zu, dropped %zu, cells reused %zu", ev->max_visible_cells(),
                    ev->dropped(), ev->cells_reused());

@@ -88,6 +88,17 @@ case "$case_name" in
     [ -n "${SMOLLM2:-}" ] || { echo "SmolLM2 GGUF not given (KVEVICT_SMOLLM2_GGUF)"; exit 77; }
     full_vs_llama "$SMOLLM2" "$HOWTO" 300 32
     ;;
+  scoring_without_eviction_stories260K)
+    # A budget at the sequence's length: the callback and kvevict score every step, nothing is dropped, and the
+    # ids are llama.cpp's own.
+    "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 200 --steps 32 --ignore-eos --threads 1 \
+      --no-kvevict >"$w/llama.txt"
+    "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 200 --steps 32 --ignore-eos --threads 1 \
+      --policy keyformer --budget 232 >"$w/kf.txt" 2>"$w/summary.txt"
+    cmp "$w/llama.txt" "$w/kf.txt" || fail "keyformer with k = N changed the ids"
+    grep -q "dropped 0," "$w/summary.txt" || fail "dropped positions: $(cat "$w/summary.txt")"
+    cat "$w/kf.txt"
+    ;;
   full_nll_stories260K)
     a=$("$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 1000 --teacher-force 50 --threads 1 --no-kvevict)
     b=$("$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 1000 --teacher-force 50 --threads 1)
@@ -115,6 +126,15 @@ case "$case_name" in
   refuse_budget_over_context)
     refuses "kvevict-llama: --budget: k = 600 exceeds the context: --ctx-size 512 holds at most 511 kept positions besides the token being decoded; lower --budget or raise --ctx-size" \
       --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --policy h2o --budget 600 --ctx-size 512
+    ;;
+  refuse_recurrent)
+    # A recurrent model (a 1-layer Mamba GGUF written by make_mamba_gguf.py): refused before any token, for every
+    # evicting policy; with --policy full the next check speaks (this model has no vocabulary).
+    python3 "$(dirname "$0")/make_mamba_gguf.py" "$w/mamba.gguf"
+    refuses "kvevict-llama: --model: the model's memory is recurrent or hybrid: llama.cpp cannot drop a middle range of its positions (llama_memory_seq_rm), so nothing can be evicted; use --policy full" \
+      --model "$w/mamba.gguf" --prompt hi --policy h2o --budget 4
+    refuses "kvevict-llama: --model: '$w/mamba.gguf' has no vocabulary: llama.cpp cannot tokenize text for it" \
+      --model "$w/mamba.gguf" --prompt hi
     ;;
   flash_attn_streaming)
     # A policy without scores runs with flash attention on, and keeps the same positions as with it off.
