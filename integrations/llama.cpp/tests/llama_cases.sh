@@ -92,9 +92,9 @@ case "$case_name" in
     # A budget at the sequence's length: the callback and kvevict score every step, nothing is dropped, and the
     # ids are llama.cpp's own.
     "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 200 --steps 32 --ignore-eos --threads 1 \
-      --no-kvevict >"$w/llama.txt"
+      --ctx-size 240 --no-kvevict >"$w/llama.txt"
     "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 200 --steps 32 --ignore-eos --threads 1 \
-      --policy keyformer --budget 232 >"$w/kf.txt" 2>"$w/summary.txt"
+      --policy keyformer --budget 232 --ctx-size 240 >"$w/kf.txt" 2>"$w/summary.txt"
     cmp "$w/llama.txt" "$w/kf.txt" || fail "keyformer with k = N changed the ids"
     grep -q "dropped 0," "$w/summary.txt" || fail "dropped positions: $(cat "$w/summary.txt")"
     cat "$w/kf.txt"
