@@ -6,8 +6,10 @@
 # window and tova at r = 0.1, 0.2, 0.5 (k = floor(r * PROMPT), the tools' default recent window, 4 sinks),
 # each `kvevict-llama --teacher-force PREDICT` (model-wide selection, eviction at every step).
 # Resumable: one CSV line per run in bench/llama/results/quality_p2048.csv; a run already there is skipped.
-# WINDOWS (default 12), THREADS (default 1), BUILD_DIR (default build-llama). At the end, prints the NLL
-# increase over the full cache per row, mean ± standard error over the windows run so far (summary.py).
+# WINDOWS (default 12), THREADS (default 1), JOBS (runs at once, default 1), BUILD_DIR (default build-llama).
+# A run killed midway leaves its lock folder in $out.locks: remove that folder before resuming. At the end, prints the NLL
+# increase over the full cache per row, mean ± standard error over the windows run so far, beside kvevict's own
+# engine (per-KV-head selection) on the same windows from the committed report (summary.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-llama}
@@ -36,9 +38,12 @@ for (( i = 0; i < most; ++i )); do
   done
 done
 (( windows > ${#wins[@]} )) && windows=${#wins[@]}
+locks="$out.locks"  # one folder per run in progress: several instances share the work (JOBS=2 runs two)
+mkdir -p "$locks"
 run() {  # window doc offset policy ratio
   local key="$1,${docs[$2]},$3,$4,$5,"
   grep -qF "$key" "$out" && return 0
+  mkdir "$locks/${key//\//_}" 2>/dev/null || return 0
   local args=(--policy "$4")
   [ "$4" != full ] && args+=(--budget "$5")
   local json
@@ -48,14 +53,20 @@ run() {  # window doc offset policy ratio
   k=$(echo "$json" | sed -E 's/.*"k":([0-9]+).*/\1/')
   nll=$(echo "$json" | sed -E 's/.*"nll":([0-9.]+).*/\1/')
   echo "$key$k,$nll" >>"$out"
+  rmdir "$locks/${key//\//_}"
   echo "window $1 ${docs[$2]}@$3 $4 r=$5: k=$k nll=$nll" >&2
 }
-for (( w = 0; w < windows; ++w )); do
-  doc=${wins[$w]%%:*}
-  off=${wins[$w]##*:}
-  run "$w" "$doc" "$off" full 1
-  for r in 0.1 0.2 0.5; do
-    for p in keyformer h2o streaming window tova; do run "$w" "$doc" "$off" "$p" "$r"; done
+sweep() {
+  for (( w = 0; w < windows; ++w )); do
+    doc=${wins[$w]%%:*}
+    off=${wins[$w]##*:}
+    run "$w" "$doc" "$off" full 1
+    for r in 0.1 0.2 0.5; do
+      for p in keyformer h2o streaming window tova; do run "$w" "$doc" "$off" "$p" "$r"; done
+    done
   done
-done
-python3 bench/llama/summary.py "$out"
+}
+for (( j = 1; j < ${JOBS:-1}; ++j )); do sweep & done
+sweep
+wait
+python3 bench/llama/summary.py "$out" bench/quality/results/smollm2

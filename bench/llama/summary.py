@@ -1,32 +1,61 @@
 #!/usr/bin/env python3
 """NLL increase over the full cache per policy and ratio, from bench/llama/quality.sh's CSV.
 
-Only windows whose full-cache run is present count; a (policy, ratio) cell reports its mean increase
-± the standard error over its windows and how many windows that is. Prints a Markdown table."""
+Usage: summary.py QUALITY_CSV [REPORT_DIR]
+Only windows whose full-cache run is present count; a cell gives its mean increase ± the standard error over
+its windows and how many. With REPORT_DIR (kvevict-quality's SmolLM2 report, bench/quality/results/smollm2),
+a second table puts kvevict's own engine (per-KV-head selection) on the same windows (matched by document
+and offset), and a third the model-wide minus per-head increase, paired by window. Prints Markdown."""
 import csv
 import math
 import sys
 from collections import defaultdict
 
-rows = list(csv.DictReader(open(sys.argv[1])))
-full = {r["window"]: float(r["nll"]) for r in rows if r["policy"] == "full"}
-cells = defaultdict(list)
-for r in rows:
-    if r["policy"] != "full" and r["window"] in full:
-        cells[(r["policy"], r["ratio"])].append(float(r["nll"]) - full[r["window"]])
-ratios = ["0.1", "0.2", "0.5"]
-mean_full = sum(full.values()) / len(full) if full else float("nan")
-print(f"full cache: {mean_full:.3f} nats/token over {len(full)} window(s)\n")
-print("| row | " + " | ".join(f"r = {r}" for r in ratios) + " |")
-print("|---|" + "---|" * len(ratios))
-for p in ["window", "streaming", "h2o", "keyformer", "tova"]:
-    out = []
-    for r in ratios:
-        d = cells.get((p, r), [])
-        if not d:
-            out.append("—")
-            continue
-        m = sum(d) / len(d)
-        se = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else float("nan")
-        out.append(f"{m:+.3f} ± {se:.3f} (n={len(d)})" if len(d) > 1 else f"{m:+.3f} (n=1)")
-    print(f"| {p} | " + " | ".join(out) + " |")
+POLICIES = ["window", "streaming", "h2o", "keyformer", "tova"]
+RATIOS = ["0.1", "0.2", "0.5"]
+
+
+def stats(d):
+    if not d:
+        return "—"
+    m = sum(d) / len(d)
+    if len(d) == 1:
+        return f"{m:+.3f} (n=1)"
+    se = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d))
+    return f"{m:+.3f} ± {se:.3f} (n={len(d)})"
+
+
+def increases(rows, key):
+    """{(policy, ratio): {window key: increase}} and {window key: full NLL}."""
+    full = {key(r): float(r["nll"]) for r in rows if r["policy"] == "full"}
+    out = defaultdict(dict)
+    for r in rows:
+        if r["policy"] in POLICIES and key(r) in full:
+            out[(r["policy"], f"{float(r['ratio']):g}")][key(r)] = float(r["nll"]) - full[key(r)]
+    return out, full
+
+
+def table(title, cells):
+    print(title + "\n")
+    print("| row | " + " | ".join(f"r = {r}" for r in RATIOS) + " |")
+    print("|---|" + "---|" * len(RATIOS))
+    for p in POLICIES:
+        print(f"| {p} | " + " | ".join(stats(list(cells.get((p, r), {}).values())) for r in RATIOS) + " |")
+    print()
+
+
+ours, full = increases(list(csv.DictReader(open(sys.argv[1]))), lambda r: (r["doc"], r["offset"]))
+print(f"llama.cpp full cache: {sum(full.values()) / max(len(full), 1):.3f} nats/token over {len(full)} window(s)\n")
+table("llama.cpp + kvevict, one model-wide selection: NLL increase over llama.cpp's full cache", ours)
+if len(sys.argv) > 2:
+    d = sys.argv[2]
+    wins = {r["window"]: (r["document"], r["offset"]) for r in csv.DictReader(open(f"{d}/smollm2_windows.csv"))}
+    theirs, tfull = increases(list(csv.DictReader(open(f"{d}/smollm2.csv"))), lambda r: wins[r["window"]])
+    same = set(full) & set(tfull)
+    print(f"kvevict's engine, full cache on the same {len(same)} window(s): "
+          f"{sum(tfull[w] for w in same) / max(len(same), 1):.3f} nats/token (llama.cpp: "
+          f"{sum(full[w] for w in same) / max(len(same), 1):.3f})\n")
+    table("kvevict's engine (per-KV-head selection, the report's rows) on the same windows",
+          {c: {w: v for w, v in m.items() if w in same} for c, m in theirs.items()})
+    table("model-wide minus per-head NLL increase, paired by window (> 0: the model-wide selection costs more)",
+          {c: {w: ours[c][w] - theirs[c][w] for w in ours.get(c, {}) if w in theirs.get(c, {})} for c in ours})
