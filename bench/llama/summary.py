@@ -2,8 +2,8 @@
 """NLL increase over the full cache per policy and ratio, from bench/llama/quality.sh's CSV.
 
 Usage: summary.py QUALITY_CSV [REPORT_DIR]
-Only windows whose full-cache run is present count; a cell gives its mean increase ± the standard error over
-its windows and how many. With REPORT_DIR (kvevict-quality's SmolLM2 report, bench/quality/results/smollm2),
+Only complete windows count (the full cache and every row at every ratio), so that all cells are over the same
+windows; a cell gives its mean increase ± the standard error over them and how many. With REPORT_DIR (kvevict-quality's SmolLM2 report, bench/quality/results/smollm2),
 a second table puts kvevict's own engine (per-KV-head selection) on the same windows (matched by document
 and offset), and a third the model-wide minus per-head increase, paired by window. Prints Markdown."""
 import csv
@@ -45,7 +45,12 @@ def table(title, cells):
 
 
 ours, full = increases(list(csv.DictReader(open(sys.argv[1]))), lambda r: (r["doc"], r["offset"]))
-print(f"llama.cpp full cache: {sum(full.values()) / max(len(full), 1):.3f} nats/token over {len(full)} window(s)\n")
+# Only complete windows (the full cache and all 15 rows) count, so that every cell is over the same windows.
+complete = {w for w in full if all(w in ours.get((p, r), {}) for p in POLICIES for r in RATIOS)}
+full = {w: v for w, v in full.items() if w in complete}
+ours = {c: {w: v for w, v in m.items() if w in complete} for c, m in ours.items()}
+print(f"llama.cpp full cache: {sum(full.values()) / max(len(full), 1):.3f} nats/token over {len(full)} complete "
+      f"window(s): {', '.join(f'{d}@{o}' for d, o in sorted(full))}\n")
 table("llama.cpp + kvevict, one model-wide selection: NLL increase over llama.cpp's full cache", ours)
 if len(sys.argv) > 2:
     d = sys.argv[2]
