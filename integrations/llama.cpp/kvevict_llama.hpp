@@ -1,0 +1,382 @@
+// kvevict inside llama.cpp — kvevict_llama.hpp: one kvevict selection for a whole llama.cpp model.
+// SPDX-License-Identifier: Apache-2.0
+//
+// Header only, on llama.cpp's public headers (llama.h, ggml.h) and kvevict. An `Evictor` keeps one
+// sequence of a llama_context inside a budget of k positions:
+//
+//   * scores: an eval callback (llama_context_params::cb_eval = kvevict_llama::eval_callback) reads every
+//     layer's attention probabilities `kq_soft_max-<layer>` (flash attention must be off) and the mask the
+//     softmax was given; log(p) is the logit row (softmax is shift-invariant, so every kvevict score of
+//     softmax((x + ζ) / τ) is the same as from the model's q·kᵀ/√d);
+//   * cells: llama.cpp puts each token into a KV cell of its choosing and may reuse a freed cell; the
+//     mask row of the batch's token r shows exactly one column that row r − 1 did not: that is its cell.
+//     The map is checked against the mask on every batch (the known cells must all be visible, exactly one
+//     new column per row), so a reused cell is found, never assumed;
+//   * selection: llama.cpp's KV cache is shared by every layer and head of a sequence (a cell removed is
+//     removed everywhere), so through its public API eviction is ONE selection per sequence: a kvevict
+//     cache with one KV head and n_layer · n_head query heads, i.e. the sum of the scores of every layer's
+//     every head, k counted in positions. (kvevict's per-KV-head and per-layer selections cannot be
+//     expressed there.)
+//   * eviction: llama_memory_seq_rm(mem, seq, p, p + 1) per dropped position; positions are never
+//     renumbered (RoPE'd keys keep the positions they were computed at).
+//
+// Protocol (one sequence; batches of consecutive positions from 0):
+//   Evictor ev(policy, config, params, capacity);        // capacity >= prompt + decode steps
+//   cparams.cb_eval = kvevict_llama::eval_callback; cparams.cb_eval_user_data = &ev;
+//   cparams.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;   // scores need the softmax
+//   ctx = llama_init_from_model(model, cparams); ev.attach(ctx, model);
+//   for each prompt chunk of C tokens (C <= n_ubatch):  p0 = ev.begin(C); decode tokens at p0..p0+C-1; ev.end();
+//   ev.end_prompt();                                      // cuts the prompt to k
+//   per generated token: p = ev.begin(1); decode it at p; ev.end();   // evicts at most one position
+// Errors: `std::invalid_argument` for a bad configuration (FA on, recurrent memory, ...), `std::runtime_error`
+// for what llama.cpp did not do as expected (a mask the map cannot explain, seq_rm returning false).
+#pragma once
+
+#include <ggml.h>
+#include <llama.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <kvevict/kvevict.hpp>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kvevict_llama {
+
+namespace detail {
+inline std::string& callback_error() {
+  static thread_local std::string error;
+  return error;
+}
+}  // namespace detail
+
+/// Rethrows (as `std::runtime_error`) a failure the callback kept, if any, and clears it.
+inline void take_callback_error() {
+  std::string& e = detail::callback_error();
+  if (e.empty()) return;
+  const std::string what = e;
+  e.clear();
+  throw std::runtime_error(what);
+}
+
+/// Thrown when llama.cpp refuses to drop a position (`llama_memory_seq_rm` returned false: recurrent or
+/// hybrid memory). Nothing of the sequence was removed when it is thrown by the first drop of a step.
+struct SeqRmRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Keeps one llama.cpp sequence within a kvevict budget (see the file comment for the protocol).
+class Evictor {
+ public:
+  /// `policy` (`kvevict::parse_policy` names; SnapKV is not supported: it needs a one-shot prefill) with
+  /// `config` (budget, recent window, seed; `n_q_heads` and `shared_heads` are set by `attach`) and
+  /// `params` (τ schedule, horizon, sinks, noise). `evict` false: a full cache (the callback still tracks
+  /// cells; nothing is scored or dropped). `capacity`: the most positions the sequence will see (prompt +
+  /// decode steps). Throws `std::invalid_argument` for capacity 0.
+  Evictor(kvevict::Policy policy, kvevict::CacheConfig config, kvevict::PolicyParams params, std::size_t capacity,
+          bool evict = true)
+      : policy_(policy), config_(config), params_(params), capacity_(capacity), evict_(evict),
+        store_(1, view_capacity(config.budget, capacity), 1) {
+    if (capacity == 0) throw std::invalid_argument("kvevict_llama::Evictor: capacity must be >= 1");
+  }
+
+  /// Binds the evictor to `ctx` (created with `cb_eval = eval_callback`, `cb_eval_user_data = this`) and
+  /// sequence `seq`. Throws `std::invalid_argument` if the evictor evicts and the model's memory is recurrent
+  /// or hybrid (it cannot drop a middle range of positions), or if the model has no attention heads. (Flash
+  /// attention on with a policy that `needs_scores` is found at the first `end`: no softmax reaches the callback.)
+  void attach(llama_context* ctx, const llama_model* model, llama_seq_id seq = 0) {
+    ctx_ = ctx;
+    seq_ = seq;
+    mem_ = llama_get_memory(ctx);
+    if (evict_ && (llama_model_is_recurrent(model) || llama_model_is_hybrid(model)))
+      throw std::invalid_argument("the model's memory is recurrent or hybrid: llama.cpp cannot drop a middle range of "
+                                  "its positions (llama_memory_seq_rm), so nothing can be evicted");
+    n_layer_ = static_cast<std::size_t>(llama_model_n_layer(model));
+    n_head_ = static_cast<std::size_t>(llama_model_n_head(model));
+    if (n_layer_ == 0 || n_head_ == 0) throw std::invalid_argument("the model has no attention layers");
+    config_.n_q_heads = n_layer_ * n_head_;
+    config_.shared_heads = false;
+    if (evict_) cache_ = kvevict::make_cache(policy_, config_, kv_, params_);
+    cell_pos_.clear();
+    pos_cell_.assign(capacity_, -1);
+    evicted_.assign(capacity_, false);
+  }
+
+  /// Whether `policy` scores tokens from attention (every policy but streaming and window): these need
+  /// the callback's `kq_soft_max`, which llama.cpp computes only with flash attention off.
+  static bool needs_scores(kvevict::Policy policy) {
+    return policy != kvevict::Policy::streaming_llm && policy != kvevict::Policy::window;
+  }
+
+  /// Reserves the next `n` positions (one batch, `1 <= n`, `n == 1` after `end_prompt`) and returns the
+  /// first; the caller decodes its tokens at positions first .. first + n − 1, in order.
+  llama_pos begin(std::size_t n) {
+    if (n == 0) throw std::invalid_argument("kvevict_llama::Evictor::begin: n must be >= 1");
+    if (prompt_done_ && n != 1)
+      throw std::invalid_argument("kvevict_llama::Evictor::begin: after end_prompt, decode one token per batch");
+    if (next_ + n > capacity_)
+      throw std::invalid_argument("kvevict_llama::Evictor::begin: " + std::to_string(next_ + n) +
+                                  " positions exceed the capacity " + std::to_string(capacity_));
+    batch_first_ = next_;
+    batch_n_ = n;
+    batch_rows_seen_ = 0;
+    layers_seen_ = 0;
+    const float zero = 0.0f;
+    if (cache_)
+      for (std::size_t i = 0; i < n; ++i) kv_.append(static_cast<std::int64_t>(next_ + i), &zero, &zero);
+    if (cache_ && needs_scores(policy_)) {
+      const std::size_t rows = n, cols = cache_->length(0);
+      x_.assign(config_.n_q_heads * rows * cols, -std::numeric_limits<float>::infinity());
+    }
+    const llama_pos first = static_cast<llama_pos>(next_);
+    next_ += n;
+    return first;
+  }
+
+  /// After `llama_decode` of the batch `begin` reserved returned 0: scores it (a prompt chunk with
+  /// `prefill_chunk`, a decode token with `decode_step`) and, after `end_prompt`, drops the evicted
+  /// position. Throws `std::runtime_error` if the callback did not see every layer's scores of the batch.
+  void end() {
+    if (batch_n_ == 0) throw std::logic_error("kvevict_llama::Evictor::end: no batch begun");
+    take_callback_error();
+    // Streaming and window need no scores: they also run without the callback (flash attention on).
+    if (batch_rows_seen_ != batch_n_ && (needs_scores(policy_) || batch_rows_seen_ != 0 || !cache_))
+      throw std::runtime_error("kvevict_llama::Evictor::end: the eval callback saw " +
+                               std::to_string(batch_rows_seen_) + " of the batch's " + std::to_string(batch_n_) +
+                               " tokens in the attention mask (is cb_eval set to kvevict_llama::eval_callback?)");
+    if (cache_ && needs_scores(policy_) && layers_seen_ != n_layer_)
+      throw std::runtime_error("kvevict_llama::Evictor::end: the eval callback saw kq_soft_max of " +
+                               std::to_string(layers_seen_) + " of " + std::to_string(n_layer_) +
+                               " layers (flash attention must be off)");
+    const std::size_t n = batch_n_;
+    batch_n_ = 0;
+    max_cells_ = std::max(max_cells_, last_visible_);
+    if (!cache_) return;
+    const float* x = needs_scores(policy_) ? x_.data() : nullptr;
+    if (record_) record_rows(n);
+    if (!prompt_done_) {
+      cache_->prefill_chunk(x, n, cache_->length(0));
+      return;
+    }
+    cache_->decode_step(x, cache_->length(0));
+    drop_evicted();
+  }
+
+  /// Ends the prompt: cuts it to the budget k and drops the evicted positions from llama.cpp's memory.
+  /// Throws `SeqRmRefused` if llama.cpp refuses the first drop (nothing dropped).
+  void end_prompt() {
+    if (prompt_done_) throw std::logic_error("kvevict_llama::Evictor::end_prompt: called twice");
+    prompt_done_ = true;
+    prompt_len_ = next_;
+    if (!cache_) return;
+    cache_->finish_prefill();
+    drop_evicted();
+  }
+
+  /// Records the logits the cache is given as a trace `[n_q_heads][capacity][capacity]` (rows = positions;
+  /// entries not in the cache are -inf), for `kvevict-replay`. Call before the first `begin`.
+  void record_trace() {
+    record_ = true;
+    trace_.assign(config_.n_q_heads * capacity_ * capacity_, -std::numeric_limits<float>::infinity());
+  }
+  /// The recorded trace (see `record_trace`); empty if not recording.
+  const std::vector<float>& trace() const { return trace_; }
+
+  /// The kvevict cache (null for a full cache): its slots' positions and scores.
+  const kvevict::CacheInterface* cache() const { return cache_.get(); }
+  /// Query heads of the model-wide selection: n_layer · n_head.
+  std::size_t n_q_heads() const { return config_.n_q_heads; }
+  /// Positions held now, ascending (a full cache: every position so far).
+  std::vector<std::int64_t> kept() const {
+    if (cache_) return cache_->retained_positions(0);
+    std::vector<std::int64_t> all(next_);
+    for (std::size_t i = 0; i < next_; ++i) all[i] = static_cast<std::int64_t>(i);
+    return all;
+  }
+  /// Whether position `p` was evicted (it never comes back).
+  bool evicted(std::size_t p) const { return p < evicted_.size() && evicted_[p]; }
+  /// Cells of the sequence that the last batch's last token saw in llama.cpp's own mask (kept + batch).
+  std::size_t visible_cells() const { return last_visible_; }
+  /// The most cells of the sequence any token saw so far.
+  std::size_t max_visible_cells() const { return max_cells_; }
+  /// How often llama.cpp put a token into a cell that an evicted position had held.
+  std::size_t cells_reused() const { return reused_; }
+  /// Positions dropped with llama_memory_seq_rm so far.
+  std::size_t dropped() const { return dropped_; }
+  /// Prompt length (after `end_prompt`).
+  std::size_t prompt_len() const { return prompt_len_; }
+
+  /// The eval callback's work (see `eval_callback`).
+  bool on_tensor(ggml_tensor* t, bool ask) {
+    const char* name = ggml_get_name(t);
+    if (std::strncmp(name, "kq_soft_max-", 12) != 0) return !ask;  // ask: not wanted; eval: keep going
+    if (ask) return true;
+    if (batch_n_ == 0) return true;  // a decode the evictor did not begin (e.g. a warm-up): ignore
+    const int layer = std::atoi(name + 12);
+    if (t->type != GGML_TYPE_F32 || t->src[1] == nullptr)
+      throw_in_callback("kq_soft_max of layer " + std::to_string(layer) + " is not F32 with a mask");
+    if (layer == 0 || batch_rows_seen_ == 0) read_mask(t->src[1]);
+    if (!cache_ || !needs_scores(policy_)) return true;
+    if (layer < 0 || static_cast<std::size_t>(layer) >= n_layer_ || t->ne[2] != static_cast<int64_t>(n_head_))
+      throw_in_callback("layer " + std::to_string(layer) + "'s kq_soft_max has " + std::to_string(t->ne[2]) +
+                        " heads; the model-wide selection needs " + std::to_string(n_head_) + " in each of " +
+                        std::to_string(n_layer_) + " layers");
+    copy_scores(t, static_cast<std::size_t>(layer));
+    ++layers_seen_;
+    return true;
+  }
+
+ private:
+  // The cache's view must hold k + 1 slots (a decode step appends before it evicts) and every position.
+  static std::size_t view_capacity(const kvevict::Budget& budget, std::size_t capacity) {
+    std::size_t k = budget.is_ratio() ? static_cast<std::size_t>(std::ceil(budget.ratio_value() * double(capacity)))
+                                      : budget.token_count();
+    return std::max(capacity, k) + 1;
+  }
+
+  [[noreturn]] static void throw_in_callback(const std::string& what) {
+    throw std::runtime_error("kvevict_llama: " + what);
+  }
+
+  // The mask [n_kv][n_rows] (F32: 0 or a finite bias = visible, -inf = masked). Row r is the batch's token r.
+  void read_mask(const ggml_tensor* mask) {
+    if (mask->type != GGML_TYPE_F32) throw_in_callback("the attention mask is not F32 (flash attention must be off)");
+    const std::size_t n_kv = static_cast<std::size_t>(mask->ne[0]);
+    if (static_cast<std::size_t>(mask->ne[1]) < batch_n_)
+      throw_in_callback("the attention mask has " + std::to_string(mask->ne[1]) + " rows for a batch of " +
+                        std::to_string(batch_n_) + " tokens (one sequence per context, batch <= n_ubatch)");
+    if (cell_pos_.size() < n_kv) cell_pos_.resize(n_kv, -1);
+    if (prev_pos_.size() < n_kv) prev_pos_.resize(n_kv, -1);
+    auto visible = [&](std::size_t r, std::size_t c) {
+      const float v = *reinterpret_cast<const float*>(static_cast<const char*>(mask->data) + c * mask->nb[0] +
+                                                       r * mask->nb[1]);
+      return v > -std::numeric_limits<float>::infinity();
+    };
+    std::size_t known = 0;
+    for (std::size_t c = 0; c < cell_pos_.size(); ++c) known += cell_pos_[c] >= 0;
+    for (std::size_t r = 0; r < batch_n_; ++r) {
+      std::size_t seen = 0, fresh = 0, cell = 0;
+      for (std::size_t c = 0; c < n_kv; ++c) {
+        if (!visible(r, c)) {
+          if (cell_pos_[c] >= 0)
+            throw_in_callback("cell " + std::to_string(c) + " (position " + std::to_string(cell_pos_[c]) +
+                              ") is masked for position " + std::to_string(batch_first_ + r));
+          continue;
+        }
+        ++seen;
+        if (cell_pos_[c] < 0) {
+          ++fresh;
+          cell = c;
+        }
+      }
+      if (fresh != 1 || seen != known + 1)
+        throw_in_callback("position " + std::to_string(batch_first_ + r) + " sees " + std::to_string(seen) +
+                          " cells, " + std::to_string(fresh) + " of them new; expected " + std::to_string(known) +
+                          " known + 1 new");
+      const std::size_t pos = batch_first_ + r;
+      if (prev_pos_[cell] >= 0) ++reused_;
+      cell_pos_[cell] = static_cast<std::int64_t>(pos);
+      prev_pos_[cell] = static_cast<std::int64_t>(pos);
+      pos_cell_[pos] = static_cast<std::int64_t>(cell);
+      ++known;
+      last_visible_ = seen;
+    }
+    batch_rows_seen_ = batch_n_;
+  }
+
+  // log p of one layer into the cache's logits: [layer · n_head + h][row][slot].
+  void copy_scores(const ggml_tensor* t, std::size_t layer) {
+    const std::size_t rows = batch_n_, n = cache_->length(0);
+    const std::int64_t* pos = cache_->positions(0);
+    for (std::size_t h = 0; h < n_head_; ++h)
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* out = x_.data() + ((layer * n_head_ + h) * rows + r) * n;
+        const char* row = static_cast<const char*>(t->data) + r * t->nb[1] + h * t->nb[2];
+        const std::size_t limit = batch_first_ + r;  // causal: slots up to this position
+        for (std::size_t s = 0; s < n; ++s) {
+          if (static_cast<std::size_t>(pos[s]) > limit) continue;
+          const std::int64_t cell = pos_cell_[static_cast<std::size_t>(pos[s])];
+          const float p = *reinterpret_cast<const float*>(row + static_cast<std::size_t>(cell) * t->nb[0]);
+          out[s] = std::log(p);
+        }
+      }
+  }
+
+  void record_rows(std::size_t rows) {
+    const std::size_t n = cache_->length(0), N = capacity_;
+    const std::int64_t* pos = cache_->positions(0);
+    for (std::size_t h = 0; h < config_.n_q_heads; ++h)
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* out = trace_.data() + (h * N + batch_first_ + r) * N;
+        // Streaming and window score nothing: their trace holds 0 at the positions they see.
+        const float* in = x_.empty() ? nullptr : x_.data() + (h * rows + r) * n;
+        for (std::size_t s = 0; s < n; ++s)
+          if (static_cast<std::size_t>(pos[s]) <= batch_first_ + r) out[static_cast<std::size_t>(pos[s])] = in ? in[s] : 0.0f;
+      }
+  }
+
+  // Drops from llama.cpp's memory every position the cache no longer holds.
+  void drop_evicted() {
+    std::vector<bool> held(next_, false);
+    for (std::int64_t p : cache_->retained_positions(0)) held[static_cast<std::size_t>(p)] = true;
+    bool first = true;
+    for (std::size_t p = 0; p < next_; ++p) {
+      if (held[p] || evicted_[p]) continue;
+      if (!llama_memory_seq_rm(mem_, seq_, static_cast<llama_pos>(p), static_cast<llama_pos>(p + 1))) {
+        if (first)
+          throw SeqRmRefused("llama_memory_seq_rm refused to drop position " + std::to_string(p) +
+                             " (the model's memory cannot drop a middle range); nothing was evicted");
+        throw std::runtime_error("llama_memory_seq_rm refused to drop position " + std::to_string(p) +
+                                 " after dropping others");
+      }
+      first = false;
+      evicted_[p] = true;
+      ++dropped_;
+      const std::int64_t cell = pos_cell_[p];
+      if (cell >= 0) cell_pos_[static_cast<std::size_t>(cell)] = -1;
+      pos_cell_[p] = -1;
+    }
+  }
+
+  kvevict::Policy policy_;
+  kvevict::CacheConfig config_;
+  kvevict::PolicyParams params_;
+  std::size_t capacity_;
+  bool evict_;
+  kvevict::KVBuffer<float> store_;  // one KV head, head_dim 1: only positions and scores matter
+  kvevict::KVView<float> kv_ = store_.view();
+  std::unique_ptr<kvevict::CacheInterface> cache_;
+  llama_context* ctx_ = nullptr;
+  llama_memory_t mem_ = nullptr;
+  llama_seq_id seq_ = 0;
+  std::size_t n_layer_ = 0, n_head_ = 0;
+  std::vector<std::int64_t> cell_pos_;  // cell -> position held now (-1: none of ours)
+  std::vector<std::int64_t> prev_pos_;  // cell -> the last position it held (reuse count)
+  std::vector<std::int64_t> pos_cell_;  // position -> cell (-1: not held)
+  std::vector<bool> evicted_;
+  std::vector<float> x_, trace_;
+  bool record_ = false, prompt_done_ = false;
+  std::size_t next_ = 0, batch_first_ = 0, batch_n_ = 0, batch_rows_seen_ = 0, layers_seen_ = 0;
+  std::size_t last_visible_ = 0, max_cells_ = 0, reused_ = 0, dropped_ = 0, prompt_len_ = 0;
+};
+
+/// The `cb_eval` of a llama_context whose `cb_eval_user_data` is an `Evictor*`: asks for every layer's
+/// `kq_soft_max-<layer>` and hands it to the evictor. An exception inside llama_decode cannot cross the C
+/// boundary, so a failure is kept and the callback returns false (llama.cpp then stops the graph);
+/// `Evictor::end` (or `take_callback_error`) rethrows it.
+inline bool eval_callback(ggml_tensor* t, bool ask, void* user_data) {
+  try {
+    return static_cast<Evictor*>(user_data)->on_tensor(t, ask);
+  } catch (const std::exception& e) {
+    detail::callback_error() = e.what();
+    return false;
+  }
+}
+
+}  // namespace kvevict_llama

@@ -1,0 +1,429 @@
+// kvevict-llama: run a GGUF model in llama.cpp with a kvevict policy deciding which positions to drop.
+// SPDX-License-Identifier: Apache-2.0
+//
+//   kvevict-llama --model m.gguf --prompt-file text.txt --prompt-tokens 1000 --steps 32 --policy h2o --budget 256
+//   kvevict-llama --model m.gguf --prompt-file text.txt --prompt-tokens 2048 --teacher-force 255 --policy keyformer --budget 0.2
+//   kvevict-llama --model m.gguf --prompt "Once upon a time" --steps 32 --no-kvevict   # llama.cpp alone
+//
+// Generate mode (default): greedy decoding of --steps tokens; stdout: one line "ids: <id> <id> ...".
+// Teacher-forced mode (--teacher-force T): the text's first P + T + 1 tokens (after --skip-tokens); the prompt is
+// P (--prompt-tokens), then T decode steps, each feeding the text's next token with eviction and predicting the
+// one after it (kvevict-quality's windows of P + T + 1 tokens); stdout: one JSON line
+// {"nll":mean NLL in nats/token,"predictions":T,...}.
+// The shared flags (--policy, --budget, --recent, --sinks, --tau-init, --tau-end, --seed) and exit codes are
+// those of every kvevict tool (docs/tools.md); integrations/llama.cpp/README.md has the rest.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+#include <thread>
+#include <time.h>
+#include <vector>
+
+#include "cli/kvevict_cli.hpp"
+#include "kvevict_llama.hpp"
+#include "trace.hpp"
+
+namespace {
+
+bool g_verbose = false;
+
+// CPU seconds this process has used (all threads): on a shared machine, less disturbed by other jobs than wall time.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+void log_callback(ggml_log_level level, const char* text, void* /*user*/) {
+  (void)level;
+  if (g_verbose) std::fputs(text, stderr);
+}
+
+std::string read_file(const std::string& path, const std::string& flag) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) throw kvcli::UsageError(flag, "'" + path + "' does not exist");
+  if (!S_ISREG(st.st_mode)) throw kvcli::UsageError(flag, "'" + path + "' is not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (!in && !in.eof()) throw kvcli::UsageError(flag, "cannot read '" + path + "'");
+  return os.str();
+}
+
+std::vector<llama_token> tokenize(const llama_vocab* vocab, const std::string& text) {
+  const int n = -llama_tokenize(vocab, text.c_str(), static_cast<int32_t>(text.size()), nullptr, 0, true, false);
+  std::vector<llama_token> ids(static_cast<std::size_t>(std::max(n, 0)));
+  if (n > 0 && llama_tokenize(vocab, text.c_str(), static_cast<int32_t>(text.size()), ids.data(), n, true, false) < 0)
+    throw std::runtime_error("llama_tokenize failed");
+  return ids;
+}
+
+// The replay's JSON line (tools/replay/replay.cpp's LineWriter): t, τ, kept positions ascending, their scores.
+void write_kept_line(std::ostream& out, std::size_t t, const kvevict::CacheInterface& cache) {
+  const std::size_t n = cache.length(0);
+  const std::int64_t* pos = cache.positions(0);
+  const float* score = cache.scores(0);
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [pos](std::size_t a, std::size_t b) { return pos[a] < pos[b]; });
+  auto num = [](auto x) {
+    char buf[32];
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
+  };
+  std::string line = "{\"t\":" + num(static_cast<std::uint64_t>(t)) + ",\"tau\":" + num(cache.temperature()) +
+                     ",\"kept\":[[";
+  std::string scores = "]],\"scores\":[[";
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) {
+      line += ',';
+      scores += ',';
+    }
+    line += num(pos[order[i]]);
+    scores += num(score[order[i]]);
+  }
+  out << line << scores << "]]}\n";
+}
+
+// The invariants of issue 33, checked after every batch: at most k cells + the batch in llama.cpp's own
+// mask, kept positions only from the previous kept set plus the batch, evicted positions never back, and
+// llama.cpp's memory holding exactly the kept positions' range ends.
+void check_step(const kvevict_llama::Evictor& ev, llama_memory_t mem, std::size_t k, std::size_t batch,
+                const std::vector<std::int64_t>& before, std::size_t first, std::size_t t) {
+  const std::vector<std::int64_t> kept = ev.kept();
+  if (ev.visible_cells() > k + batch && ev.prompt_len() != 0)
+    throw std::runtime_error("step " + std::to_string(t) + ": the sequence held " +
+                             std::to_string(ev.visible_cells()) + " cells, more than k + batch = " +
+                             std::to_string(k + batch));
+  for (std::int64_t p : kept) {
+    const bool was_kept = std::binary_search(before.begin(), before.end(), p);
+    const bool in_batch = static_cast<std::size_t>(p) >= first && static_cast<std::size_t>(p) < first + batch;
+    if (!was_kept && !in_batch)
+      throw std::runtime_error("step " + std::to_string(t) + ": position " + std::to_string(p) +
+                               " is kept but was not held before");
+    if (ev.evicted(static_cast<std::size_t>(p)))
+      throw std::runtime_error("step " + std::to_string(t) + ": evicted position " + std::to_string(p) + " came back");
+  }
+  if (kept.empty()) return;
+  const llama_pos lo = llama_memory_seq_pos_min(mem, 0), hi = llama_memory_seq_pos_max(mem, 0);
+  if (lo != kept.front() || hi != kept.back())
+    throw std::runtime_error("step " + std::to_string(t) + ": llama.cpp holds positions [" + std::to_string(lo) +
+                             ", " + std::to_string(hi) + "], kvevict keeps [" + std::to_string(kept.front()) +
+                             ", " + std::to_string(kept.back()) + "]");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Run a GGUF model in llama.cpp with a kvevict policy (one selection for the whole model) deciding "
+               "which KV positions to drop."};
+  std::string model_path, prompt, prompt_file, prompt_tokens_text, skip_text, steps_text = "32", teacher_text, ctx_text,
+                                                                    batch_text = "64", threads_text, fa = "off",
+                                                                    kept_out, trace_out;
+  bool no_kvevict = false, ignore_eos = false, count_only = false;
+  kvcli::EvictionFlags flags;
+  app.add_option("--model", model_path,
+                 "GGUF model file (default $KVEVICT_SHARED_DIR/models/stories260K/stories260K.gguf)");
+  auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text");
+  app.add_option("--prompt-file", prompt_file, "read the prompt (or the teacher-forced text) from FILE")
+      ->excludes(prompt_opt);
+  app.add_option("--prompt-tokens", prompt_tokens_text,
+                 "prompt length P: the first P tokens of the text (default: all of them; teacher-forced: all but "
+                 "the last T)")
+      ->type_name("INT");
+  app.add_option("--skip-tokens", skip_text, "drop the text's first N tokens (a window further into a document)")
+      ->type_name("INT");
+  app.add_option("--steps", steps_text, "generate: tokens to generate (greedy), each one decoded (default 32)")
+      ->type_name("INT");
+  app.add_option("--teacher-force", teacher_text,
+                 "scoring mode: T teacher-forced decode steps after the P prompt tokens, each predicting the "
+                 "text's next token; prints the mean NLL")
+      ->type_name("INT");
+  app.add_option("--ctx-size", ctx_text, "llama.cpp context (cells); default P + steps (or P + T)")->type_name("INT");
+  app.add_option("--batch", batch_text, "prompt chunk: tokens per llama_decode (n_batch = n_ubatch; default 64)")
+      ->type_name("INT");
+  app.add_option("--threads", threads_text, "llama.cpp threads (default: the hardware's)")->type_name("INT");
+  app.add_option("--flash-attn", fa, "on or off (default off; policies that score need off)")->type_name("on|off");
+  app.add_flag("--no-kvevict", no_kvevict, "llama.cpp alone: the same loop without the callback or kvevict");
+  app.add_flag("--ignore-eos", ignore_eos, "generate: do not stop at an end-of-generation token");
+  app.add_option("--kept-out", kept_out, "write the kept positions after the prompt and every step (kvevict-replay's "
+                                         "JSON Lines)");
+  app.add_option("--trace-out", trace_out, "write the model-wide logits the cache was given as float32 .npy "
+                                           "[n_layer*n_head, N, N] for kvevict-replay");
+  app.add_flag("--verbose", g_verbose, "show llama.cpp's log");
+  app.add_flag("--count-tokens", count_only, "print the text's token count (llama.cpp's tokenizer, with BOS) and exit");
+  kvcli::ToolSpec spec;
+  spec.default_policy = "full";
+  spec.snapkv = false;
+  kvcli::add_eviction_options(app, flags, spec);
+
+  return kvcli::run_tool("kvevict-llama", app, argc, argv, [&]() -> int {
+    flags.validate();
+    const bool full = flags.policy == "full";
+    if (flags.policy == "snapkv")
+      throw kvcli::UsageError("--policy", "snapkv scores the prompt with its last L queries in one shot; "
+                                          "kvevict-llama prefills in chunks of --batch tokens, so it is not "
+                                          "supported here");
+    if (no_kvevict && !full)
+      throw kvcli::UsageError("--no-kvevict", "runs llama.cpp without kvevict: it needs --policy full (got " +
+                                                  flags.policy + ")");
+    if (fa != "on" && fa != "off") throw kvcli::UsageError("--flash-attn", "expected on or off, got '" + fa + "'");
+    const bool flash = fa == "on";
+    const kvevict::Policy policy = full ? kvevict::Policy::h2o : kvevict::parse_policy(flags.policy);
+    if (flash && !full && kvevict_llama::Evictor::needs_scores(policy))
+      throw kvcli::UsageError("--flash-attn", "on: --policy " + flags.policy +
+                                                  " scores tokens from attention probabilities, which llama.cpp "
+                                                  "does not compute with flash attention; use --flash-attn off, or "
+                                                  "--policy streaming, window or full");
+    const bool teacher = !teacher_text.empty();
+    const std::size_t T = teacher ? kvcli::parse_count(teacher_text, "--teacher-force", 1)
+                                  : kvcli::parse_count(steps_text, "--steps", 0);
+    const std::size_t C = kvcli::parse_count(batch_text, "--batch", 1, 1u << 16);
+    const int threads = threads_text.empty()
+                            ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
+                            : static_cast<int>(kvcli::parse_count(threads_text, "--threads", 1, 1024));
+    if (!trace_out.empty() && full) throw kvcli::UsageError("--trace-out", "needs an evicting --policy");
+    if (!kept_out.empty() && full) throw kvcli::UsageError("--kept-out", "needs an evicting --policy");
+
+    if (model_path.empty()) model_path = kvcli::shared_dir() + "/models/stories260K/stories260K.gguf";
+    {
+      struct stat st {};
+      if (stat(model_path.c_str(), &st) != 0) throw kvcli::UsageError("--model", "'" + model_path + "' does not exist");
+      if (!S_ISREG(st.st_mode)) throw kvcli::UsageError("--model", "'" + model_path + "' is not a regular file");
+    }
+    const std::string text = !prompt_file.empty() ? read_file(prompt_file, "--prompt-file") : prompt;
+    if (text.empty()) throw kvcli::UsageError("--prompt", "give --prompt TEXT or --prompt-file FILE");
+
+    llama_log_set(log_callback, nullptr);
+    llama_backend_init();
+    llama_model_params mparams = llama_model_default_params();
+    mparams.n_gpu_layers = 0;
+    std::unique_ptr<llama_model, decltype(&llama_model_free)> model(
+        llama_model_load_from_file(model_path.c_str(), mparams), llama_model_free);
+    if (!model)
+      throw kvcli::UsageError("--model", "llama.cpp cannot load '" + model_path +
+                                             "' (not a GGUF model it supports; --verbose shows its log)");
+    // Before any token: a recurrent or hybrid memory cannot drop a middle range of positions.
+    if (!full && (llama_model_is_recurrent(model.get()) || llama_model_is_hybrid(model.get())))
+      throw kvcli::UsageError("--model", "the model's memory is recurrent or hybrid: llama.cpp cannot drop a middle "
+                                         "range of its positions (llama_memory_seq_rm), so nothing can be evicted; "
+                                         "use --policy full");
+    const llama_vocab* vocab = llama_model_get_vocab(model.get());
+    if (llama_vocab_type(vocab) == LLAMA_VOCAB_TYPE_NONE)
+      throw kvcli::UsageError("--model", "'" + model_path + "' has no vocabulary: llama.cpp cannot tokenize text for it");
+    std::vector<llama_token> tokens = tokenize(vocab, text);
+    if (count_only) {
+      std::printf("%zu\n", tokens.size());
+      return kvcli::kExitOk;
+    }
+    if (!skip_text.empty()) {
+      const std::size_t skip = kvcli::parse_count(skip_text, "--skip-tokens");
+      if (skip >= tokens.size())
+        throw kvcli::UsageError("--skip-tokens", std::to_string(skip) + " is not below the text's " +
+                                                     std::to_string(tokens.size()) + " tokens");
+      tokens.erase(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(skip));
+    }
+
+    // P prompt tokens, then T steps (generate) or T predictions (teacher-forced: P + T + 1 tokens of the text).
+    std::size_t P = tokens.size() - (teacher ? std::min(T + 1, tokens.size()) : 0);
+    if (!prompt_tokens_text.empty()) P = kvcli::parse_count(prompt_tokens_text, "--prompt-tokens", 1);
+    if (P == 0 || P + (teacher ? T + 1 : 0) > tokens.size())
+      throw kvcli::UsageError(prompt_tokens_text.empty() ? (prompt_file.empty() ? "--prompt" : "--prompt-file")
+                                                         : "--prompt-tokens",
+                              "the text has " + std::to_string(tokens.size()) + " tokens; " +
+                                  (teacher ? "P + T + 1 = " + std::to_string(P + T + 1) : "P = " + std::to_string(P)) +
+                                  " needed");
+    const std::size_t decode_steps = T;  // tokens fed one at a time after the prompt
+    const std::size_t N = P + decode_steps;
+
+    std::size_t k = N;
+    kvevict::CacheConfig config;
+    kvevict::PolicyParams params;
+    if (!full) {
+      const kvcli::Resolved r = kvcli::resolve(flags, P);
+      k = r.k;
+      params = kvcli::policy_params(flags, r);
+      params.horizon = std::max<std::size_t>(decode_steps, 1);
+      params.gumbel_noise = true;
+      config.budget = kvevict::Budget::tokens(r.k);
+      config.recent = kvcli::recent_for(flags, r, flags.policy);
+      config.seed = flags.seed;
+    }
+    const std::size_t n_ctx = ctx_text.empty() ? N : kvcli::parse_count(ctx_text, "--ctx-size", 1, 1u << 24);
+    const std::string ctx_flag = ctx_text.empty() ? "--ctx-size (default P + steps)" : "--ctx-size";
+    const std::string ctx_named = ctx_text.empty() ? "the default --ctx-size (P + steps = " + std::to_string(n_ctx) + ")"
+                                                   : "--ctx-size " + std::to_string(n_ctx);
+    if (P > n_ctx)
+      throw kvcli::UsageError(ctx_flag, "the prompt's P = " + std::to_string(P) + " tokens do not fit in " +
+                                            std::to_string(n_ctx) + " cells; raise --ctx-size or shorten the prompt");
+    if (full && N > n_ctx)
+      throw kvcli::UsageError(ctx_flag, std::to_string(N) + " positions (P + steps) do not fit in " +
+                                            std::to_string(n_ctx) + " cells with --policy full; raise --ctx-size");
+    if (!full && k + 1 > n_ctx)
+      throw kvcli::UsageError(flags.budget_flag, "k = " + std::to_string(k) + " exceeds the context: " + ctx_named +
+                                                     " holds at most " + std::to_string(n_ctx - 1) +
+                                                     " kept positions besides the token being decoded; lower " +
+                                                     flags.budget_flag + " or raise --ctx-size");
+
+    llama_context_params cparams = llama_context_default_params();
+    cparams.n_ctx = static_cast<uint32_t>(n_ctx);
+    cparams.n_batch = static_cast<uint32_t>(C);
+    cparams.n_ubatch = static_cast<uint32_t>(C);
+    cparams.n_seq_max = 1;
+    cparams.n_threads = threads;
+    cparams.n_threads_batch = threads;
+    cparams.flash_attn_type = flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cparams.no_perf = true;
+    std::unique_ptr<kvevict_llama::Evictor> ev;
+    if (!no_kvevict && !(full && flash)) {  // a full cache with flash attention: no scores, nothing to track
+      ev = std::make_unique<kvevict_llama::Evictor>(policy, config, params, N, !full);
+      cparams.cb_eval = kvevict_llama::eval_callback;
+      cparams.cb_eval_user_data = ev.get();
+    }
+    std::unique_ptr<llama_context, decltype(&llama_free)> ctx(llama_init_from_model(model.get(), cparams), llama_free);
+    if (!ctx) throw std::runtime_error("llama_init_from_model failed");
+    llama_memory_t mem = llama_get_memory(ctx.get());
+    if (ev) {
+      try {
+        ev->attach(ctx.get(), model.get());
+      } catch (const std::invalid_argument& e) {
+        throw kvcli::UsageError("--model", e.what());
+      }
+      if (!trace_out.empty()) ev->record_trace();
+    }
+    std::ofstream kept_file;
+    if (!kept_out.empty()) {
+      kept_file.open(kept_out, std::ios::binary | std::ios::trunc);
+      if (!kept_file) throw kvcli::UsageError("--kept-out", "cannot write '" + kept_out + "'");
+    }
+
+    llama_batch batch = llama_batch_init(static_cast<int32_t>(C), 0, 1);
+    struct BatchGuard {
+      llama_batch& b;
+      ~BatchGuard() { llama_batch_free(b); }
+    } batch_guard{batch};
+    std::size_t next_pos = 0;
+    std::vector<std::int64_t> before;
+    // Decodes tokens[from, from + n) (the last one with logits) and lets kvevict score and evict.
+    auto decode = [&](const llama_token* ids, std::size_t n, std::size_t step) {
+      const std::size_t first = ev ? static_cast<std::size_t>(ev->begin(n)) : next_pos;
+      if (ev) before = ev->kept();
+      batch.n_tokens = static_cast<int32_t>(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        batch.token[i] = ids[i];
+        batch.pos[i] = static_cast<llama_pos>(first + i);
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = 0;
+        batch.logits[i] = i + 1 == n;
+      }
+      const int rc = llama_decode(ctx.get(), batch);
+      if (ev) kvevict_llama::take_callback_error();
+      if (rc != 0) throw std::runtime_error("llama_decode returned " + std::to_string(rc));
+      next_pos = first + n;
+      if (!ev) return;
+      try {
+        ev->end();
+      } catch (const kvevict_llama::SeqRmRefused& e) {
+        throw kvcli::UsageError("--model", e.what());
+      }
+      if (ev->prompt_len() != 0) {
+        check_step(*ev, mem, k, n, before, first, step);
+        if (kept_file && ev->cache()) write_kept_line(kept_file, first, *ev->cache());
+      }
+    };
+    auto logits_row = [&]() { return llama_get_logits_ith(ctx.get(), -1); };
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < P; i += C) decode(tokens.data() + i, std::min(C, P - i), i);
+    if (ev) {
+      try {
+        ev->end_prompt();
+      } catch (const kvevict_llama::SeqRmRefused& e) {
+        throw kvcli::UsageError("--model", e.what());
+      }
+      if (kept_file && ev->cache()) write_kept_line(kept_file, P - 1, *ev->cache());
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    const double cpu1 = cpu_seconds();
+
+    std::vector<llama_token> out;
+    double nll = 0.0;
+    auto greedy = [&]() {
+      const float* l = logits_row();
+      return static_cast<llama_token>(std::max_element(l, l + n_vocab) - l);
+    };
+    auto target_nll = [&](llama_token target) {
+      const float* l = logits_row();
+      const float m = *std::max_element(l, l + n_vocab);
+      double s = 0.0;
+      for (int i = 0; i < n_vocab; ++i) s += std::exp(static_cast<double>(l[i] - m));
+      return -(static_cast<double>(l[target] - m) - std::log(s));
+    };
+    if (teacher) {
+      for (std::size_t i = 0; i < T; ++i) {
+        decode(&tokens[P + i], 1, P + i);
+        nll += target_nll(tokens[P + i + 1]);
+      }
+    } else {
+      for (std::size_t i = 0; i < T; ++i) {
+        const llama_token id = greedy();
+        out.push_back(id);
+        decode(&id, 1, P + i);
+        if (!ignore_eos && llama_vocab_is_eog(vocab, id)) break;
+      }
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    const double decode_cpu = cpu_seconds() - cpu1;
+    const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+    const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+    const std::size_t steps_done = teacher ? decode_steps : out.size();
+
+    if (teacher) {
+      std::printf("{\"nll\":%.6f,\"predictions\":%zu,\"prompt\":%zu,\"policy\":\"%s\",\"k\":%zu}\n",
+                  nll / static_cast<double>(T), T, P, flags.policy.c_str(), k);
+    } else {
+      std::printf("ids:");
+      for (llama_token id : out) std::printf(" %d", id);
+      std::printf("\n");
+    }
+    if (std::fflush(stdout) != 0) throw std::runtime_error("stdout: write error");
+    if (!trace_out.empty()) {
+      replay::Trace tr;
+      tr.n_q_heads = ev->n_q_heads();
+      tr.n_tokens = N;
+      tr.prompt_len = P;
+      tr.q_heads_per_kv = ev->n_q_heads();
+      tr.logits = ev->trace();
+      replay::save_trace_npy(tr, trace_out);
+    }
+    if (kept_file && !kept_file.flush()) throw std::runtime_error("--kept-out: write error");
+    std::fprintf(stderr,
+                 "kvevict-llama: [%s k=%zu] prompt %zu tok in %.3f s, %zu decode steps in %.3f s (%.2f tok/s; "
+                 "%.3f CPU s, %.2f tok/CPU s)",
+                 flags.policy.c_str(), k, P, prefill_s, steps_done, decode_s,
+                 decode_s > 0 ? static_cast<double>(steps_done) / decode_s : 0.0, decode_cpu,
+                 decode_cpu > 0 ? static_cast<double>(steps_done) / decode_cpu : 0.0);
+    if (ev)
+      std::fprintf(stderr, "; most cells seen %zu, dropped %zu, cells reused %zu", ev->max_visible_cells(),
+                   ev->dropped(), ev->cells_reused());
+    if (!trace_out.empty())
+      std::fprintf(stderr, "; replay: kvevict-replay --logits %s --prompt-len %zu --q-heads-per-kv %zu --gen-steps %zu",
+                   trace_out.c_str(), P, ev->n_q_heads(), std::max<std::size_t>(decode_steps, 1));
+    std::fprintf(stderr, "\n");
+    llama_backend_free();
+    return kvcli::kExitOk;
+  });
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The integration's test cases (issue 33), one per ctest: bash llama_cases.sh CASE.
+# Environment (set by tests/CMakeLists.txt): KVL (kvevict-llama), KVR (kvevict-replay), EXAMPLE
+# (kvevict-llama-example), MODEL (stories260K.gguf), TEXT (tinystories_val.txt), HOWTO (a python-howto
+# document), SMOLLM2 (SmolLM2-135M GGUF, or empty: its cases are skipped with exit 77), WORK (scratch folder).
+# Every run uses --threads 1: the ids are the same for any count, and 2 busy cores make llama.cpp's
+# spinning threads slow.
+set -euo pipefail
+case_name=$1
+mkdir -p "$WORK/$case_name"
+w="$WORK/$case_name"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# The same greedy loop twice, llama.cpp alone and with kvevict's full cache (callback on): the same ids.
+full_vs_llama() {  # model text prompt_tokens steps
+  "$KVL" --model "$1" --prompt-file "$2" --prompt-tokens "$3" --steps "$4" --ignore-eos --threads 1 --no-kvevict \
+    >"$w/llama.txt"
+  "$KVL" --model "$1" --prompt-file "$2" --prompt-tokens "$3" --steps "$4" --ignore-eos --threads 1 --policy full \
+    >"$w/full.txt"
+  [ "$(wc -w <"$w/llama.txt")" -eq $(( $4 + 1 )) ] || fail "expected $4 ids: $(cat "$w/llama.txt")"
+  cmp "$w/llama.txt" "$w/full.txt" || fail "--policy full differs from llama.cpp alone"
+  cat "$w/full.txt"
+}
+
+# k = 256 on a 1000-token prompt, 24 decode steps: kvevict-llama checks at every step that llama.cpp's mask
+# shows at most k cells + the batch, that kept positions come only from the previous kept set or the new
+# token, that evicted ones never return and that llama.cpp's memory spans exactly the kept range (exit 1
+# otherwise); here the kept sets of every line are checked again, and must equal kvevict-replay's on the
+# recorded model-wide trace, byte for byte (positions, scores and τ).
+k256() {  # policy [flags for both]
+  local policy=$1
+  shift
+  "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 1000 --steps 24 --ignore-eos --threads 1 \
+    --policy "$policy" --budget 256 "$@" --kept-out "$w/kept.jsonl" --trace-out "$w/trace.npy" \
+    >"$w/ids.txt" 2>"$w/summary.txt" || { cat "$w/summary.txt" >&2; fail "kvevict-llama failed"; }
+  cat "$w/summary.txt"
+  local gen=()
+  [ "$policy" = keyformer ] && gen=(--gen-steps 24)
+  "$KVR" --logits "$w/trace.npy" --prompt-len 1000 --q-heads-per-kv 40 --policy "$policy" --budget 256 "$@" \
+    "${gen[@]}" >"$w/replay.jsonl"
+  python3 - "$w/kept.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert len(lines) == 25, len(lines)
+assert lines[0]["t"] == 999, lines[0]["t"]
+prev, evicted = None, set()
+for i, l in enumerate(lines):
+    kept = l["kept"][0]
+    assert len(l["kept"]) == 1 and len(kept) == 256, (i, len(kept))        # one model-wide selection of k
+    assert kept == sorted(kept) and max(kept) <= l["t"], i
+    if prev is not None:
+        t = l["t"]
+        assert t == lines[i - 1]["t"] + 1
+        assert set(kept) <= set(prev) | {t}, (t, set(kept) - set(prev) - {t})   # kept positions unchanged
+        assert not (set(kept) & evicted), (t, set(kept) & evicted)               # evicted never return
+        evicted |= (set(prev) | {t}) - set(kept)
+    else:
+        evicted = set(range(1000)) - set(kept)
+    prev = kept
+print("kept sets ok:", len(lines), "lines, last kept", prev[:4], "...", prev[-2:])
+PY
+  cmp "$w/kept.jsonl" "$w/replay.jsonl" || fail "kept sets differ from kvevict-replay's"
+  grep -q "cells reused [1-9]" "$w/summary.txt" || fail "llama.cpp reused no freed cell (the case tests the mask map)"
+  grep -q "most cells seen 1000, dropped 76[89]" "$w/summary.txt" || fail "unexpected summary"
+}
+
+# A refusal: exit 2 and exactly this line on stderr.
+refuses() {  # expected-line args...
+  local expected=$1
+  shift
+  set +e
+  "$KVL" "$@" >"$w/out.txt" 2>"$w/err.txt"
+  local rc=$?
+  set -e
+  [ "$rc" -eq 2 ] || fail "exit $rc, expected 2: $(cat "$w/err.txt")"
+  [ "$(cat "$w/err.txt")" = "$expected" ] || fail "stderr was: $(cat "$w/err.txt")"
+  echo "refused as expected: $expected"
+}
+
+case "$case_name" in
+  full_ids_stories260K)
+    out=$(full_vs_llama "$MODEL" "$TEXT" 200 64)
+    echo "$out"
+    # Pinned: llama.cpp 0.3.36's CPU build (GGML_NATIVE=OFF), greedy, 200 prompt tokens of tinystories-val.
+    [ "$(echo "$out" | cut -d' ' -f2-9)" = "$EXPECT_STORIES_IDS" ] || fail "first ids changed: $out"
+    ;;
+  full_ids_smollm2)
+    [ -n "${SMOLLM2:-}" ] || { echo "SmolLM2 GGUF not given (KVEVICT_SMOLLM2_GGUF)"; exit 77; }
+    full_vs_llama "$SMOLLM2" "$HOWTO" 300 32
+    ;;
+  scoring_without_eviction_stories260K)
+    # A budget at the sequence's length: the callback and kvevict score every step, nothing is dropped, and the
+    # ids are llama.cpp's own.
+    "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 200 --steps 32 --ignore-eos --threads 1 \
+      --ctx-size 240 --no-kvevict >"$w/llama.txt"
+    "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 200 --steps 32 --ignore-eos --threads 1 \
+      --policy keyformer --budget 232 --ctx-size 240 >"$w/kf.txt" 2>"$w/summary.txt"
+    cmp "$w/llama.txt" "$w/kf.txt" || fail "keyformer with k = N changed the ids"
+    grep -q "dropped 0," "$w/summary.txt" || fail "dropped positions: $(cat "$w/summary.txt")"
+    cat "$w/kf.txt"
+    ;;
+  full_nll_stories260K)
+    a=$("$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 1000 --teacher-force 50 --threads 1 --no-kvevict)
+    b=$("$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 1000 --teacher-force 50 --threads 1)
+    echo "$a"
+    [ "$a" = "$b" ] || fail "teacher-forced NLL: full $b, llama.cpp alone $a"
+    [ "$a" = '{"nll":2.015207,"predictions":50,"prompt":1000,"policy":"full","k":1050}' ] || fail "NLL changed: $a"
+    ;;
+  k256_keyformer) k256 keyformer ;;
+  k256_h2o) k256 h2o ;;
+  k256_tova) k256 tova ;;
+  k256_streaming) k256 streaming ;;
+  k256_window) k256 window ;;
+  example)
+    "$EXAMPLE" "$MODEL" | tee "$w/example.txt"
+    grep -q "^kept 64 positions, last 231$" "$w/example.txt" || fail "the example's last line changed"
+    ;;
+  refuse_not_gguf)
+    refuses "kvevict-llama: --model: llama.cpp cannot load '$TEXT' (not a GGUF model it supports; --verbose shows its log)" \
+      --model "$TEXT" --prompt hi
+    ;;
+  refuse_flash_attn)
+    refuses "kvevict-llama: --flash-attn: on: --policy h2o scores tokens from attention probabilities, which llama.cpp does not compute with flash attention; use --flash-attn off, or --policy streaming, window or full" \
+      --model "$MODEL" --prompt hi --policy h2o --flash-attn on
+    ;;
+  refuse_budget_over_context)
+    refuses "kvevict-llama: --budget: k = 600 exceeds the context: --ctx-size 512 holds at most 511 kept positions besides the token being decoded; lower --budget or raise --ctx-size" \
+      --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --policy h2o --budget 600 --ctx-size 512
+    ;;
+  refuse_recurrent)
+    # A recurrent model (a 1-layer Mamba GGUF written by make_mamba_gguf.py): refused before any token, for every
+    # evicting policy; with --policy full the next check speaks (this model has no vocabulary).
+    python3 "$(dirname "$0")/make_mamba_gguf.py" "$w/mamba.gguf"
+    refuses "kvevict-llama: --model: the model's memory is recurrent or hybrid: llama.cpp cannot drop a middle range of its positions (llama_memory_seq_rm), so nothing can be evicted; use --policy full" \
+      --model "$w/mamba.gguf" --prompt hi --policy h2o --budget 4
+    refuses "kvevict-llama: --model: '$w/mamba.gguf' has no vocabulary: llama.cpp cannot tokenize text for it" \
+      --model "$w/mamba.gguf" --prompt hi
+    ;;
+  flash_attn_streaming)
+    # A policy without scores runs with flash attention on, and keeps the same positions as with it off.
+    "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --steps 16 --ignore-eos --threads 1 \
+      --policy streaming --budget 64 --flash-attn on --kept-out "$w/on.jsonl" >/dev/null
+    "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --steps 16 --ignore-eos --threads 1 \
+      --policy streaming --budget 64 --flash-attn off --kept-out "$w/off.jsonl" >/dev/null
+    python3 -c "import json,sys; a=[json.loads(l)['kept'] for l in open(sys.argv[1])]; b=[json.loads(l)['kept'] for l in open(sys.argv[2])]; assert a==b and a[-1][0]==[0,1,2,3]+list(range(256,316)), a[-1]" \
+      "$w/on.jsonl" "$w/off.jsonl"
+    echo "streaming keeps the same positions with flash attention on and off"
+    ;;
+  *) fail "unknown case $case_name" ;;
+esac
