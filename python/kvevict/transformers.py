@@ -32,20 +32,19 @@ import math
 import sys
 import weakref
 
-_MISSING = []
+import importlib.util
+
+_MISSING = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
 try:
     import torch
-except ImportError:  # pragma: no cover - depends on the environment
-    _MISSING.append("torch")
-try:
-    import transformers
-    from transformers.cache_utils import Cache, CacheLayerMixin
-except ImportError:  # pragma: no cover
-    _MISSING.append("transformers")
+except ImportError:  # pragma: no cover - depends on the environment (a torch that cannot load)
+    _MISSING = sorted(set(_MISSING) | {"torch"}, reverse=True)
 if _MISSING:
     raise ImportError(
         "kvevict.transformers needs " + " and ".join(_MISSING) + " (pip install torch transformers; "
         "bash scripts/get-hf-venv.sh makes a venv with the tested versions: torch 2.10.0, transformers 5.2.0)")
+import transformers
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 import numpy as np
 
@@ -152,6 +151,7 @@ class KVEvictLayer(CacheLayerMixin):
         o = self._owner()
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        _check_attention(o.model_config)
         b, h, q, d = key_states.shape
         if b != 1:
             raise ValueError(f"KVEvictCache holds one sequence (batch size 1); got batch size {b}: batched "
@@ -197,9 +197,11 @@ class KVEvictLayer(CacheLayerMixin):
         if o.policy == "full":
             self._alloc(max(16, 2 * prompt_len))
             return
-        o.resolve_budget(prompt_len)  # the errors; kvevict resolves the same k itself (floor(r * P))
-        self._alloc(prompt_len + 1)  # k <= P: the prompt, then k + 1 slots at every step
-        self.kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=o.budget, k=self.k_buf.numpy(),
+        # k <= P tokens (floor(r * P) for a fraction, as kvevict resolves it), passed as tokens: SnapKV's window
+        # is then min(32, k), as in kvevict-quality.
+        k = o.resolve_budget(prompt_len)
+        self._alloc(prompt_len + 1)  # the prompt, then k + 1 slots at every step
+        self.kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=k, k=self.k_buf.numpy(),
                                 v=self.v_buf.numpy(), **o.options)
 
     def after_attention(self, module, kwargs):
@@ -348,7 +350,9 @@ class KVEvictCache(Cache):
                 raise ValueError("KVEvictCache: policy 'keyformer' needs horizon=T, the decode steps over which its "
                                  "temperature rises from tau_init to tau_end (e.g. max_new_tokens)")
             # kvevict's own checks of the options, now rather than at the first forward.
-            kvevict.Cache(policy, n_q_heads=self.n_q_heads, n_kv_heads=self.n_kv_heads, capacity=2,
+            parsed = self._parse_budget()
+            tokens = parsed if isinstance(parsed, int) else 1
+            kvevict.Cache(policy, n_q_heads=self.n_q_heads, n_kv_heads=self.n_kv_heads, capacity=tokens + 1,
                           head_dim=self.head_dim, budget=budget, **self.options)
         super().__init__(layers=[KVEvictLayer(self, i) for i in range(self.n_layers)])
         modules = _attention_modules(model)
@@ -358,14 +362,23 @@ class KVEvictCache(Cache):
             self._handles.append(m.register_forward_hook(_make_hook(ref), with_kwargs=True))
         self._finalizer = weakref.finalize(self, _remove, self._handles)
 
-    def resolve_budget(self, prompt_len):
-        """k for a prompt of prompt_len tokens; ValueError if it exceeds the prompt."""
+    def _parse_budget(self):
+        """The budget as an int (tokens) or a float (a fraction of the prompt), as kvevict reads it."""
         b = self.budget
         if isinstance(b, str):
             s = b.strip()
-            b = float(s[:-1]) / 100.0 if s.endswith("%") else (float(s) if "." in s else int(s))
+            try:
+                b = float(s[:-1]) / 100.0 if s.endswith("%") else (float(s) if "." in s else int(s))
+            except ValueError:
+                raise ValueError(f"KVEvictCache: budget {self.budget!r} is not a token count, a fraction or a "
+                                 "percentage ('64', '0.5', '50%')") from None
         if isinstance(b, bool) or not isinstance(b, (int, float)):
             raise TypeError(f"KVEvictCache: budget must be an int, a float or a string (got {self.budget!r})")
+        return b
+
+    def resolve_budget(self, prompt_len):
+        """k for a prompt of prompt_len tokens; ValueError if it exceeds the prompt."""
+        b = self._parse_budget()
         if isinstance(b, float):
             k = math.floor(b * prompt_len)
         else:
