@@ -59,7 +59,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=2048)
     ap.add_argument("--new", type=int, default=16, help="generated tokens (default 16)")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (default 1: on a shared 2-core machine 2 threads oversubscribe and a decode step took 13x longer)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
