@@ -1,6 +1,6 @@
 """Fixtures of the kvevict.transformers tests (run by scripts/transformers-test.sh, in the venv of
 scripts/get-hf-venv.sh): tiny random Llama / Mistral / Qwen2 / Qwen3 models (seeded, float32, CPU), and
-SmolLM2-135M-Instruct through transformers' GGUF loader ($KVEVICT_SMOLLM2, else scripts/get-models.sh)."""
+SmolLM2-135M-Instruct through transformers' GGUF loader ($KVEVICT_SMOLLM2_GGUF, as .ci/run exports it, else scripts/get-models.sh)."""
 import os
 import pathlib
 import subprocess
@@ -53,7 +53,7 @@ def llama():
 
 @pytest.fixture(scope="session")
 def smollm2_path():
-    path = os.environ.get("KVEVICT_SMOLLM2")
+    path = os.environ.get("KVEVICT_SMOLLM2_GGUF")
     if not path:
         path = subprocess.run(["bash", str(ROOT / "scripts/get-models.sh")], check=True, capture_output=True,
                               text=True).stdout.strip()
