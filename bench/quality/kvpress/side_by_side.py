@@ -30,6 +30,7 @@ run again. --summary prints the Markdown tables (mean over windows, and paired d
 import argparse
 import csv
 import importlib.metadata
+import json
 import math
 import os
 import subprocess
@@ -72,7 +73,11 @@ def kvpress_press(name, compression_ratio):
 def smollm2_tokenizer(folder, gguf):
     """SmolLM2's own tokenization (as kvevict's C++ tokenizer): the GGUF's tokens and merges, digits split."""
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    real = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    spec = json.loads(tok.backend_tokenizer.to_str())
+    # A byte without a token (0x04, 0xC0, ...) is left out, as SmolLM2's tokenizer and kvevict's do; transformers'
+    # conversion (tokenizers 0.22) maps it to <|endoftext|> as the unknown token instead.
+    spec["model"]["unk_token"] = None
+    real = Tokenizer.from_str(json.dumps(spec))
     real.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
