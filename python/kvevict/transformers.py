@@ -407,9 +407,10 @@ class KVEvictCache(Cache):
         self._finalizer()
 
     def __repr__(self):
+        lay = self.layers[0] if self.layers else None
+        kept = "nothing yet" if lay is None or not lay.prefilled else f"{lay.length} kept per KV head"
         return (f"KVEvictCache(policy={self.policy!r}, budget={self.budget!r}, evict={self.evict!r}, "
-                f"options={self.options}, layers={self.n_layers}, seen={self.get_seq_length()}, "
-                f"kept={self.kept_length() if self.layers else 0})")
+                f"{self.n_layers} layers x {self.n_kv_heads} KV heads: {self.get_seq_length()} tokens seen, {kept})")
 
 
 def _make_hook(ref):
