@@ -330,3 +330,23 @@ def test_import_error_says_what_to_install():
     assert r.returncode == 1
     assert ("ImportError: kvevict.transformers needs torch (pip install torch transformers; bash "
             "scripts/get-hf-venv.sh makes a venv with the tested versions: torch 2.10.0, transformers 5.2.0)") in r.stderr
+
+
+def test_prefill_only_streaming_equals_kvpress_streaming_llm():
+    """The same kept set (4 sinks + the most recent) through kvpress's StreamingLLMPress and KVEvictCache: the
+    same logits afterwards, kvpress's forwards given the original positions, KVEvictCache's numbering them."""
+    import kvpress
+    model = tiny_model("llama", seed=6)
+    ids = prompt(10, n=P + 8)
+    press = kvpress.StreamingLLMPress(compression_ratio=0.5, n_sink=4)
+    theirs = DynamicCache(config=model.config)
+    ours = KVEvictCache(model, policy="streaming", budget=0.5, sinks=4, evict="prefill")
+    with torch.no_grad():
+        with press(model):
+            model(ids[:, :P], past_key_values=theirs)
+        model(ids[:, :P], past_key_values=ours)
+        assert theirs.get_seq_length() == ours.kept_length(0) == P // 2
+        a = [model(ids[:, t:t + 1], past_key_values=theirs, position_ids=torch.tensor([[t]]),
+                   cache_position=torch.tensor([t])).logits[0, -1] for t in range(P, P + 8)]
+        b = [model(ids[:, t:t + 1], past_key_values=ours).logits[0, -1] for t in range(P, P + 8)]
+    assert float((torch.stack(a) - torch.stack(b)).abs().max()) <= 1e-5
