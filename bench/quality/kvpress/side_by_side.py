@@ -205,9 +205,23 @@ def read_done(path):
         return list(csv.DictReader(f))
 
 
-def summary(rows, ratio):
+def quality_rows(path, ratio):
+    """kvevict-quality's ΔNLL per (policy, window) at this ratio (smollm2.csv), for the step protocol's check."""
+    nll, out = {}, {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            rows = list(csv.DictReader(f))
+        full = {r["window"]: float(r["nll"]) for r in rows if r["policy"] == "full"}
+        for r in rows:
+            if r["policy"] != "full" and abs(float(r["ratio"]) - ratio) < 1e-9:
+                out[(r["policy"], r["window"])] = float(r["nll"]) - full[r["window"]]
+    return out
+
+
+def summary(rows, ratio, quality=None):
     """Markdown: mean over windows per (protocol, row), and paired differences against kvevict's rows."""
     import statistics
+    quality = quality or {}
     ok = [r for r in rows if not r["error"]]
     wins = sorted({int(r["window"]) for r in ok})
     lines = [f"{len(wins)} window(s): {', '.join(sorted({r['document'] for r in ok}))}; r = {ratio}\n"]
@@ -218,8 +232,10 @@ def summary(rows, ratio):
         title = ("prefill-only compression, cache grows by the scored tokens" if protocol == "prefill"
                  else "fixed budget k at every step")
         lines.append(f"\n**{protocol}** ({title}); ΔNLL over the full cache, ± standard error over windows:\n")
-        lines.append("| row | source | windows | ΔNLL (nats/token) | KL(full ‖ row) | top-1 |")
-        lines.append("|---|---|---|---|---|---|")
+        check = protocol == "step" and quality
+        lines.append("| row | source | windows | ΔNLL (nats/token) | KL(full ‖ row) | top-1 |"
+                     + (" kvevict-quality's ΔNLL, same windows |" if check else ""))
+        lines.append("|---|---|---|---|---|---|" + ("---|" if check else ""))
         names = []
         for r in pr:
             if (r["source"], r["row"]) not in names:
@@ -229,15 +245,38 @@ def summary(rows, ratio):
             rr = [r for r in pr if r["row"] == name and r["source"] == source]
             good = [r for r in rr if not r["error"]]
             if not good:
-                lines.append(f"| {name} | {source} | 0 | failed: {rr[0]['error'][:120]} | | |")
+                lines.append(f"| {name} | {source} | 0 | failed: {rr[0]['error'][:120]} | | |" + (" |" if check else ""))
                 continue
             d = [float(r["delta_nll"]) for r in good]
             se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+            q = [quality.get((name, r["window"])) for r in good] if source == "kvevict" else []
+            qcell = f"{statistics.mean(q):+.3f}" if q and None not in q else "—"
             stats.append((statistics.mean(d), source, name, len(good), se,
-                          statistics.mean(float(r["kl"]) for r in good), statistics.mean(float(r["top1"]) for r in good)))
-        for m, source, name, n, se, kl, top1 in sorted(stats):
+                          statistics.mean(float(r["kl"]) for r in good), statistics.mean(float(r["top1"]) for r in good),
+                          qcell))
+        for m, source, name, n, se, kl, top1, qcell in sorted(stats):
             sev = "" if math.isnan(se) else f" ± {se:.3f}"
-            lines.append(f"| {name} | {source} | {n} | {m:+.3f}{sev} | {kl:.3f} | {top1:.3f} |")
+            lines.append(f"| {name} | {source} | {n} | {m:+.3f}{sev} | {kl:.3f} | {top1:.3f} |"
+                         + (f" {qcell} |" if check else ""))
+        # Paired per window: each row minus kvevict's keyformer and h2o rows of the same protocol and window.
+        base = {(r["source"], r["row"], r["window"]): float(r["delta_nll"]) for r in pr if not r["error"]}
+        refs = [("kvevict", "keyformer"), ("kvevict", "h2o")]
+        lines.append(f"\nPaired per window ({protocol}): the row's ΔNLL minus kvevict keyformer's and h2o's on the same "
+                     "window, mean ± standard error (windows where the row is lower / windows):\n")
+        lines.append("| row | source | minus keyformer | minus h2o |")
+        lines.append("|---|---|---|---|")
+        for m, source, name, n, se, kl, top1, _ in sorted(stats):
+            cells = []
+            for ref in refs:
+                d = [base[(source, name, wi)] - base[ref + (wi,)]
+                     for (s_, n_, wi) in base if (s_, n_) == (source, name) and ref + (wi,) in base]
+                if (source, name) == ref or not d:
+                    cells.append("—")
+                    continue
+                se_d = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+                sev = "" if math.isnan(se_d) else f" ± {se_d:.3f}"
+                cells.append(f"{statistics.mean(d):+.3f}{sev} ({sum(x < 0 for x in d)}/{len(d)})")
+            lines.append(f"| {name} | {source} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
@@ -261,7 +300,7 @@ def main():
     args = ap.parse_args()
     results = os.path.join(args.out, "results.csv")
     if args.summary:
-        print(summary(read_done(results), args.ratio))
+        print(summary(read_done(results), args.ratio, quality_rows(args.quality_csv, args.ratio)))
         return
     torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
