@@ -60,6 +60,15 @@ _OPTION_NAMES = ("recent", "sinks", "tau_init", "tau_end", "horizon", "noise", "
                  "snap_window", "snap_kernel", "snap_pooling", "snap_decode")
 
 
+DEFAULT_SEED = 42  # kvevict's and the tools' default noise seed
+
+
+def layer_seed(seed, layer):
+    """Layer `layer`'s Keyformer noise seed, as kvevict-generate and kvevict-quality derive it
+    (tools/llama2/eviction.cpp): seed + layer * 0x9E3779B97F4A7C15, modulo 2^64; distinct per layer."""
+    return (seed + 0x9E3779B97F4A7C15 * layer) % (1 << 64)
+
+
 def _check_model(model):
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
@@ -201,8 +210,11 @@ class KVEvictLayer(CacheLayerMixin):
         # is then min(32, k), as in kvevict-quality.
         k = o.resolve_budget(prompt_len)
         self._alloc(prompt_len + 1)  # the prompt, then k + 1 slots at every step
+        options = dict(o.options)
+        if o.policy == "keyformer":
+            options["seed"] = layer_seed(options.get("seed", DEFAULT_SEED), self.layer_idx)
         self.kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=k, k=self.k_buf.numpy(),
-                                v=self.v_buf.numpy(), **o.options)
+                                v=self.v_buf.numpy(), **options)
 
     def after_attention(self, module, kwargs):
         """The forward hook: after the layer attended with every slot, score and evict."""
@@ -314,7 +326,8 @@ class KVEvictCache(Cache):
     evict     'step': the prompt is cut to k, then one token per forward with eviction at every step (the
               cache holds k); 'prefill': only the prompt is cut, later tokens grow the cache.
     options   kvevict.Cache's policy options: sinks, tau_init, tau_end, horizon (Keyformer: required, the
-              decode steps tau rises over, e.g. max_new_tokens), noise, seed, shared_heads, snap_window,
+              decode steps tau rises over, e.g. max_new_tokens), noise, seed (default 42; layer l's noise is
+              seeded with layer_seed(seed, l), as kvevict-generate does), shared_heads, snap_window,
               snap_kernel, snap_pooling, snap_decode. A wrong one raises kvevict's ValueError here.
     record    keep, per layer, the logits each prefill / decode step was given and the kept positions
               (layers[i].records; for tests: memory n_q_heads * P^2 floats per layer).

@@ -11,7 +11,7 @@ from transformers import DynamicCache
 
 import kvevict
 from conftest import ROOT, tiny_model
-from kvevict.transformers import KVEvictCache
+from kvevict.transformers import KVEvictCache, layer_seed
 
 P, T = 24, 16  # prompt tokens, generated tokens
 
@@ -114,7 +114,7 @@ REPLAY_CASES = [
 ]
 
 
-def replay_kwargs(policy, budget, opts):
+def replay_kwargs(policy, budget, opts, layer):
     # the cache hands kvevict k = floor(r P) as tokens (SnapKV's window is then min(32, k))
     kw = dict(policy=policy, q_heads_per_kv=2, budget=budget if isinstance(budget, int) else int(budget * P))
     if "recent" in opts:
@@ -124,7 +124,7 @@ def replay_kwargs(policy, budget, opts):
     if policy == "window":
         kw["sinks"] = 0
     if policy == "keyformer":
-        kw.update(gen_steps=opts["horizon"], seed=opts.get("seed", 42),
+        kw.update(gen_steps=opts["horizon"], seed=layer_seed(opts.get("seed", 42), layer),
                   noise="gumbel" if opts.get("noise", True) else "none")
     return kw
 
@@ -147,7 +147,7 @@ def test_kept_sets_equal_replay_of_the_given_logits(case):
                 continue
             for h in range(4):
                 x[h, t, before[h // 2]] = logits[h]
-        want = kvevict.replay(x, P, **replay_kwargs(policy, budget, opts))
+        want = kvevict.replay(x, P, **replay_kwargs(policy, budget, opts, layer))
         assert len(want) == len(records) == T + 1
         for rec, w in zip(records, want):
             assert rec[3] == w["kept"], (layer, w["t"])
@@ -350,3 +350,9 @@ def test_prefill_only_streaming_equals_kvpress_streaming_llm():
                    cache_position=torch.tensor([t])).logits[0, -1] for t in range(P, P + 8)]
         b = [model(ids[:, t:t + 1], past_key_values=ours).logits[0, -1] for t in range(P, P + 8)]
     assert float((torch.stack(a) - torch.stack(b)).abs().max()) <= 1e-5
+
+
+def test_layer_seeds_are_the_engines():
+    # tools/llama2/eviction.cpp: seed + layer * 0x9E3779B97F4A7C15, wrapping at 2^64
+    assert [layer_seed(42, layer) for layer in range(3)] == [42, 11400714819323198527, 4354685564936845396]
+    assert layer_seed(1, 29) == (1 + 29 * 0x9E3779B97F4A7C15) % 2**64

@@ -14,7 +14,7 @@ from transformers import DynamicCache
 
 import kvevict
 from conftest import ROOT
-from kvevict.transformers import KVEvictCache
+from kvevict.transformers import KVEvictCache, layer_seed
 
 
 def doc_block(kind, name):
@@ -89,5 +89,6 @@ def test_keyformer_half_holds_k_at_every_step_and_equals_replay_on_smollm2(examp
         for t, (_, logits, before, _) in enumerate(records[1:], start=P):
             for h in range(9):
                 x[h, t, before[h // 3]] = logits[h]
-        want = kvevict.replay(x, P, policy="keyformer", q_heads_per_kv=3, budget=30, gen_steps=T)
+        want = kvevict.replay(x, P, policy="keyformer", q_heads_per_kv=3, budget=30, gen_steps=T,
+                              seed=layer_seed(42, layer))
         assert [r[3] for r in records] == [w["kept"] for w in want]
