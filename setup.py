@@ -34,6 +34,12 @@ class CMakeBuild(build_ext):
         built = next((build / "python").glob("kvevict*.so"))
         out.parent.mkdir(parents=True, exist_ok=True)
         self.copy_file(str(built), str(out))
+        # kvevict.transformers (pure Python, optional: torch + transformers) beside the module, where its
+        # __path__ points.
+        sub = out.parent / "kvevict"
+        sub.mkdir(parents=True, exist_ok=True)
+        for f in (ROOT / "python" / "kvevict").glob("*.py"):
+            self.copy_file(str(f), str(sub / f.name))
 
 
 setup(

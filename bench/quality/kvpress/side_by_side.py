@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""kvpress's presses and kvevict's policies on the same SmolLM2 windows as kvevict-quality, two protocols.
+
+The windows are kvevict-quality's (bench/quality/run_smollm2.sh's P = 2048 part): the documents of
+../shared/data/python-howto (*.rst, *.txt, by file name), each tokenized whole with SmolLM2's tokenizer (the
+GGUF's tokens and merges with SmolLM2's own pre-tokenizer, digits split: scripts/oracle/README.md; no BOS),
+cut into windows of P + PREDICT + 1 tokens that never cross a document, taken round-robin over the documents
+(kvquality::document_windows). Each window: the first P tokens are the prompt, then PREDICT tokens are
+teacher-forced and scored (the prediction of token t + 1 after token t, t = P .. P + PREDICT - 1): NLL,
+KL(full || row) and top-1 agreement against the full cache (DynamicCache) on the same window. The full cache's
+NLL is checked against kvevict-quality's (bench/quality/results/smollm2/smollm2.csv, column full_nll_quality).
+
+Protocols, each row at k = floor(r * P) tokens per layer and KV head (--ratio r, default 0.1: k = 204):
+  prefill  prefill-only compression, the cache then grows by the PREDICT scored tokens (kvpress's own use):
+           kvpress presses with compression_ratio = 1 - r in the prompt's forward; kvevict's policies through
+           KVEvictCache(evict="prefill"). Later forwards pass the original position_ids.
+  step     a fixed budget at every step (kvevict's protocol, kvevict-quality's numbers): kvpress presses as
+           PrefillDecodingPress(press(compression_ratio=1 - r), DecodingPress(press(), compression_interval=1,
+           target_size=k)), one token per forward; kvevict's policies through KVEvictCache(evict="step").
+
+Rows: kvpress SnapKV, StreamingLLM, TOVA, ObservedAttention (eager attention), KeyDiff, ExpectedAttention,
+AdaKV(ExpectedAttention), PyramidKV, Knorm; kvevict keyformer (seed 1, as kvevict-quality's --seeds 1;
+horizon PREDICT), h2o, streaming (4 sinks), window, tova, snapkv. A row that raises is written with its error.
+
+Resumable: results go to --out/results.csv, one line per (window, protocol, row); lines already there are not
+run again. --summary prints the Markdown tables (mean over windows, and paired differences) from the file.
+
+  PY=$(bash scripts/get-hf-venv.sh); PYTHONPATH=build-hf/python $PY bench/quality/kvpress/side_by_side.py --windows 1
+"""
+import argparse
+import csv
+import importlib.metadata
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+import transformers
+from tokenizers import Tokenizer, pre_tokenizers
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+import kvevict
+from kvevict.transformers import KVEvictCache
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+FIELDS = ["window", "document", "protocol", "row", "source", "k", "nll", "delta_nll", "kl", "top1", "full_nll",
+          "full_nll_quality", "seconds", "error"]
+
+KVPRESS_ROWS = ["snapkv", "streaming_llm", "tova", "observed_attention", "keydiff", "expected_attention",
+                "adakv_expected_attention", "pyramidkv", "knorm"]
+KVEVICT_ROWS = ["keyformer", "h2o", "streaming", "window", "tova", "snapkv"]
+
+
+def kvpress_press(name, compression_ratio):
+    import kvpress
+    make = {
+        "snapkv": kvpress.SnapKVPress, "streaming_llm": kvpress.StreamingLLMPress, "tova": kvpress.TOVAPress,
+        "observed_attention": kvpress.ObservedAttentionPress, "keydiff": kvpress.KeyDiffPress,
+        "expected_attention": kvpress.ExpectedAttentionPress, "pyramidkv": kvpress.PyramidKVPress,
+        "knorm": kvpress.KnormPress,
+    }
+    if name == "adakv_expected_attention":
+        return kvpress.AdaKVPress(kvpress.ExpectedAttentionPress(compression_ratio=compression_ratio))
+    return make[name](compression_ratio=compression_ratio)
+
+
+def smollm2_tokenizer(folder, gguf):
+    """SmolLM2's own tokenization (as kvevict's C++ tokenizer): the GGUF's tokens and merges, digits split."""
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    spec = json.loads(tok.backend_tokenizer.to_str())
+    # A byte without a token (0x04, 0xC0, ...) is left out, as SmolLM2's tokenizer and kvevict's do; transformers'
+    # conversion (tokenizers 0.22) maps it to <|endoftext|> as the unknown token instead.
+    spec["model"]["unk_token"] = None
+    real = Tokenizer.from_str(json.dumps(spec))
+    real.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+    ])
+    return real
+
+
+def windows(data, tokenizer, length, count):
+    """kvquality::document_windows: round-robin over the documents (by name), never crossing one."""
+    names = sorted(n for n in os.listdir(data) if n.endswith((".rst", ".txt")) and os.path.isfile(os.path.join(data, n)))
+    docs = []
+    for n in names:
+        with open(os.path.join(data, n), "rb") as f:
+            docs.append(tokenizer.encode(f.read().decode("utf-8", errors="replace"), add_special_tokens=False).ids)
+    out = []
+    most = max(len(d) // length for d in docs)
+    for i in range(most):
+        for j, d in enumerate(docs):
+            if i < len(d) // length and len(out) < count:
+                out.append((names[j], d[i * length:(i + 1) * length]))
+    return out
+
+
+def quality_full_nll(path):
+    """kvevict-quality's full-cache NLL per window (P = 2048 part), for the check."""
+    out = {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                if r["policy"] == "full":
+                    out[int(r["window"])] = float(r["nll"])
+    return out
+
+
+class Scorer:
+    """NLL, KL(full || row) and top-1 of a row's logits [PREDICT, V] against the full cache's."""
+
+    def __init__(self, ref_logits, targets):
+        self.lp = torch.log_softmax(ref_logits.double(), -1)
+        self.targets = targets
+        self.argmax = self.lp.argmax(-1)
+        self.nll = float(-self.lp.gather(1, targets[:, None]).mean())
+
+    def score(self, logits):
+        lq = torch.log_softmax(logits.double(), -1)
+        nll = float(-lq.gather(1, self.targets[:, None]).mean())
+        kl = float((self.lp.exp() * (self.lp - lq)).sum(-1).mean())
+        top1 = float((lq.argmax(-1) == self.argmax).double().mean())
+        return nll, kl, top1
+
+
+def with_attention(model, impl):
+    class Ctx:
+        def __enter__(self):
+            self.old = model.config._attn_implementation
+            model.config._attn_implementation = impl
+
+        def __exit__(self, *a):
+            model.config._attn_implementation = self.old
+    return Ctx()
+
+
+def run_full(model, ids, P):
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        model(ids[:, :P], past_key_values=cache)
+        return model(ids[:, P:-1], past_key_values=cache).logits[0]
+
+
+def layer_lengths(cache):
+    return {layer.keys.shape[-2] for layer in cache.layers}
+
+
+def run_kvpress(model, ids, P, name, protocol, ratio, k):
+    n = ids.shape[1] - 1 - P  # scored predictions
+    impl = "eager" if name == "observed_attention" else model.config._attn_implementation
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad(), with_attention(model, impl):
+        if protocol == "prefill":
+            press = kvpress_press(name, 1.0 - ratio)
+            with press(model):
+                model(ids[:, :P], past_key_values=cache)
+            lengths = layer_lengths(cache)
+            if len(lengths) == 1:  # one forward: the mask over the slots (cache_position), RoPE at the positions
+                L = lengths.pop()
+                return model(ids[:, P:-1], past_key_values=cache, position_ids=torch.arange(P, P + n)[None],
+                             cache_position=torch.arange(L, L + n)).logits[0]
+            rows = []  # per-layer lengths differ (PyramidKV): one token at a time
+            for t in range(P, P + n):
+                rows.append(model(ids[:, t:t + 1], past_key_values=cache, position_ids=torch.tensor([[t]]),
+                                  cache_position=torch.tensor([t])).logits[0, -1])
+            return torch.stack(rows)
+        import kvpress
+        press = kvpress.PrefillDecodingPress(
+            prefilling_press=kvpress_press(name, 1.0 - ratio),
+            decoding_press=kvpress.DecodingPress(base_press=kvpress_press(name, 0.0), compression_interval=1,
+                                                 target_size=k))
+        rows = []
+        with press(model):
+            model(ids[:, :P], past_key_values=cache)
+            for t in range(P, P + n):
+                rows.append(model(ids[:, t:t + 1], past_key_values=cache, position_ids=torch.tensor([[t]]),
+                                  cache_position=torch.tensor([t])).logits[0, -1])
+        return torch.stack(rows)
+
+
+def run_kvevict(model, ids, P, name, protocol, ratio):
+    n = ids.shape[1] - 1 - P
+    opts = dict(horizon=n, seed=1) if name == "keyformer" else dict(sinks=4) if name == "streaming" else {}
+    cache = KVEvictCache(model, policy=name, budget=ratio, evict=protocol, **opts)
+    try:
+        with torch.no_grad():
+            model(ids[:, :P], past_key_values=cache)
+            if protocol == "prefill":
+                return model(ids[:, P:-1], past_key_values=cache).logits[0]
+            return torch.stack([model(ids[:, t:t + 1], past_key_values=cache).logits[0, -1] for t in range(P, P + n)])
+    finally:
+        cache.close()
+
+
+def read_done(path):
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def quality_rows(path, ratio):
+    """kvevict-quality's ΔNLL per (policy, window) at this ratio (smollm2.csv), for the step protocol's check."""
+    nll, out = {}, {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            rows = list(csv.DictReader(f))
+        full = {r["window"]: float(r["nll"]) for r in rows if r["policy"] == "full"}
+        for r in rows:
+            if r["policy"] != "full" and abs(float(r["ratio"]) - ratio) < 1e-9:
+                out[(r["policy"], r["window"])] = float(r["nll"]) - full[r["window"]]
+    return out
+
+
+def summary(rows, ratio, quality=None):
+    """Markdown: mean over windows per (protocol, row), and paired differences against kvevict's rows."""
+    import statistics
+    quality = quality or {}
+    ok = [r for r in rows if not r["error"]]
+    wins = sorted({int(r["window"]) for r in ok})
+    lines = [f"{len(wins)} window(s): {', '.join(sorted({r['document'] for r in ok}))}; r = {ratio}\n"]
+    for protocol in ("prefill", "step"):
+        pr = [r for r in rows if r["protocol"] == protocol]
+        if not pr:
+            continue
+        title = ("prefill-only compression, cache grows by the scored tokens" if protocol == "prefill"
+                 else "fixed budget k at every step")
+        lines.append(f"\n**{protocol}** ({title}); ΔNLL over the full cache, ± standard error over windows:\n")
+        check = protocol == "step" and quality
+        lines.append("| row | source | windows | ΔNLL (nats/token) | KL(full ‖ row) | top-1 |"
+                     + (" kvevict-quality's ΔNLL, same windows |" if check else ""))
+        lines.append("|---|---|---|---|---|---|" + ("---|" if check else ""))
+        names = []
+        for r in pr:
+            if (r["source"], r["row"]) not in names:
+                names.append((r["source"], r["row"]))
+        stats = []
+        for source, name in names:
+            rr = [r for r in pr if r["row"] == name and r["source"] == source]
+            good = [r for r in rr if not r["error"]]
+            if not good:
+                lines.append(f"| {name} | {source} | 0 | failed: {rr[0]['error'][:120]} | | |" + (" |" if check else ""))
+                continue
+            d = [float(r["delta_nll"]) for r in good]
+            se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+            q = [quality.get((name, r["window"])) for r in good] if source == "kvevict" else []
+            qcell = f"{statistics.mean(q):+.3f}" if q and None not in q else "—"
+            stats.append((statistics.mean(d), source, name, len(good), se,
+                          statistics.mean(float(r["kl"]) for r in good), statistics.mean(float(r["top1"]) for r in good),
+                          qcell))
+        for m, source, name, n, se, kl, top1, qcell in sorted(stats):
+            sev = "" if math.isnan(se) else f" ± {se:.3f}"
+            lines.append(f"| {name} | {source} | {n} | {m:+.3f}{sev} | {kl:.3f} | {top1:.3f} |"
+                         + (f" {qcell} |" if check else ""))
+        # Paired per window: each row minus kvevict's keyformer and h2o rows of the same protocol and window.
+        base = {(r["source"], r["row"], r["window"]): float(r["delta_nll"]) for r in pr if not r["error"]}
+        refs = [("kvevict", "keyformer"), ("kvevict", "h2o")]
+        lines.append(f"\nPaired per window ({protocol}): the row's ΔNLL minus kvevict keyformer's and h2o's on the same "
+                     "window, mean ± standard error (windows where the row is lower / windows):\n")
+        lines.append("| row | source | minus keyformer | minus h2o |")
+        lines.append("|---|---|---|---|")
+        for m, source, name, n, se, kl, top1, _ in sorted(stats):
+            cells = []
+            for ref in refs:
+                d = [base[(source, name, wi)] - base[ref + (wi,)]
+                     for (s_, n_, wi) in base if (s_, n_) == (source, name) and ref + (wi,) in base]
+                if (source, name) == ref or not d:
+                    cells.append("—")
+                    continue
+                se_d = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+                sev = "" if math.isnan(se_d) else f" ± {se_d:.3f}"
+                cells.append(f"{statistics.mean(d):+.3f}{sev} ({sum(x < 0 for x in d)}/{len(d)})")
+            lines.append(f"| {name} | {source} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", help="SmolLM2 .gguf (default: bash scripts/get-models.sh)")
+    ap.add_argument("--data", default=os.path.join(os.environ.get("KVEVICT_SHARED_DIR", os.path.join(ROOT, "..", "shared")),
+                                                   "data/python-howto"))
+    ap.add_argument("--windows", type=int, default=12)
+    ap.add_argument("--first-window", type=int, default=0)
+    ap.add_argument("--prompt", type=int, default=2048)
+    ap.add_argument("--predict", type=int, default=255)
+    ap.add_argument("--ratio", type=float, default=0.1)
+    ap.add_argument("--protocols", default="prefill,step")
+    ap.add_argument("--rows", default=",".join([f"kvpress:{r}" for r in KVPRESS_ROWS] + [f"kvevict:{r}" for r in KVEVICT_ROWS]))
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (default 1: on a shared 2-core machine 2 threads oversubscribe and a decode step took 13x longer)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench/quality/results/kvpress"))
+    ap.add_argument("--quality-csv", default=os.path.join(ROOT, "bench/quality/results/smollm2/smollm2.csv"))
+    ap.add_argument("--summary", action="store_true", help="only print the tables of --out/results.csv")
+    args = ap.parse_args()
+    results = os.path.join(args.out, "results.csv")
+    if args.summary:
+        print(summary(read_done(results), args.ratio, quality_rows(args.quality_csv, args.ratio)))
+        return
+    torch.set_num_threads(args.threads)
+    transformers.utils.logging.set_verbosity_error()
+    model_path = args.model or subprocess.run(["bash", os.path.join(ROOT, "scripts/get-models.sh")], check=True,
+                                              capture_output=True, text=True).stdout.strip()
+    folder, gguf = os.path.split(model_path)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32,
+                                                 attn_implementation="sdpa").eval()
+    tokenizer = smollm2_tokenizer(folder, gguf)
+    length = args.prompt + args.predict + 1
+    wins = windows(args.data, tokenizer, length, args.first_window + args.windows)[args.first_window:]
+    P, k = args.prompt, math.floor(args.ratio * args.prompt)
+    quality = quality_full_nll(args.quality_csv) if args.prompt == 2048 and args.predict == 255 else {}
+    os.makedirs(args.out, exist_ok=True)
+    done = {(r["window"], r["protocol"], r["source"], r["row"]) for r in read_done(results)}
+    new_file = not os.path.isfile(results)
+    versions = (f"kvpress {importlib.metadata.version('kvpress')}, transformers {transformers.__version__}, "
+                f"torch {torch.__version__}, kvevict {kvevict.__version__}")
+    print(f"side_by_side: {versions}; {len(wins)} window(s) of {length} tokens, k = {k}", file=sys.stderr, flush=True)
+    with open(results, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        if new_file:
+            w.writeheader()
+        for wi, (doc, tokens) in enumerate(wins, start=args.first_window):
+            ids = torch.tensor([tokens])
+            targets = ids[0, P + 1:]
+            t0 = time.time()
+            ref = Scorer(run_full(model, ids, P), targets)
+            print(f"window {wi} ({doc}): full NLL {ref.nll:.6f} (kvevict-quality {quality.get(wi, float('nan')):.6f}), "
+                  f"{time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+            for protocol in args.protocols.split(","):
+                for spec in args.rows.split(","):
+                    source, name = spec.split(":")
+                    if (str(wi), protocol, source, name) in done:
+                        continue
+                    t0 = time.time()
+                    row = dict(window=wi, document=doc, protocol=protocol, row=name, source=source, k=k,
+                               full_nll=f"{ref.nll:.6f}", full_nll_quality=quality.get(wi, ""), error="")
+                    try:
+                        logits = (run_kvpress(model, ids, P, name, protocol, args.ratio, k) if source == "kvpress"
+                                  else run_kvevict(model, ids, P, name, protocol, args.ratio))
+                        nll, kl, top1 = ref.score(logits)
+                        row.update(nll=f"{nll:.6f}", delta_nll=f"{nll - ref.nll:.6f}", kl=f"{kl:.6f}", top1=f"{top1:.6f}")
+                    except Exception as e:  # noqa: BLE001 - a row that fails is reported as such
+                        row.update(nll="", delta_nll="", kl="", top1="", error=f"{type(e).__name__}: {e}".replace("\n", " "))
+                    row["seconds"] = f"{time.time() - t0:.1f}"
+                    w.writerow(row)
+                    f.flush()
+                    print(f"  {protocol} {source}:{name}: "
+                          + (f"ΔNLL {row['delta_nll']}, KL {row['kl']}, top-1 {row['top1']}" if not row["error"]
+                             else row["error"][:200]) + f" ({row['seconds']} s)", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,444 @@
+"""kvevict.transformers: kvevict's eviction policies inside Hugging Face transformers.
+
+KVEvictCache(model, policy="keyformer", budget=0.5, ...) is a transformers ``Cache`` whose layers keep their
+K/V in torch buffers that a kvevict cache wraps without a copy (kvevict.Cache(k=K.numpy(), v=V.numpy())).
+Pass it where transformers takes a cache:
+
+    cache = KVEvictCache(model, policy="keyformer", budget=0.5, horizon=64)
+    out = model.generate(ids, past_key_values=cache, max_new_tokens=64, do_sample=False)
+
+or to a hand-written loop (``model(ids, past_key_values=cache)``, then one token per call).
+
+What it does, per layer:
+  * the first forward is the prompt (P tokens): attention runs over all of it, then the layer's prompt logits
+    (scale * Q K^T, [n_q_heads, P, P], from the layer's own queries and the cache's keys) go to the kvevict
+    cache's prefill, which keeps k tokens per KV head (budget: an int, a fraction of P or "50%");
+  * evict="step" (the default, kvevict's protocol): every later forward takes one token, attention runs over
+    the k + 1 slots, then kvevict.attention_logits over the cache's keys scores the step and decode_step evicts
+    one slot per KV head: the cache holds k tokens at every step;
+  * evict="prefill" (kvpress's protocol): only the prompt is cut; later tokens (any number per forward) are
+    appended and the cache grows;
+  * positions are never renumbered: get_seq_length() is the number of tokens seen (the next position), so a
+    forward without position_ids numbers new tokens from the original positions, and the causal mask of a
+    multi-token forward after eviction is shifted to match (get_mask_sizes).
+
+The queries are recomputed from the attention module's inputs by a forward hook (q_proj, q_norm for Qwen3,
+RoPE), so scoring works with attn_implementation "sdpa" and "eager"; other implementations are refused.
+Supported: Llama, Mistral (without sliding window), Qwen2 (without sliding layers) and Qwen3; float32 on the
+CPU; one sequence (batch 1). Beam search, batched generation, crop (assisted decoding) raise errors that say
+so. policy="full" keeps everything through the same storage (a reference for the others).
+"""
+import math
+import sys
+import weakref
+
+import importlib.util
+
+_MISSING = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+try:
+    import torch
+except ImportError:  # pragma: no cover - depends on the environment (a torch that cannot load)
+    _MISSING = sorted(set(_MISSING) | {"torch"}, reverse=True)
+if _MISSING:
+    raise ImportError(
+        "kvevict.transformers needs " + " and ".join(_MISSING) + " (pip install torch transformers; "
+        "bash scripts/get-hf-venv.sh makes a venv with the tested versions: torch 2.10.0, transformers 5.2.0)")
+import transformers
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+import numpy as np
+
+import kvevict
+
+__all__ = ["KVEvictCache", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ATTENTION"]
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+SUPPORTED_ATTENTION = ("sdpa", "eager")
+POLICIES = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv")
+_EVICT = ("step", "prefill")
+_OPTION_NAMES = ("recent", "sinks", "tau_init", "tau_end", "horizon", "noise", "seed", "shared_heads",
+                 "snap_window", "snap_kernel", "snap_pooling", "snap_decode")
+
+
+DEFAULT_SEED = 42  # kvevict's and the tools' default noise seed
+
+
+def layer_seed(seed, layer):
+    """Layer `layer`'s Keyformer noise seed, as kvevict-generate and kvevict-quality derive it
+    (tools/llama2/eviction.cpp): seed + layer * 0x9E3779B97F4A7C15, modulo 2^64; distinct per layer."""
+    return (seed + 0x9E3779B97F4A7C15 * layer) % (1 << 64)
+
+
+def _check_model(model):
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"KVEvictCache supports the model types {', '.join(SUPPORTED_MODEL_TYPES)} "
+                         f"(config.model_type); got {model_type!r} ({type(model).__name__})")
+    layer_types = getattr(config, "layer_types", None) or []
+    if any(t != "full_attention" for t in layer_types) or (
+            model_type == "mistral" and getattr(config, "sliding_window", None) is not None):
+        raise ValueError("KVEvictCache does not support sliding-window attention layers "
+                         f"({type(model).__name__}: config.sliding_window={getattr(config, 'sliding_window', None)}, "
+                         f"layer_types {sorted(set(layer_types)) or None}); load the model with sliding_window=None")
+    _check_attention(config)
+    return config
+
+
+def _check_attention(config):
+    impl = getattr(config, "_attn_implementation", None)
+    if impl not in SUPPORTED_ATTENTION:
+        raise ValueError(f"KVEvictCache works with attn_implementation 'sdpa' or 'eager' (got {impl!r}): its scores "
+                         "need the layer's queries against the cache's keys; load the model with "
+                         "attn_implementation='sdpa'")
+
+
+def _attention_modules(model):
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    mods = [layer.self_attn for layer in decoder.layers]
+    for i, m in enumerate(mods):
+        if getattr(m, "layer_idx", None) != i or not hasattr(m, "q_proj"):
+            raise ValueError(f"KVEvictCache: decoder layer {i} has no attention module with q_proj and layer_idx {i}")
+    return mods
+
+
+class KVEvictLayer(CacheLayerMixin):
+    """One transformer layer: K/V buffers [n_kv_heads, capacity, head_dim] (torch, float32) and, for an evicting
+    policy, the kvevict cache over them (no copy). ``length`` live slots; ``seen`` tokens so far."""
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, owner, layer_idx):
+        super().__init__()
+        self._owner = weakref.ref(owner)
+        self.layer_idx = layer_idx
+        self.kv = None  # the kvevict cache (None: policy 'full', or after the prompt with evict='prefill')
+        self.length = 0
+        self.seen = 0
+        self.prefilled = False
+        self.k_buf = self.v_buf = None
+        self.records = []  # with record=True: what the kvevict cache was given and what it kept
+        self._pending = 0
+
+    # -- storage ---------------------------------------------------------------------------------------
+    def lazy_initialization(self, key_states, value_states):
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def _alloc(self, capacity):
+        o = self._owner()
+        k = torch.zeros(o.n_kv_heads, capacity, o.head_dim, dtype=torch.float32)
+        v = torch.zeros_like(k)
+        if self.k_buf is not None and self.length:
+            k[:, :self.length] = self.k_buf[:, :self.length]
+            v[:, :self.length] = self.v_buf[:, :self.length]
+        self.k_buf, self.v_buf = k, v
+
+    def _views(self):
+        n = self.length
+        return self.k_buf[:, :n].unsqueeze(0), self.v_buf[:, :n].unsqueeze(0)
+
+    @property
+    def keys(self):
+        return None if self.k_buf is None else self._views()[0]
+
+    @keys.setter
+    def keys(self, value):  # CacheLayerMixin.__init__ sets None
+        pass
+
+    @property
+    def values(self):
+        return None if self.v_buf is None else self._views()[1]
+
+    @values.setter
+    def values(self, value):
+        pass
+
+    # -- the transformers protocol -----------------------------------------------------------------------
+    def update(self, key_states, value_states, cache_kwargs=None):
+        o = self._owner()
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        _check_attention(o.model_config)
+        b, h, q, d = key_states.shape
+        if b != 1:
+            raise ValueError(f"KVEvictCache holds one sequence (batch size 1); got batch size {b}: batched "
+                             "generation and beam search (num_beams > 1) are not supported")
+        if key_states.dtype != torch.float32 or key_states.device.type != "cpu":
+            raise ValueError(f"KVEvictCache keeps float32 K/V on the CPU; got {key_states.dtype} on "
+                             f"{key_states.device}: load the model with dtype=torch.float32 on the CPU")
+        if (h, d) != (o.n_kv_heads, o.head_dim):
+            raise ValueError(f"KVEvictCache: layer {self.layer_idx} got K/V of {h} heads x {d}, expected "
+                             f"{o.n_kv_heads} x {o.head_dim} (the model's config)")
+        cache_position = (cache_kwargs or {}).get("cache_position")
+        positions = (torch.arange(self.seen, self.seen + q) if cache_position is None
+                     else cache_position.reshape(-1).to("cpu"))
+        if positions.numel() != q or int(positions[0]) != self.seen:
+            raise ValueError(f"KVEvictCache: layer {self.layer_idx} expects the next token at position {self.seen} "
+                             f"(the tokens it has seen); got cache_position starting at {int(positions[0])}")
+        if self.prefilled and self.kv is not None and q != 1:
+            raise ValueError(f"KVEvictCache(evict='step') takes one new token per forward after the prompt (got {q}); "
+                             "feed tokens one at a time, or use evict='prefill' (eviction of the prompt only)")
+        if not self.prefilled:
+            self._start(q)
+        elif self.kv is None and self.length + q > self.k_buf.shape[1]:
+            self._alloc(max(2 * self.k_buf.shape[1], self.length + q))
+        ks = key_states[0].transpose(0, 1).contiguous()  # [q, n_kv, d]
+        vs = value_states[0].transpose(0, 1).contiguous()
+        if self.kv is not None:
+            kn, vn = ks.numpy(), vs.numpy()
+            pos = positions.tolist()
+            for t in range(q):
+                self.kv.append(pos[t], kn[t], vn[t])
+        else:
+            self.k_buf[:, self.length:self.length + q] = ks.transpose(0, 1)
+            self.v_buf[:, self.length:self.length + q] = vs.transpose(0, 1)
+        self.length += q
+        self.seen += q
+        self._pending = q
+        return self._views()
+
+    def _start(self, prompt_len):
+        """The prompt's forward: resolves the budget against P and makes the kvevict cache (if any)."""
+        o = self._owner()
+        self.prompt_len = prompt_len
+        if o.policy == "full":
+            self._alloc(max(16, 2 * prompt_len))
+            return
+        # k <= P tokens (floor(r * P) for a fraction, as kvevict resolves it), passed as tokens: SnapKV's window
+        # is then min(32, k), as in kvevict-quality.
+        k = o.resolve_budget(prompt_len)
+        self._alloc(prompt_len + 1)  # the prompt, then k + 1 slots at every step
+        options = dict(o.options)
+        if o.policy == "keyformer":
+            options["seed"] = layer_seed(options.get("seed", DEFAULT_SEED), self.layer_idx)
+        self.kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=k, k=self.k_buf.numpy(),
+                                v=self.v_buf.numpy(), **options)
+
+    def after_attention(self, module, kwargs):
+        """The forward hook: after the layer attended with every slot, score and evict."""
+        o = self._owner()
+        q_len = self._pending
+        self._pending = 0
+        if self.kv is None:
+            if not self.prefilled:
+                self.prefilled = True
+            return
+        needs_logits = o.policy not in ("streaming", "window")
+        if not self.prefilled:
+            logits = self._prompt_logits(module, kwargs) if needs_logits else None
+            self.kv.prefill(logits)
+            self.prefilled = True
+            if o.record:
+                self.records.append(("prefill", logits, None, self._kept()))
+            self.length = self.kv.lengths[0]
+            if o.evict == "prefill":
+                self._detach()
+            return
+        x = None
+        if needs_logits:
+            q = self._queries(module, kwargs)[0, :, -1, :].contiguous().numpy()  # [n_q, d]
+            x = kvevict.attention_logits(self.kv, q, module.scaling)
+        if o.record:
+            before = [self.kv.positions(h) for h in range(o.n_kv_heads)]
+        self.kv.decode_step(x)
+        self.length = self.kv.lengths[0]
+        if o.record:
+            self.records.append(("step", None if x is None else x.copy(), before, self._kept()))
+        assert q_len == 1
+
+    def _kept(self):
+        return [self.kv.retained_positions(h) for h in range(self._owner().n_kv_heads)]
+
+    def _detach(self):
+        """evict='prefill': the prompt is cut; from now on the layer only grows (no kvevict cache)."""
+        self.kv = None
+        self._alloc(max(2 * self.length, self.length + 256))
+
+    def _queries(self, module, kwargs):
+        o = self._owner()
+        hidden = kwargs["hidden_states"]
+        b, s, _ = hidden.shape
+        q = module.q_proj(hidden).view(b, s, -1, o.head_dim)
+        if getattr(module, "q_norm", None) is not None:  # Qwen3
+            q = module.q_norm(q)
+        q = q.transpose(1, 2)
+        cos, sin = kwargs["position_embeddings"]
+        rope = sys.modules[type(module).__module__].apply_rotary_pos_emb
+        q, _ = rope(q, q, cos, sin)
+        return q.float()
+
+    def _prompt_logits(self, module, kwargs):
+        o = self._owner()
+        q = self._queries(module, kwargs)[0]  # [n_q, P, d]
+        P = q.shape[1]
+        k = self.k_buf[:, :P].repeat_interleave(o.n_q_heads // o.n_kv_heads, dim=0)  # [n_q, P, d]
+        x = torch.matmul(q, k.transpose(1, 2)) * module.scaling
+        return x.contiguous().numpy()
+
+    def get_mask_sizes(self, cache_position):
+        q = cache_position.shape[0]
+        # The live slots hold positions < seen (in any order); the q new tokens go to slots length ..
+        # length + q - 1 with positions seen .. seen + q - 1. transformers' causal mask compares the query's
+        # position with kv_offset + slot: this offset gives the new slots their positions and keeps every live
+        # slot (all older) visible.
+        return self.length + q, self.seen - self.length
+
+    def get_seq_length(self):
+        return self.seen
+
+    def get_max_cache_shape(self):
+        return -1
+
+    def reset(self):
+        self.kv = None
+        self.length = self.seen = 0
+        self.prefilled = False
+        self.k_buf = self.v_buf = None
+        self.records = []
+
+    def reorder_cache(self, beam_idx):
+        raise NotImplementedError("KVEvictCache does not support beam search (reorder_cache): it holds one "
+                                  "sequence; use num_beams=1")
+
+    def crop(self, max_length):
+        raise NotImplementedError("KVEvictCache cannot crop (assisted / speculative decoding): evicted tokens "
+                                  "cannot be restored")
+
+    def batch_repeat_interleave(self, repeats):
+        raise NotImplementedError("KVEvictCache holds one sequence: it cannot be repeated over a batch")
+
+    def batch_select_indices(self, indices):
+        raise NotImplementedError("KVEvictCache holds one sequence: it cannot select batch indices")
+
+
+class KVEvictCache(Cache):
+    """A transformers Cache that keeps each layer's KV cache within a budget with a kvevict policy.
+
+    KVEvictCache(model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False, **options)
+
+    model     a Llama / Mistral / Qwen2 / Qwen3 causal LM (float32, CPU, attn_implementation 'sdpa' or 'eager').
+    policy    'keyformer', 'h2o', 'streaming', 'window', 'tova', 'snapkv' or 'full' (no eviction).
+    budget    k per KV head: an int (tokens, at most the prompt's length), a float in (0, 1] (k = floor(r P)) or
+              a string ('64', '0.5', '50%'), as kvevict.Cache and the command-line tools take it.
+    recent    the recent window w, as kvevict.Cache (default 30% of k for keyformer, h2o, snapkv).
+    evict     'step': the prompt is cut to k, then one token per forward with eviction at every step (the
+              cache holds k); 'prefill': only the prompt is cut, later tokens grow the cache.
+    options   kvevict.Cache's policy options: sinks, tau_init, tau_end, horizon (Keyformer: required, the
+              decode steps tau rises over, e.g. max_new_tokens), noise, seed (default 42; layer l's noise is
+              seeded with layer_seed(seed, l), as kvevict-generate does), shared_heads, snap_window,
+              snap_kernel, snap_pooling, snap_decode. A wrong one raises kvevict's ValueError here.
+    record    keep, per layer, the logits each prefill / decode step was given and the kept positions
+              (layers[i].records; for tests: memory n_q_heads * P^2 floats per layer).
+
+    Methods: retained_positions(layer, kv_head), kept_length(layer), close() (removes the model hooks; also
+    done when the cache is garbage-collected).
+    """
+
+    def __init__(self, model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False,
+                 **options):
+        config = _check_model(model)
+        if policy not in POLICIES:
+            raise ValueError(f"KVEvictCache: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+        if evict not in _EVICT:
+            raise ValueError(f"KVEvictCache: evict must be 'step' or 'prefill' (got {evict!r})")
+        unknown = sorted(set(options) - set(_OPTION_NAMES))
+        if unknown:
+            raise TypeError(f"KVEvictCache: unknown option(s) {', '.join(unknown)}; kvevict.Cache's options are "
+                            f"{', '.join(_OPTION_NAMES[1:])}")
+        self.model_config = config
+        self.policy, self.evict, self.record = policy, evict, record
+        self.n_layers = config.num_hidden_layers
+        self.n_q_heads = config.num_attention_heads
+        self.n_kv_heads = getattr(config, "num_key_value_heads", None) or self.n_q_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_q_heads
+        self.budget = budget
+        self.options = {k: v for k, v in dict(options, recent=recent).items() if v is not None}
+        if policy == "full":
+            if self.options:
+                raise ValueError(f"KVEvictCache: policy 'full' takes no options (got {', '.join(self.options)})")
+        else:
+            if policy == "keyformer" and "horizon" not in self.options:
+                raise ValueError("KVEvictCache: policy 'keyformer' needs horizon=T, the decode steps over which its "
+                                 "temperature rises from tau_init to tau_end (e.g. max_new_tokens)")
+            # kvevict's own checks of the options, now rather than at the first forward.
+            parsed = self._parse_budget()
+            tokens = parsed if isinstance(parsed, int) else 1
+            kvevict.Cache(policy, n_q_heads=self.n_q_heads, n_kv_heads=self.n_kv_heads, capacity=tokens + 1,
+                          head_dim=self.head_dim, budget=budget, **self.options)
+        super().__init__(layers=[KVEvictLayer(self, i) for i in range(self.n_layers)])
+        modules = _attention_modules(model)
+        self._handles = []
+        ref = weakref.ref(self)
+        for m in modules:
+            self._handles.append(m.register_forward_hook(_make_hook(ref), with_kwargs=True))
+        self._finalizer = weakref.finalize(self, _remove, self._handles)
+
+    def _parse_budget(self):
+        """The budget as an int (tokens) or a float (a fraction of the prompt), as kvevict reads it."""
+        b = self.budget
+        if isinstance(b, str):
+            s = b.strip()
+            try:
+                b = float(s[:-1]) / 100.0 if s.endswith("%") else (float(s) if "." in s else int(s))
+            except ValueError:
+                raise ValueError(f"KVEvictCache: budget {self.budget!r} is not a token count, a fraction or a "
+                                 "percentage ('64', '0.5', '50%')") from None
+        if isinstance(b, bool) or not isinstance(b, (int, float)):
+            raise TypeError(f"KVEvictCache: budget must be an int, a float or a string (got {self.budget!r})")
+        return b
+
+    def resolve_budget(self, prompt_len):
+        """k for a prompt of prompt_len tokens; ValueError if it exceeds the prompt."""
+        b = self._parse_budget()
+        if isinstance(b, float):
+            k = math.floor(b * prompt_len)
+        else:
+            k = b
+            if k > prompt_len:
+                raise ValueError(f"KVEvictCache: budget {k} tokens is larger than the prompt's {prompt_len} tokens; "
+                                 "give at most the prompt's length or a fraction such as 0.5")
+        if k < 1:
+            raise ValueError(f"KVEvictCache: budget {self.budget!r} keeps no token of a {prompt_len}-token prompt")
+        return k
+
+    def retained_positions(self, layer, kv_head):
+        """The positions layer `layer`, KV head `kv_head` holds, ascending."""
+        lay = self.layers[layer]
+        if lay.kv is not None:
+            return lay.kv.retained_positions(kv_head)
+        raise ValueError(f"KVEvictCache: layer {layer} has no kvevict cache (policy 'full', evict='prefill' after "
+                         "the prompt, or nothing seen yet)")
+
+    def kept_length(self, layer=0):
+        """Live slots of a layer (the K/V length attention reads)."""
+        return self.layers[layer].length
+
+    def close(self):
+        """Removes the forward hooks from the model's attention modules."""
+        self._finalizer()
+
+    def __repr__(self):
+        lay = self.layers[0] if self.layers else None
+        kept = "nothing yet" if lay is None or not lay.prefilled else f"{lay.length} kept per KV head"
+        return (f"KVEvictCache(policy={self.policy!r}, budget={self.budget!r}, evict={self.evict!r}, "
+                f"{self.n_layers} layers x {self.n_kv_heads} KV heads: {self.get_seq_length()} tokens seen, {kept})")
+
+
+def _make_hook(ref):
+    def hook(module, args, kwargs, output):
+        cache = ref()
+        if cache is None or kwargs.get("past_key_values") is not cache:
+            return None
+        _check_attention(module.config)
+        with torch.no_grad():
+            cache.layers[module.layer_idx].after_attention(module, kwargs)
+        return None
+    return hook
+
+
+def _remove(handles):
+    for h in handles:
+        h.remove()
+    handles.clear()

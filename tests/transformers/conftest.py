@@ -1,0 +1,67 @@
+"""Fixtures of the kvevict.transformers tests (run by scripts/transformers-test.sh, in the venv of
+scripts/get-hf-venv.sh): tiny random Llama / Mistral / Qwen2 / Qwen3 models (seeded, float32, CPU), and
+SmolLM2-135M-Instruct through transformers' GGUF loader ($KVEVICT_SMOLLM2_GGUF, as .ci/run exports it, else scripts/get-models.sh)."""
+import os
+import pathlib
+import subprocess
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+import transformers
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+transformers.utils.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=512, rope_theta=10000.0, tie_word_embeddings=False)
+ARCHS = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def tiny_model(arch, attn="sdpa", seed=0, **extra):
+    torch.manual_seed(seed)
+    kw = dict(TINY, **extra)
+    if arch == "llama":
+        cfg = transformers.LlamaConfig(**kw)
+    elif arch == "mistral":
+        cfg = transformers.MistralConfig(sliding_window=None, **kw)
+    elif arch == "qwen2":
+        cfg = transformers.Qwen2Config(use_sliding_window=False, **kw)
+    elif arch == "qwen3":
+        cfg = transformers.Qwen3Config(head_dim=16, use_sliding_window=False, **kw)
+    else:
+        raise ValueError(arch)
+    cfg._attn_implementation = attn
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn).eval()
+    return model
+
+
+@pytest.fixture(scope="session", params=ARCHS)
+def arch_model(request):
+    return tiny_model(request.param)
+
+
+@pytest.fixture(scope="session")
+def llama():
+    return tiny_model("llama")
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    path = os.environ.get("KVEVICT_SMOLLM2_GGUF")
+    if not path:
+        path = subprocess.run(["bash", str(ROOT / "scripts/get-models.sh")], check=True, capture_output=True,
+                              text=True).stdout.strip()
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_path):
+    d, f = os.path.split(smollm2_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
+    return model
