@@ -65,3 +65,21 @@ def smollm2(smollm2_path):
     d, f = os.path.split(smollm2_path)
     model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
     return model
+
+
+def greedy_loop(model, ids, cache, steps, after_step=None, position_ids=None):
+    """Greedy, by hand: the prompt in one forward, then one token per forward (no position_ids unless given:
+    the cache numbers them). Returns (generated ids, the logits of every forward's last position)."""
+    out, logits = [], []
+    with torch.no_grad():
+        x = model(ids, past_key_values=cache).logits[0, -1]
+        for s in range(steps):
+            logits.append(x)
+            out.append(int(x.argmax()))
+            if s + 1 == steps:
+                break
+            kw = {} if position_ids is None else dict(position_ids=position_ids(ids.shape[1] + s))
+            x = model(torch.tensor([[out[-1]]]), past_key_values=cache, **kw).logits[0, -1]
+            if after_step is not None:
+                after_step(s)
+    return out, torch.stack(logits)

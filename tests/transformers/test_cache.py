@@ -10,7 +10,7 @@ import torch
 from transformers import DynamicCache
 
 import kvevict
-from conftest import ROOT, tiny_model
+from conftest import ROOT, greedy_loop, tiny_model
 from kvevict.transformers import KVEvictCache, layer_seed
 
 P, T = 24, 16  # prompt tokens, generated tokens
@@ -28,22 +28,9 @@ def generate(model, ids, cache, steps=T, **kw):
                               **kw)
 
 
-def loop(model, ids, cache, steps=T, after_step=None, position_ids=None):
-    """Greedy, by hand: the prompt in one forward, then one token per forward (no position_ids unless given:
-    the cache numbers them). Returns (generated ids, the logits of every forward's last position)."""
-    out, logits = [], []
-    with torch.no_grad():
-        x = model(ids, past_key_values=cache).logits[0, -1]
-        for s in range(steps):
-            logits.append(x)
-            out.append(int(x.argmax()))
-            if s + 1 == steps:
-                break
-            kw = {} if position_ids is None else dict(position_ids=position_ids(ids.shape[1] + s))
-            x = model(torch.tensor([[out[-1]]]), past_key_values=cache, **kw).logits[0, -1]
-            if after_step is not None:
-                after_step(s)
-    return out, torch.stack(logits)
+def loop(model, ids, cache, steps=T, **kw):
+    """`greedy_loop` (conftest.py) with this file's default of T generated ids."""
+    return greedy_loop(model, ids, cache, steps, **kw)
 
 
 # -- policy 'full' is DynamicCache ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import torch
 from transformers import DynamicCache
 
 import kvevict
-from conftest import ROOT
+from conftest import ROOT, greedy_loop
 from kvevict.transformers import KVEvictCache, layer_seed
 
 
@@ -49,24 +49,11 @@ def test_docs_example_runs_and_prints_what_the_docs_show(example):
     assert all(cache.layers[i].kv.lengths == [30, 30, 30] for i in range(30))
 
 
-def greedy(model, ids, cache, steps, check=None):
-    out, logits = [], []
-    with torch.no_grad():
-        x = model(ids, past_key_values=cache).logits[0, -1]
-        for s in range(steps):
-            logits.append(x)
-            out.append(int(x.argmax()))
-            x = model(torch.tensor([[out[-1]]]), past_key_values=cache).logits[0, -1]
-            if check is not None:
-                check(s)
-    return out, torch.stack(logits)
-
-
 def test_full_is_dynamic_cache_on_smollm2(example):
     ns, _ = example
     model, ids = ns["model"], ns["ids"]
-    want_ids, want = greedy(model, ids, DynamicCache(config=model.config), 16)
-    got_ids, got = greedy(model, ids, KVEvictCache(model, policy="full"), 16)
+    want_ids, want = greedy_loop(model, ids, DynamicCache(config=model.config), 17)
+    got_ids, got = greedy_loop(model, ids, KVEvictCache(model, policy="full"), 17)
     assert got_ids == want_ids
     assert float((got - want).abs().max()) <= 1e-6
 
@@ -80,7 +67,7 @@ def test_keyformer_half_holds_k_at_every_step_and_equals_replay_on_smollm2(examp
     def check(s):
         for layer in range(30):
             assert cache.layers[layer].kv.lengths == [30, 30, 30]
-    greedy(model, ids, cache, T, check=check)
+    greedy_loop(model, ids, cache, T + 1, after_step=check)
     P, N = 61, 61 + T
     for layer in (0, 14, 29):
         records = cache.layers[layer].records
