@@ -15,7 +15,7 @@
 
 namespace {
 
-long count_decode_allocations(kvevict::Policy policy, bool shared_heads) {
+long count_decode_allocations(kvevict::Policy policy, bool shared_heads, bool per_head = false) {
   const std::size_t n_kv = 4, g = 2, d = 32, k = 64, prompt = 96, steps = 1000;
   kvevict::KVBuffer<float> buf(n_kv, k + 1 > prompt ? k + 1 : prompt, d);
   auto kv = buf.view();
@@ -36,8 +36,19 @@ long count_decode_allocations(kvevict::Policy policy, bool shared_heads) {
   for (std::size_t t = 0; t < steps; ++t) {
     kv.append(static_cast<std::int64_t>(prompt + t), rows.data(), rows.data());
     const std::size_t n = kv.length(0);
-    kvevict::attention_logits(kv, q.data(), cfg.n_q_heads, logits.data(), 0.125f);
-    cache->decode_step(logits.data(), n);
+    if (per_head) {  // the per-head decode step: each KV head's rows, then its scoring
+      cache->begin_decode_step(n);
+      for (std::size_t j = 0; j < n_kv; ++j) {
+        for (std::size_t t2 = 0; t2 < g; ++t2)
+          kvevict::attention_logits_row(kv.read_only(), j, q.data() + (j * g + t2) * d, logits.data() + (j * g + t2) * n,
+                                        0.125f);
+        cache->score_decode_head(j, logits.data() + j * g * n);
+      }
+      cache->end_decode_step();
+    } else {
+      kvevict::attention_logits(kv, q.data(), cfg.n_q_heads, logits.data(), 0.125f);
+      cache->decode_step(logits.data(), n);
+    }
   }
   return kvtest::allocation_count() - before;
 }
@@ -46,8 +57,10 @@ TEST(NoAllocation, DecodeStepsAllocateNothing) {
   for (auto policy : {kvevict::Policy::keyformer, kvevict::Policy::h2o, kvevict::Policy::streaming_llm,
                       kvevict::Policy::window, kvevict::Policy::tova, kvevict::Policy::snapkv})
     for (bool shared : {false, true})
-      EXPECT_EQ(count_decode_allocations(policy, shared), 0)
-          << kvevict::policy_name(policy) << (shared ? " shared" : " per-head");
+      for (bool per_head_step : {false, true})
+        EXPECT_EQ(count_decode_allocations(policy, shared, per_head_step), 0)
+            << kvevict::policy_name(policy) << (shared ? " shared" : " per-head")
+            << (per_head_step ? ", per-head decode step" : "");
 }
 
 // SnapKV's prefill (observation-window scoring, pooling into the scorer's scratch, selection) and both

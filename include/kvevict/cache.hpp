@@ -84,6 +84,8 @@ class Cache final
       : Core(config, detail::SlotTable(detail::ErasedKV::from(kv)), std::move(score), std::move(temperature),
              std::move(selection), "kvevict::Cache", detail::key_reader<Score, T>(kv.head_dim)) {
     const std::size_t nkv = kv.n_kv_heads;
+    head_done_.assign(nkv, 0);
+    victims_.assign(nkv, 0);
     for (std::size_t h = 0; h < nkv; ++h)
       detail::require(kv.lengths[h] == 0, "kvevict::Cache: the view must be empty at construction (lengths[", h,
                       "] = ", kv.lengths[h], ")");
@@ -125,6 +127,7 @@ class Cache final
   /// of -0.0 is stored and ranked as +0.0. Every check runs before any state changes.
   void prefill(const float* logits, std::size_t prompt_len, const float* gumbel = nullptr) override {
     live("prefill");
+    no_open_step("prefill");
     const std::size_t P = prompt_len;
     detail::require(!prefilled_, "kvevict::Cache::prefill: already prefilled; call reset() for a new sequence");
     detail::require(!chunking_, "kvevict::Cache::prefill: a chunked prefill is in progress; call finish_prefill()");
@@ -175,6 +178,7 @@ class Cache final
   /// `std::invalid_argument` if `rows.n_q_heads()` is known (not 0) and differs from `config.n_q_heads`.
   void prefill_chunk(ChunkRows& rows, std::size_t chunk_len, std::size_t n) override {
     live("prefill_chunk");
+    no_open_step("prefill_chunk");
     const std::size_t C = chunk_len, cap = config_.max_prefill_chunk;
     detail::require(rows.n_q_heads() == 0 || rows.n_q_heads() == config_.n_q_heads,
                     "kvevict::Cache::prefill_chunk: the rows hold n_q_heads = ", rows.n_q_heads(),
@@ -209,6 +213,7 @@ class Cache final
   /// rejects the budget, or a selection score is not finite and >= 0 (as `prefill`). O(n_kv_heads · n · head_dim).
   void finish_prefill() override {
     live("finish_prefill");
+    no_open_step("finish_prefill");
     detail::require(!prefilled_, "kvevict::Cache::finish_prefill: the prompt is already finished; call reset()");
     detail::require(chunking_, "kvevict::Cache::finish_prefill: no chunk was passed (call prefill_chunk first)");
     const auto [k, w] = resolve_budget(config_.budget.resolve(prompt_len_), "kvevict::Cache::finish_prefill");
@@ -237,6 +242,7 @@ class Cache final
   /// when needed, or a logit is NaN / `+inf`; the state is then unchanged.
   void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) override {
     live("decode_step");
+    no_open_step("decode_step");
     detail::require(prefilled_, chunking_ ? "kvevict::Cache::decode_step: the chunked prompt is not finished; call "
                                             "finish_prefill() first"
                                           : "kvevict::Cache::decode_step: call prefill() first");
@@ -263,6 +269,117 @@ class Cache final
     tau_ = tau;
   }
 
+  /// The decode step in parts, for an engine that scores each KV head while its logits are still in
+  /// cache (issue 36: after the attention has streamed a layer's K and V, a whole layer's logits come
+  /// back from DRAM; one KV head's, scored right after its q·K, from L1/L2):
+  ///
+  ///     begin_decode_step(n);                       // the new token appended to every KV head, as for decode_step
+  ///     for each KV head j, in any order, on any thread (distinct j may run concurrently):
+  ///       compute logits x_j = [g][n] of j's query heads, then score_decode_head(j, x_j);
+  ///     end_decode_step();
+  ///
+  /// The result is `decode_step(x, n)` with the rows `x_j` concatenated (`[q_head][n]`), bit for bit:
+  /// the same kernel adds each row in the same order, and each KV head evicts the same victim. With
+  /// per-head selection (`shared_heads = false`) `score_decode_head(j, …)` also finds head `j`'s victim
+  /// right after scoring it (its scores and flags are then hot too); with `shared_heads` the layer's one
+  /// victim is found from the summed scores at the end. The view is not changed before
+  /// `end_decode_step`, which moves the victims' slots (O(n_kv_heads · head_dim)): the engine's attention
+  /// may go on reading every head's K and V (the V product of head j, of other heads) while heads are
+  /// scored.
+  /// Between `begin` and `end` the step is open: `length`, `scores` and `positions` show heads scored
+  /// so far, and `prefill`, `prefill_chunk`, `finish_prefill`, `decode_step`, `restore_position_order`
+  /// and a second `begin_decode_step` throw `std::invalid_argument` ("… a per-head decode step is open:
+  /// score every KV head and call end_decode_step(), or reset()"); `reset` abandons it.
+  ///
+  /// `begin_decode_step` checks what `decode_step` checks before scoring (prefilled, `n` = previous
+  /// length + 1 on every head, the new position the same on every head and above the last, τ_t) and
+  /// throws `std::invalid_argument` with the state unchanged; a score without logits (a key score, or
+  /// none) scores the new slot here, with its checks. O(n_kv_heads) (+ a key score's O(n_kv_heads ·
+  /// head_dim)). Call it on one thread, not concurrently with any other call.
+  void begin_decode_step(std::size_t n) override {
+    live("begin_decode_step");
+    no_open_step("begin_decode_step");
+    detail::require(prefilled_, chunking_ ? "kvevict::Cache::begin_decode_step: the chunked prompt is not finished; "
+                                            "call finish_prefill() first"
+                                          : "kvevict::Cache::begin_decode_step: call prefill() first");
+    const std::int64_t new_pos = detail::check_step_view(kv(), n, n_, last_position_, "kvevict::Cache::begin_decode_step");
+    const float tau = checked_tau(step_ + 1, "begin_decode_step");
+    if constexpr (!Score::kUsesLogits) this->score_step(nullptr, nullptr, n, tau, new_pos);
+    // ---- nothing below can throw ----
+    slots_.enter_window(n - 1);  // the victim searches of score_decode_head read the flags
+    step_n_ = n;
+    step_pos_ = new_pos;
+    step_tau_ = tau;
+    step_open_ = true;
+  }
+  /// KV head `j`'s part of the open step: `logits` `[g][n]` (query head `j · g + q` at row `q`, by slot
+  /// as the engine's attention reads the view, valid during the call; may be `nullptr` for a score
+  /// without logits), `gumbel` optional, same layout (as `decode_step`'s rows). Adds each row's
+  /// `softmax((x + ζ) / τ_t)` into head `j`'s scores; with per-head selection and `n > k`, then
+  /// finds head `j`'s victim (moved by `end_decode_step`). O(g · n + n) on the calling thread; no
+  /// allocation. Throws
+  /// `std::invalid_argument`, head `j` and the step unchanged (so the call may be repeated with good
+  /// logits), if no step is open, `j >= n_kv_heads`, head `j` was already scored in this step, `logits`
+  /// is null when needed, or a value of `x + ζ` is NaN / `+inf` (naming the q_head). Distinct heads may
+  /// be scored concurrently; one head is scored by one thread.
+  void score_decode_head(std::size_t kv_head, const float* logits, const float* gumbel = nullptr) override {
+    live("score_decode_head");
+    const std::size_t j = kv_head, n = step_n_;
+    detail::require(step_open_, "kvevict::Cache::score_decode_head: no decode step is open; call "
+                                "begin_decode_step(n) first");
+    detail::require(j < kv().n_kv_heads, "kvevict::Cache::score_decode_head: kv_head ", j,
+                    " out of range (n_kv_heads = ", kv().n_kv_heads, ")");
+    detail::require(head_done_[j] == 0, "kvevict::Cache::score_decode_head: KV head ", j,
+                    " was already scored in this step");
+    if constexpr (Score::kUsesLogits) {
+      detail::require(logits != nullptr, "kvevict::Cache::score_decode_head: logits must be non-null");
+      scorer_.score_step_head(j, logits, gumbel, n, 1.0f / step_tau_, slots_.all_scores(), slots_.capacity(),
+                              static_cast<std::uint64_t>(step_pos_), "score_decode_head");
+    }
+    // ---- nothing below can throw ----
+    if (!config_.shared_heads && n > k_)  // the search reads the scores just written; the move waits for end
+      victims_[j] = selection_.victim(slots_.scores(j), slots_.recent(j), slots_.positions(j), n);
+    head_done_[j] = 1;
+  }
+  /// Closes the open step: if `n > k`, each KV head's victim (with `shared_heads`: the layer's, from the
+  /// scores summed over KV heads) leaves it, its slot filled with slot `n − 1`; then the step counts (`step()`, `temperature()` = τ_t). Throws
+  /// `std::invalid_argument` (the step stays open) if no step is open, a KV head was not scored
+  /// (naming the lowest) or the view's lengths changed since `begin_decode_step` (an append). O(n_kv_heads) (+ O(n_kv_heads · n) for the shared selection); no allocation.
+  void end_decode_step() override {
+    live("end_decode_step");
+    detail::require(step_open_, "kvevict::Cache::end_decode_step: no decode step is open; call "
+                                "begin_decode_step(n) first");
+    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) {
+      detail::require(head_done_[j] != 0, "kvevict::Cache::end_decode_step: KV head ", j,
+                      " was not scored (call score_decode_head(", j, ", logits) first)");
+      detail::require(kv().lengths[j] == step_n_, "kvevict::Cache::end_decode_step: the view's lengths[", j, "] = ",
+                      kv().lengths[j], " changed during the step (begin_decode_step(", step_n_,
+                      ")): append nothing between begin_decode_step and end_decode_step");
+    }
+    // ---- nothing below can throw ----
+    const std::size_t n = step_n_;
+    last_position_ = step_pos_;
+    if (n > k_) {
+      if (config_.shared_heads) {
+        const float* sum = this->summed_scores(n);
+        const std::size_t victim = selection_.victim(sum, slots_.recent(0), slots_.positions(0), n);
+        for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victim, n);
+      } else {
+        for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victims_[j], n);
+      }
+      n_ = n - 1;
+    } else {
+      n_ = n;
+    }
+    ++step_;
+    tau_ = step_tau_;
+    step_open_ = false;
+    std::fill(head_done_.begin(), head_done_.end(), std::uint8_t{0});
+  }
+  bool has_per_head_step() const override { return true; }
+  /// Whether a per-head decode step is open (between `begin_decode_step` and `end_decode_step`).
+  bool decode_step_open() const { return step_open_; }
+
   /// Forgets the sequence: every length 0, scores 0, step 0, no recent window,
   /// and sets the noise seed to `seed`. The view's K/V bytes are left as
   /// they are. O(n_kv_heads · capacity).
@@ -272,6 +389,8 @@ class Cache final
     this->reset_state(seed);
     chunking_ = false;
     prompt_len_ = 0;
+    step_open_ = false;  // an open per-head step is abandoned
+    std::fill(head_done_.begin(), head_done_.end(), std::uint8_t{0});
   }
   void reset() { reset(config_.seed); }  ///< `reset(seed)` with the seed of the configuration.
 
@@ -292,6 +411,7 @@ class Cache final
   /// Throws `std::invalid_argument` (nothing moved) if a length exceeds the view's capacity.
   void restore_position_order() override {
     live("restore_position_order");
+    no_open_step("restore_position_order");
     if (!prefilled_ && !chunking_) detail::check_lengths(kv(), "kvevict::Cache::restore_position_order");
     for (std::size_t j = 0; j < kv().n_kv_heads; ++j)
       slots_.sort_by_position(j, prefilled_ || chunking_ ? n_ : kv().lengths[j]);
@@ -353,8 +473,20 @@ class Cache final
     }
     return kw;
   }
+  /// Throws `std::invalid_argument` naming `method` while a per-head decode step is open.
+  void no_open_step(const char* method) const {
+    detail::require(!step_open_, "kvevict::Cache::", method, ": a per-head decode step is open: score every KV "
+                    "head and call end_decode_step(), or reset()");
+  }
   std::size_t prompt_len_ = 0;  // prompt tokens scored so far
   bool chunking_ = false;       // some prompt tokens were scored
+  // The open per-head decode step (begin_decode_step .. end_decode_step).
+  bool step_open_ = false;
+  std::size_t step_n_ = 0;
+  std::int64_t step_pos_ = 0;
+  float step_tau_ = 0.0f;
+  std::vector<std::uint8_t> head_done_;  // [kv_head]: scored in the open step
+  std::vector<std::size_t> victims_;     // [kv_head]: per-head selection's victim, found when the head is scored
 };
 
 }  // namespace kvevict

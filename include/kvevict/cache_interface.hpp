@@ -20,7 +20,8 @@ namespace kvevict {
 ///
 /// Protocol per sequence: append the prompt's K/V to the view, `prefill` (or,
 /// chunk by chunk, append + `prefill_chunk`, then `finish_prefill`), then per generated token append its K/V and call
-/// `decode_step`. `reset` starts a new sequence. See `Cache` for the full contract.
+/// `decode_step` (or, head by head while the logits are hot, `begin_decode_step`, `score_decode_head`,
+/// `end_decode_step`). `reset` starts a new sequence. See `Cache` for the full contract.
 class CacheInterface {
  public:
   virtual ~CacheInterface() = default;
@@ -48,6 +49,24 @@ class CacheInterface {
   /// Scores one decode step from logits `[q_head][n]` (by slot) and evicts at
   /// most one token per KV head. `gumbel` (optional, `[q_head][n]`) injects ζ.
   virtual void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) = 0;
+  /// The decode step in parts, each KV head scored right after the engine computed its logits (still
+  /// in cache): `begin_decode_step(n)`, `score_decode_head(j, logits_j)` for every KV head `j`
+  /// (`[g][n]`, distinct heads possibly on concurrent threads), `end_decode_step()`; the same state as
+  /// `decode_step` with the rows concatenated, bit for bit. See `Cache::begin_decode_step`. The
+  /// defaults (a cache without the per-head step) throw `std::logic_error`.
+  virtual void begin_decode_step(std::size_t /*n*/) {
+    throw std::logic_error("kvevict::CacheInterface::begin_decode_step: this cache has no per-head decode step");
+  }
+  /// See `begin_decode_step`.
+  virtual void score_decode_head(std::size_t /*kv_head*/, const float* /*logits*/, const float* /*gumbel*/ = nullptr) {
+    throw std::logic_error("kvevict::CacheInterface::score_decode_head: this cache has no per-head decode step");
+  }
+  /// See `begin_decode_step`.
+  virtual void end_decode_step() {
+    throw std::logic_error("kvevict::CacheInterface::end_decode_step: this cache has no per-head decode step");
+  }
+  /// Whether this cache has the per-head decode step (every `Cache` does; the defaults above do not).
+  virtual bool has_per_head_step() const { return false; }
   /// Forgets the sequence (lengths 0, scores 0, step 0) and sets the noise seed.
   virtual void reset(std::uint64_t seed) = 0;
   /// Runs the scoring on `executor`'s workers (see `Cache::set_executor`); bit-identical

@@ -14,6 +14,24 @@
 
 namespace kvevict {
 
+namespace detail {
+/// One query head's row of `attention_logits`: `out[s] = scale · (q · K[kv_head][s]) (+ bias[s])` over
+/// the `kv.length(kv_head)` live slots. No checks. O(n · head_dim).
+template <class T>
+void head_logits(const KVView<const T>& kv, std::size_t kv_head, const float* q, float* out, float scale,
+                 const float* bias) {
+  const auto rows = static_cast<Eigen::Index>(kv.length(kv_head)), d = static_cast<Eigen::Index>(kv.head_dim);
+  using KMat = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
+                          Eigen::OuterStride<>>;
+  KMat K(kv.k_row(kv_head, 0), rows, d, Eigen::OuterStride<>(static_cast<Eigen::Index>(kv.slot_stride)));
+  Eigen::Map<const Eigen::VectorXf> qv(q, d);
+  Eigen::Map<Eigen::VectorXf> x(out, rows);
+  x.noalias() = K.template cast<float>() * qv;
+  x *= scale;
+  if (bias != nullptr) x += Eigen::Map<const Eigen::VectorXf>(bias, rows);
+}
+}  // namespace detail
+
 /// Computes the decode-step logits `x[h][s] = scale · (q[h] · K[h / g][s]) (+ bias[h][s])`
 /// for one query per query head against every live slot of the view.
 ///
@@ -45,17 +63,23 @@ void attention_logits(const KVView<const T>& kv, const float* q, std::size_t n_q
                     " slots, KV head 0 holds ", n);
   detail::require_separate_logits("kvevict::attention_logits", q, n_q_heads, kv.head_dim, bias, out, n);
   const std::size_t g = n_q_heads / kv.n_kv_heads;
-  const auto rows = static_cast<Eigen::Index>(n), d = static_cast<Eigen::Index>(kv.head_dim);
-  using KMat = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
-                          Eigen::OuterStride<>>;
-  for (std::size_t h = 0; h < n_q_heads; ++h) {
-    KMat K(kv.k_row(h / g, 0), rows, d, Eigen::OuterStride<>(static_cast<Eigen::Index>(kv.slot_stride)));
-    Eigen::Map<const Eigen::VectorXf> qv(q + h * kv.head_dim, d);
-    Eigen::Map<Eigen::VectorXf> x(out + h * n, rows);
-    x.noalias() = K.template cast<float>() * qv;
-    x *= scale;
-    if (bias != nullptr) x += Eigen::Map<const Eigen::VectorXf>(bias + h * n, rows);
-  }
+  for (std::size_t h = 0; h < n_q_heads; ++h)
+    detail::head_logits(kv, h / g, q + h * kv.head_dim, out + h * n, scale, bias != nullptr ? bias + h * n : nullptr);
+}
+
+/// One query head's decode-step logits, for an engine that scores each KV head while its logits are
+/// hot (`Cache::score_decode_head`): `out[s] = scale · (q · K[kv_head][s])` over the `n =
+/// kv.length(kv_head)` live slots of KV head `kv_head`; `q`: `[head_dim]` float (RoPE applied), `out`:
+/// `[n]`. The same product as `attention_logits`'s row of a query head of that KV head: the same
+/// floats, bit for bit. O(n · head_dim), no allocation. Throws `std::invalid_argument` (nothing written)
+/// if the view fails `KVView::validate`, `kv_head >= kv.n_kv_heads`, or a pointer is null.
+template <class T>
+void attention_logits_row(const KVView<const T>& kv, std::size_t kv_head, const float* q, float* out, float scale) {
+  kv.validate();
+  detail::require(kv_head < kv.n_kv_heads, "kvevict::attention_logits_row: kv_head ", kv_head,
+                  " out of range (n_kv_heads = ", kv.n_kv_heads, ")");
+  detail::require(q != nullptr && out != nullptr, "kvevict::attention_logits_row: q and out must be non-null");
+  detail::head_logits(kv, kv_head, q, out, scale, nullptr);
 }
 
 /// `attention_logits` on a writable view: reads it through `kv.read_only()`.

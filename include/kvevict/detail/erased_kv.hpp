@@ -114,19 +114,20 @@ inline void check_chunk_view(const ErasedKV& kv, std::size_t C, std::size_t n, s
 /// head, the engine appended one to every head, so `n == held + 1 ==
 /// lengths[h]`, and the new slot `n − 1` has the same position on every head,
 /// larger than `last_position`. Returns that position. Throws
-/// `std::invalid_argument` naming the values. O(n_kv_heads).
-inline std::int64_t check_step_view(const ErasedKV& kv, std::size_t n, std::size_t held, std::int64_t last_position) {
-  check_lengths(kv, "kvevict::Cache::decode_step");
-  require(n == held + 1, "kvevict::Cache::decode_step: n = ", n, " but the cache holds ", held,
+/// `std::invalid_argument` naming the values and `who` (the calling method). O(n_kv_heads).
+inline std::int64_t check_step_view(const ErasedKV& kv, std::size_t n, std::size_t held, std::int64_t last_position,
+                                    const char* who = "kvevict::Cache::decode_step") {
+  check_lengths(kv, who);
+  require(n == held + 1, who, ": n = ", n, " but the cache holds ", held,
           " tokens per KV head (append exactly one token, then pass n = ", held + 1, ")");
   for (std::size_t h = 0; h < kv.n_kv_heads; ++h)
-    require(kv.lengths[h] == n, "kvevict::Cache::decode_step: the view's lengths[", h, "] = ", kv.lengths[h],
+    require(kv.lengths[h] == n, who, ": the view's lengths[", h, "] = ", kv.lengths[h],
             ", expected n = ", n, " (append the new token's K/V to every head first)");
   const std::int64_t new_pos = kv.pos(0)[n - 1];
-  require(new_pos > last_position, "kvevict::Cache::decode_step: new token's position ", new_pos,
+  require(new_pos > last_position, who, ": new token's position ", new_pos,
           " must be larger than the last one, ", last_position);
   for (std::size_t h = 1; h < kv.n_kv_heads; ++h)
-    require(kv.pos(h)[n - 1] == new_pos, "kvevict::Cache::decode_step: KV head ", h, " has new position ",
+    require(kv.pos(h)[n - 1] == new_pos, who, ": KV head ", h, " has new position ",
             kv.pos(h)[n - 1], ", KV head 0 has ", new_pos);
   return new_pos;
 }

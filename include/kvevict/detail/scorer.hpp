@@ -264,6 +264,36 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
     });
   }
 
+  /// One KV head's part of `score_step`, for an engine that hands each KV head's logits over right
+  /// after computing them (`Cache::score_decode_head`): the rows of KV head `j`'s query heads
+  /// (`logits`, `gumbel` optional: `[g][n]`, query head `j · g + q` at row `q`) add their softmax into
+  /// `scores[j]` exactly as `score_step` adds them (the new slot `n − 1` starts at 0; the same kernel,
+  /// the same order: the same bits). Runs on the calling thread; calls for distinct `j` may run
+  /// concurrently (each touches only its head's scores, chunk factors and its group's rows of the
+  /// numerator scratch). All-or-nothing for head `j`: every row is checked first, read-only; on NaN /
+  /// `+inf` `std::invalid_argument` names the q_head ("<who>::<method>: logits of q_head h contain NaN
+  /// or +inf") and head `j`'s scores are unchanged. O(g · n), no allocation.
+  void score_step_head(std::size_t j, const float* logits, const float* gumbel, std::size_t n, float inv_tau,
+                       float* scores, std::size_t stride, std::uint64_t position, const char* method) {
+    const bool noise_given = score_.noisy() && gumbel != nullptr;
+    for (std::size_t q = 0; q < group_; ++q)
+      if (!row_accepted(logits + q * n, noise_given ? gumbel + q * n : nullptr, n))
+        throw std::invalid_argument(
+            concat(who_, "::", method, ": logits of q_head ", j * group_ + q, " contain NaN or +inf"));
+    const std::size_t chunks = chunk_count(n);
+    float* e = backup_.data() + j * group_ * stride_;  // the group's first row of the split step's scratch
+    float* s = scores + j * stride;
+    s[n - 1] = 0.0f;
+    for (std::size_t q = 0; q < group_; ++q) {
+      const std::size_t h = j * group_ + q;
+      float* f = f_.data() + h * 2 * chunks_;
+      (void)softmax_row(logits + q * n, gumbel != nullptr ? gumbel + q * n : nullptr, n, inv_tau, position, h, 0,
+                        chunks, e, f, f + chunks_);
+      softmax_combine(f, f + chunks_, chunks, inv_tau);
+      add_chunks(e, f, n, s, !Score::kAccumulates && q == 0);
+    }
+  }
+
   /// `Σ_j scores[j][0, n)` (for a selection shared by every KV head), in scratch
   /// valid until the next call. O(n_kv_heads · n).
   const float* sum_over_heads(const float* scores, std::size_t stride, std::size_t n) {
