@@ -118,3 +118,44 @@ TEST(Llama2Hooks, ARotaryPositionOutsideTheContextThrowsNamingTheHookAndTheValue
 }
 
 }  // namespace
+
+// Without hooks an evicting engine scores each KV head while its logits are hot (Engine::attend_hot and
+// the cache's per-head decode step); with hooks installed it runs the whole-layer decode_step. Both give
+// the same logits and the same retained positions, bit for bit, for every policy, both selections and any
+// thread count (a GQA model: 4 query heads over 2 KV heads; 30 steps past a budget of 8).
+TEST(Llama2Hooks, PerHeadScoringWithoutHooksGivesTheBitsOfTheWholeLayerStep) {
+  const Model m = make_model(Header{}, 46);
+  const std::vector<int> prompt = {1, 5, 9, 3, 7, 2, 8, 4, 6, 11, 13, 10, 12, 14, 15, 17, 16, 18, 19, 20};
+  for (const char* policy : {"keyformer", "h2o", "tova", "streaming", "window"})
+    for (bool shared : {false, true})
+      for (std::size_t threads : {std::size_t{1}, std::size_t{3}}) {
+        llama2::EvictionSettings s;
+        s.policy = policy;
+        s.budget = kvevict::Budget::tokens(8);
+        s.recent = kvevict::RecentWindow::tokens(std::string(policy) == "keyformer" || std::string(policy) == "h2o" ? 2 : 0);
+        s.shared_heads = shared;
+        s.params.horizon = 30;
+        s.params.sinks = 2;
+        auto hot = llama2::make_engine(m, s);
+        auto whole = llama2::make_engine(m, s);
+        whole->set_hooks(std::make_unique<llama2::EngineHooks>());
+        hot->set_threads(threads);
+        whole->set_threads(threads);
+        hot->prefill(prompt);
+        whole->prefill(prompt);
+        const std::string what = std::string(policy) + (shared ? " shared" : " per-head") + " threads " +
+                                 std::to_string(threads);
+        int token = 3;
+        for (int t = 0; t < 26; ++t) {
+          const std::vector<float> a = logits_of(hot->step(token), m.config().vocab_size);
+          const std::vector<float> b = logits_of(whole->step(token), m.config().vocab_size);
+          ASSERT_EQ(a, b) << what << " step " << t;
+          for (std::size_t l = 0; l < m.config().n_layers; ++l)
+            for (std::size_t j = 0; j < m.config().n_kv_heads; ++j)
+              ASSERT_EQ(hot->cache(l)->retained_positions(j), whole->cache(l)->retained_positions(j))
+                  << what << " step " << t << " layer " << l << " KV head " << j;
+          token = (token * 7 + 3) % static_cast<int>(m.config().vocab_size);
+        }
+        EXPECT_EQ(hot->retained(0), 8u) << what;
+      }
+}

@@ -146,6 +146,8 @@ void Engine::init() {
   logits_.resize(c.vocab_size);
   att_logits_.resize(c.n_heads * c.seq_len);
   att_probs_.resize(c.n_heads * c.seq_len);
+  group_done_ = std::make_unique<std::atomic<std::size_t>[]>(c.n_kv_heads);
+  head_errors_.assign(c.n_kv_heads, nullptr);
   reset();
 }
 
@@ -239,6 +241,46 @@ void Engine::attend(const kvevict::KVView<const float>& view, const float* q, fl
     pool_->parallel_for(c.n_heads, head);
   else
     for (std::size_t h = 0; h < c.n_heads; ++h) head(h);
+}
+
+void Engine::attend_hot(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out,
+                        kvevict::CacheInterface& cache) {
+  const Config& c = config_;
+  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  cache.begin_decode_step(n);  // throws before anything changed (the step then resets the engine)
+  for (std::size_t j = 0; j < c.n_kv_heads; ++j) {
+    group_done_[j].store(0, std::memory_order_relaxed);
+    head_errors_[j] = nullptr;
+  }
+  const Eigen::OuterStride<> stride(static_cast<Eigen::Index>(view.slot_stride));
+  auto head = [&](std::size_t h) noexcept {
+    const std::size_t j = h / group;
+    // kvevict::attention_logits's row of query head h: the same floats as attend()
+    kvevict::detail::head_logits(view, j, q + h * hd, logits + h * n, scale, nullptr);
+    // The group's last row in scores the KV head while the rows are hot; the view is unchanged until
+    // end_decode_step, so the other heads' V products below may run meanwhile.
+    if (group_done_[j].fetch_add(1, std::memory_order_acq_rel) + 1 == group) {
+      try {
+        cache.score_decode_head(j, logits + j * group * n);
+      } catch (...) {
+        head_errors_[j] = std::current_exception();
+      }
+    }
+    float* probs = att_probs_.data() + h * c.seq_len;
+    const SlotRows values(view.v_row(j, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd), stride);
+    std::copy(logits + h * n, logits + (h + 1) * n, probs);
+    softmax(probs, n);
+    VectorMap(out + h * hd, static_cast<Eigen::Index>(hd)).noalias() =
+        values.transpose() * ConstVectorMap(probs, static_cast<Eigen::Index>(n));
+  };
+  if (pool_)
+    pool_->parallel_for(c.n_heads, head);
+  else
+    for (std::size_t h = 0; h < c.n_heads; ++h) head(h);
+  for (std::size_t j = 0; j < c.n_kv_heads; ++j)
+    if (head_errors_[j]) std::rethrow_exception(head_errors_[j]);  // the lowest KV head's error
+  cache.end_decode_step();
 }
 
 const float* Engine::step(int token) {
@@ -346,9 +388,14 @@ void Engine::step_attention(std::size_t l) {
   rope(q_.data(), c.n_heads, rot);
   rope(k_.data(), c.n_kv_heads, rot);
   const kvevict::KVView<float>& view = store_->append(l, position_, k_.data(), v_.data(), false);
+  kvevict::CacheInterface* cache = store_->cache(l);
+  if (cache && !hooks_ && cache->has_per_head_step()) {  // each KV head scored while its logits are hot
+    attend_hot(view, q_.data(), att_logits_.data(), xb2_.data(), *cache);
+    return;
+  }
   attend(view, q_.data(), att_logits_.data(), xb2_.data());
   if (hooks_) hooks_->decode_attention(*this, l, att_logits_.data(), view.length(0));
-  if (kvevict::CacheInterface* cache = store_->cache(l)) {
+  if (cache) {
     cache->decode_step(att_logits_.data(), view.length(0));
     if (hooks_) hooks_->after_cache(*this, l, *cache, false);
   }

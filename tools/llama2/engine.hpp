@@ -2,7 +2,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <vector>
 
@@ -240,6 +242,13 @@ class Engine {
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
   void attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out);
+  /// `attend` with the cache's per-head decode step: each query head's logits row, then the task that
+  /// completes a KV head's group hands the group's rows to `cache.score_decode_head` while they are in
+  /// cache, then its softmax and V product; `begin_decode_step` before, `end_decode_step` after. The same
+  /// floats and the same cache state as `attend` + `decode_step` (used when the block has a cache with
+  /// the per-head step and no hooks are installed).
+  void attend_hot(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out,
+                  kvevict::CacheInterface& cache);
 
   const Model& model_;
   Config config_;                   // the model's, with seq_len = context (the stores keep a copy)
@@ -255,6 +264,8 @@ class Engine {
   Eigen::VectorXf x_, xb_, xb2_, q_, k_, v_, h1_, h3_, logits_;
   std::vector<float> att_logits_;  // [n_heads][seq_len], one block at a time
   std::vector<float> att_probs_;   // [n_heads][seq_len]: one row per query head (heads run in parallel)
+  std::unique_ptr<std::atomic<std::size_t>[]> group_done_;  // [n_kv_heads]: rows of the group done (attend_hot)
+  std::vector<std::exception_ptr> head_errors_;             // [n_kv_heads]: what score_decode_head threw
   kvtools::ThreadPool* pool_ = nullptr;             // null: serial
   std::unique_ptr<kvtools::ThreadPool> own_pool_;  // the pool of set_threads
 
