@@ -7,7 +7,9 @@
 // padding; budgets and windows as counts and ratios including 0, > k and huge; sinks; τ values
 // including 0, negative, tiny, NaN and inf; shared heads) and then a sequence of operations (append
 // with valid and invalid positions, prefill and decode_step with random / NaN / ±inf / huge logits,
-// wrong lengths, null pointers, injected noise, restore_position_order, reset, out-of-range queries).
+// wrong lengths, null pointers, injected noise, restore_position_order, reset, out-of-range queries;
+// the per-head decode step: begin_decode_step, score_decode_head in any order with bad, repeated and
+// out-of-range heads, end_decode_step, and every other call while a step is open).
 // The cache runs on an executor that claims 1, 2, 3, 7 or 16 workers and runs the tasks serially in
 // either order.
 //
@@ -546,6 +548,7 @@ struct Harness {
   }
 
   void forget() {
+    open_step = false;  // reset abandons an open per-head step
     accepted.clear();
     managed = 0;
     prefilled = chunking = false;
@@ -558,7 +561,7 @@ struct Harness {
     for (int op = 0; op < 96 && in.remaining_bytes() > 0; ++op) {
       const KVView<T>& kv = layer().view;
       const std::size_t n = kv.lengths[0];
-      switch (in.ConsumeIntegralInRange<int>(0, 15)) {
+      switch (in.ConsumeIntegralInRange<int>(0, 16)) {
         case 0: case 1: case 2: case 3: {  // append; rarely a run of tokens (long prompts within 96 ops)
           if (in.ConsumeIntegralInRange<int>(0, 31) == 0) {
             const std::size_t count = in.ConsumeIntegralInRange<std::size_t>(1, layer().cap);
@@ -702,6 +705,49 @@ struct Harness {
           }
           break;
         }
+        case 15: {  // the per-head decode step: begin, heads in a drawn order (bad, repeated, out of range), end
+          const std::size_t nkv = layer().nkv, g = s().n_q / nkv;
+          if (!open_step) {
+            std::size_t m = n;
+            if (in.ConsumeIntegralInRange<int>(0, 7) == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+            const std::size_t before = managed;
+            if (!call("begin_decode_step", [&](Layer<T>&, CI& c) { c.begin_decode_step(m); })) break;
+            KVFUZZ_CHECK(prefilled && m == before + 1 && m == n, where(), ": begin_decode_step(n = ", m,
+                         ") accepted with ", before, " managed slots, view length ", n);
+            open_step = true;
+            step_m = m;
+            step_pos = kv.head_positions(0)[m - 1];
+            KVFUZZ_CHECK(accepted.empty() || step_pos > accepted.back(), where(), ": begin accepted position ",
+                         step_pos, " after ", accepted.back());
+            done.assign(nkv, 0);
+          }
+          const std::size_t calls = in.ConsumeIntegralInRange<std::size_t>(0, nkv + 1);
+          for (std::size_t i = 0; i < calls; ++i) {
+            const std::size_t j = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? nkv : in.ConsumeIntegralInRange<std::size_t>(0, nkv - 1);
+            const std::vector<float> x = pick_floats(in, g * step_m);
+            const int ptrs = in.ConsumeIntegralInRange<int>(0, 7);
+            const std::vector<float> z = ptrs == 1 ? pick_floats(in, g * step_m) : std::vector<float>();
+            if (call("score_decode_head", [&](Layer<T>&, CI& c) {
+                  c.score_decode_head(j, ptrs == 0 ? nullptr : x.data(), z.empty() ? nullptr : z.data());
+                })) {
+              KVFUZZ_CHECK(j < nkv && done[j] == 0, where(), ": score_decode_head(", j, ") accepted (n_kv_heads = ",
+                           nkv, ", already scored: ", j < nkv ? int(done[j]) : -1, ")");
+              done[j] = 1;
+            }
+          }
+          if (in.ConsumeIntegralInRange<int>(0, 3) != 0 &&
+              call("end_decode_step", [&](Layer<T>&, CI& c) { c.end_decode_step(); })) {
+            KVFUZZ_CHECK(std::count(done.begin(), done.end(), 1) == static_cast<long>(nkv) && kv.lengths[0] >= 1,
+                         where(), ": end_decode_step accepted with a KV head not scored");
+            const std::size_t k = s().cache->budget();
+            KVFUZZ_CHECK(kv.lengths[0] == std::min(step_m, k), where(), ": the per-head step left ", kv.lengths[0],
+                         " slots, expected min(n = ", step_m, ", k = ", k, ")");
+            accepted.push_back(step_pos);
+            managed = kv.lengths[0];
+            open_step = false;
+          }
+          break;
+        }
         default: {  // queries, including an out-of-range head
           const std::size_t h = in.ConsumeIntegralInRange<std::size_t>(0, layer().nkv);
           call("retained_positions", [&](Layer<T>& L, CI& c) {
@@ -718,6 +764,11 @@ struct Harness {
 
   CacheConfig config_;
   const CacheConfig& config() const { return config_; }
+  // The per-head decode step (after config_: the aggregate initialisation above stops at config_).
+  bool open_step = false;              // a per-head decode step is open (begin_decode_step succeeded)
+  std::size_t step_m = 0;              // its n
+  std::int64_t step_pos = 0;           // its new token's position
+  std::vector<int> done;               // [kv_head]: scored in the open step
 };
 
 kvtools::ThreadPool& real_threads() {
@@ -778,7 +829,8 @@ void fuzz_one(const std::uint8_t* data, std::size_t size) {
     twin->s.cache->set_executor(real_threads());
     twin->s.name += " (real threads)";
   }
-  Harness<T> harness{main, twin.get(), to_config, data, size, {}, 0, false, false, true, {}, {}, false, 0, config};
+  Harness<T> harness{main, twin.get(), to_config, data, size, {}, 0, false, false, true, {}, {}, false, 0, config,
+                     false, 0, 0, {}};
   harness.run(in);
 }
 
