@@ -95,8 +95,13 @@ class DecodeAttention {
   DecodeAttention(const Shape& s, std::size_t capacity)
       : shape_(s), qs_(s.g, s.d), p_(capacity, s.g), out_(s.d, s.g), block_(kBlock, s.d), sums_(s.g) {}
 
-  /// q: [n_q][d]; logits: [n_q][n] (n = kv.length(0)); out: [n_q][d].
-  void run(const kvevict::KVView<T>& kv, const float* q, float* logits, float* out) {
+  /// q: [n_q][d]; logits: [n_q][n] (n = kv.length(0)); out: [n_q][d]. `on_logits(j)` runs right after
+  /// KV head j's logits are written (before their softmax and the V product: they are still in L1/L2),
+  /// for a cache's per-head decode step (`Cache::score_decode_head`); it must not change slot
+  /// `[0, n)` of heads > j.
+  template <class OnLogits = void (*)(std::size_t)>
+  void run(const kvevict::KVView<T>& kv, const float* q, float* logits, float* out,
+           OnLogits on_logits = [](std::size_t) {}) {
     const auto n = static_cast<Eigen::Index>(kv.length(0));
     const auto d = static_cast<Eigen::Index>(shape_.d), g = static_cast<Eigen::Index>(shape_.g);
     const float scale = 1.0f / std::sqrt(static_cast<float>(shape_.d));
@@ -121,6 +126,7 @@ class DecodeAttention {
             S.middleRows(r, b).noalias() = block_.topRows(b) * qs_.transpose();
         }
       }
+      on_logits(j);
       for (Eigen::Index c = 0; c < g; ++c) {
         const float m = S.col(c).maxCoeff();
         P.col(c) = (S.col(c).array() - m).exp();

@@ -115,6 +115,25 @@ struct DecodeLayer {
     attention.run(kv, q.data(), logits.data(), out.data());
   }
   void evict() { cache->decode_step(logits.data(), kv.length(0)); }
+  /// The same step with the cache scoring each KV head right after its logits (per-head decode step):
+  /// append, `begin_decode_step`, the attention with `score_decode_head(j)` after head j's q·K, then
+  /// `end_decode_step`. Adds the wall seconds of the cache's calls to `evict_wall` (steady_clock, about
+  /// 20 ns a reading: a thread-CPU-time reading costs a system call, ~0.5 µs, which at 10 calls per step
+  /// would be most of a cheap policy's step at n = 4096).
+  void attend_and_evict_hot(double& evict_wall) {
+    kv.append(next_pos++, k_new.data(), v_new.data());
+    const std::size_t n = kv.length(0), g = shape.g;
+    auto timed = [&](auto&& call) {
+      const auto t0 = Clock::now();
+      call();
+      evict_wall += std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    timed([&] { cache->begin_decode_step(n); });
+    attention.run(kv, q.data(), logits.data(), out.data(), [&](std::size_t j) {
+      timed([&] { cache->score_decode_head(j, logits.data() + j * g * n); });
+    });
+    timed([&] { cache->end_decode_step(); });
+  }
 };
 
 /// Keeps the most recent fixture alive across Google Benchmark's repeated
@@ -180,6 +199,40 @@ void bm_evict_step(benchmark::State& state, kvevict::Policy policy, Shape s) {
     state.SetIterationTime(e);
   }
   const double iters = static_cast<double>(state.iterations());
+  set_shape_counters(state, s);
+  state.counters["attention_us"] = 1e6 * attn_s / iters;
+  state.counters["evict_us"] = 1e6 * evict_s / iters;
+  state.counters["evict_over_attention"] = evict_s / attn_s;
+  state.counters["attention_cpu_us"] = 1e6 * attn_cpu / iters;
+  state.counters["evict_cpu_ns_per_elem"] = 1e9 * evict_cpu / iters / static_cast<double>(s.n_q() * s.n);
+  state.counters["evict_over_attention_cpu"] = evict_cpu / attn_cpu;
+}
+
+/// `bm_evict_step` with the per-head decode step: each KV head scored (and, per-head selection, its
+/// victim evicted) right after the attention computed its logits, while they are in L1/L2 (issue 36).
+/// The same counters, from the same iterations: the eviction is the cache's calls (begin, one per KV
+/// head, end; wall clock), the attention is the rest of the iteration; the CPU-time counters scale the
+/// wall split by the iteration's thread CPU time / wall time (on an idle machine, about 1). The state is
+/// the same, bit for bit, as `bm_evict_step`'s (tests/per_head_step_test.cpp); it shares that
+/// benchmark's layer.
+template <class T>
+void bm_evict_step_hot(benchmark::State& state, kvevict::Policy policy, Shape s) {
+  auto& layer = memo<DecodeLayer<T>>(LayerKey{policy, s.n, s.d, s.g},
+                                     [&] { return std::make_unique<DecodeLayer<T>>(policy, s); });
+  double evict_s = 0.0, total_s = 0.0, total_cpu = 0.0;
+  for (auto _ : state) {
+    double e_wall = 0.0;
+    const double c0 = thread_cpu_seconds();
+    const auto t0 = Clock::now();
+    layer.attend_and_evict_hot(e_wall);
+    total_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    total_cpu += thread_cpu_seconds() - c0;
+    evict_s += e_wall;
+    state.SetIterationTime(e_wall);
+  }
+  const double iters = static_cast<double>(state.iterations());
+  const double cpu_per_wall = total_cpu / total_s;
+  const double evict_cpu = evict_s * cpu_per_wall, attn_s = total_s - evict_s, attn_cpu = total_cpu - evict_cpu;
   set_shape_counters(state, s);
   state.counters["attention_us"] = 1e6 * attn_s / iters;
   state.counters["evict_us"] = 1e6 * evict_s / iters;
@@ -308,11 +361,17 @@ void register_type(const Grid& grid) {
             ->MinTime(grid.min_time)
             ->Unit(benchmark::kMicrosecond);
         for (auto p : {kvevict::Policy::keyformer, kvevict::Policy::h2o, kvevict::Policy::streaming_llm,
-                       kvevict::Policy::window, kvevict::Policy::tova})
+                       kvevict::Policy::window, kvevict::Policy::tova}) {
           benchmark::RegisterBenchmark((std::string(bench_name(p)) + sfx).c_str(), bm_evict_step<T>, p, s)
               ->UseManualTime()
               ->Iterations(iterations_for<T>(grid, s))
               ->Unit(benchmark::kMicrosecond);
+          // The per-head decode step beside it (issue 36): "KeyformerDecodeStepHot/float/n:.../d:.../g:...".
+          benchmark::RegisterBenchmark((std::string(bench_name(p)) + "Hot" + sfx).c_str(), bm_evict_step_hot<T>, p, s)
+              ->UseManualTime()
+              ->Iterations(iterations_for<T>(grid, s))
+              ->Unit(benchmark::kMicrosecond);
+        }
         if (grid.naive_sizes.count(n) != 0)
           benchmark::RegisterBenchmark(("NaiveDecodeStep" + sfx).c_str(), bm_naive_step<T>, s)
               ->UseManualTime()

@@ -32,11 +32,20 @@ def load(path):
     return rows
 
 
+ORDER = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv")
+
+
+def row_key(r):
+    """Full cache first, then larger budgets first, then the policies in ORDER (a resumed run appends rows)."""
+    p = r["policy"]
+    return (p != "full", -int(r["k"]), ORDER.index(p) if p in ORDER else len(ORDER), p)
+
+
 def by_prompt(rows):
     groups = {}
     for r in rows:
         groups.setdefault(int(r["prompt"]), []).append(r)
-    return dict(sorted(groups.items()))
+    return {p: sorted(g, key=row_key) for p, g in sorted(groups.items())}
 
 
 def markdown(rows, machine, command):
@@ -58,9 +67,9 @@ def markdown(rows, machine, command):
         gen = int(f["generate"])
         fb = float(f["batch_tok_s"])
         out += [f"## P = {p} prompt tokens, {gen} generated", "",
-                "| policy | prefill s (ratio) | decode tok/s (ratio) | KV held MiB (of full) | peak RSS MiB | "
-                f"batch in {f['batch_memory_seqs']} full seqs' KV: seqs, tok/s (ratio) |",
-                "|---|---|---|---|---|---|"]
+                "| policy | prefill s (ratio) | decode tok/s (ratio) | KV held MiB (of full) | sequences per GiB of KV | "
+                f"peak RSS MiB | batch in {f['batch_memory_seqs']} full seqs' KV: seqs, tok/s (ratio) |",
+                "|---|---|---|---|---|---|---|"]
         for r in group:
             pre = float(r["prefill_s"])
             dec = float(r["decode_tok_s"])
@@ -70,6 +79,7 @@ def markdown(rows, machine, command):
             out.append(f"| {r['label']} | {pre:.1f} ({pre / float(f['prefill_s']):.2f}x) | "
                        f"{dec:.1f} ({dec / float(f['decode_tok_s']):.2f}x) | "
                        f"{held / MIB:.1f} ({100.0 * held / float(f['kv_held_decode_bytes']):.0f}%) | "
+                       f"{1024.0 * MIB / held:.1f} | "
                        f"{float(r['peak_rss_bytes']) / MIB:.0f} | {batch} |")
         out.append("")
     return "\n".join(out) + "\n"

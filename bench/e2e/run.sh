@@ -10,7 +10,7 @@
 #   PROMPTS=512 GENERATE=64 bash bench/e2e/run.sh  # a quick look
 #
 # The CSV is kept between runs: a (P, policy) row already there is not run again (delete the file, or
-# FRESH=1, to start over), so an interrupted run resumes. Progress: one line per run on stderr.
+# FRESH=1, to start over), so an interrupted run resumes; delete a row's line to measure it again. Progress: one line per run on stderr.
 # kvevict-e2e is built in BUILD_DIR (default build-e2e): Release, the default flags (no -march), what a
 # user's build gets. THREADS (default 2) worker threads.
 set -euo pipefail
@@ -29,10 +29,12 @@ out=${OUT_DIR:-bench/e2e/results}
 csv="$out/e2e.csv"
 model=$(bash scripts/get-models.sh)
 text=${KVEVICT_SHARED_DIR:-../shared}/data/python-howto/tutorial.rst
-echo "run.sh: building kvevict-e2e in $build ..." >&2
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_BUILD_TESTS=OFF -DKVEVICT_BUILD_EXAMPLES=OFF \
-  -DKVEVICT_BUILD_PYTHON=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target kvevict-e2e >/dev/null
+if [[ ${NO_BUILD:-0} != 1 ]]; then  # NO_BUILD=1: rerun rows with the binary already in BUILD_DIR
+  echo "run.sh: building kvevict-e2e in $build ..." >&2
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_BUILD_TESTS=OFF -DKVEVICT_BUILD_EXAMPLES=OFF \
+    -DKVEVICT_BUILD_PYTHON=OFF >/dev/null
+  cmake --build "$build" -j"$(nproc)" --target kvevict-e2e >/dev/null
+fi
 e2e="$build/bench/e2e/kvevict-e2e"
 mkdir -p "$out"
 [[ ${FRESH:-0} == 1 ]] && rm -f "$csv"

@@ -53,8 +53,8 @@ expect_usage --budget --budget 50%
   echo "keyformer:50%,64,keyformer,keyformer k=32 w=9 sinks=0,32,64,16,1,2.5,1,12.5,40960,40960,102400,209715200,2,5,8,1,1,45.0"
 } >"$tmp/e2e.csv"
 python3 "$(dirname "$0")/report.py" "$tmp/e2e.csv" "$tmp/out" --no-plot >/dev/null
-grep -qF "| full | 2.0 (1.00x) | 10.0 (1.00x) | 0.1 (100%) | 100 | 2, 20.0 (1.00x) |" "$tmp/out/e2e.md" ||
+grep -qF "| full | 2.0 (1.00x) | 10.0 (1.00x) | 0.1 (100%) | 10485.8 | 100 | 2, 20.0 (1.00x) |" "$tmp/out/e2e.md" ||
   fail "report full row: $(cat "$tmp/out/e2e.md")"
-grep -qF "| keyformer k=32 w=9 sinks=0 | 2.5 (1.25x) | 12.5 (1.25x) | 0.0 (40%) | 200 | 5, 45.0 (2.25x) |" \
+grep -qF "| keyformer k=32 w=9 sinks=0 | 2.5 (1.25x) | 12.5 (1.25x) | 0.0 (40%) | 26214.4 | 200 | 5, 45.0 (2.25x) |" \
   "$tmp/out/e2e.md" || fail "report keyformer row: $(cat "$tmp/out/e2e.md")"
 echo "test_e2e.sh: ok"
