@@ -170,6 +170,20 @@ double thread_cpu_seconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
+/// The counters of an eviction step timed beside its attention step over `iters` iterations (seconds
+/// summed): wall and thread-CPU microseconds, the eviction's share of the attention, and its CPU ns per
+/// (query head × token).
+void set_step_counters(benchmark::State& state, const Shape& s, double iters, double attn_s, double evict_s,
+                       double attn_cpu, double evict_cpu) {
+  set_shape_counters(state, s);
+  state.counters["attention_us"] = 1e6 * attn_s / iters;
+  state.counters["evict_us"] = 1e6 * evict_s / iters;
+  state.counters["evict_over_attention"] = evict_s / attn_s;
+  state.counters["attention_cpu_us"] = 1e6 * attn_cpu / iters;
+  state.counters["evict_cpu_ns_per_elem"] = 1e9 * evict_cpu / iters / static_cast<double>(s.n_q() * s.n);
+  state.counters["evict_over_attention_cpu"] = evict_cpu / attn_cpu;
+}
+
 /// Eviction step of `policy`, timed side by side with the attention step it
 /// rides on: each iteration appends the new token and runs the attention
 /// (timed as attention), then `decode_step` (timed as eviction; the reported
@@ -199,13 +213,7 @@ void bm_evict_step(benchmark::State& state, kvevict::Policy policy, Shape s) {
     state.SetIterationTime(e);
   }
   const double iters = static_cast<double>(state.iterations());
-  set_shape_counters(state, s);
-  state.counters["attention_us"] = 1e6 * attn_s / iters;
-  state.counters["evict_us"] = 1e6 * evict_s / iters;
-  state.counters["evict_over_attention"] = evict_s / attn_s;
-  state.counters["attention_cpu_us"] = 1e6 * attn_cpu / iters;
-  state.counters["evict_cpu_ns_per_elem"] = 1e9 * evict_cpu / iters / static_cast<double>(s.n_q() * s.n);
-  state.counters["evict_over_attention_cpu"] = evict_cpu / attn_cpu;
+  set_step_counters(state, s, iters, attn_s, evict_s, attn_cpu, evict_cpu);
 }
 
 /// `bm_evict_step` with the per-head decode step: each KV head scored (and, per-head selection, its
@@ -233,13 +241,7 @@ void bm_evict_step_hot(benchmark::State& state, kvevict::Policy policy, Shape s)
   const double iters = static_cast<double>(state.iterations());
   const double cpu_per_wall = total_cpu / total_s;
   const double evict_cpu = evict_s * cpu_per_wall, attn_s = total_s - evict_s, attn_cpu = total_cpu - evict_cpu;
-  set_shape_counters(state, s);
-  state.counters["attention_us"] = 1e6 * attn_s / iters;
-  state.counters["evict_us"] = 1e6 * evict_s / iters;
-  state.counters["evict_over_attention"] = evict_s / attn_s;
-  state.counters["attention_cpu_us"] = 1e6 * attn_cpu / iters;
-  state.counters["evict_cpu_ns_per_elem"] = 1e9 * evict_cpu / iters / static_cast<double>(s.n_q() * s.n);
-  state.counters["evict_over_attention_cpu"] = evict_cpu / attn_cpu;
+  set_step_counters(state, s, iters, attn_s, evict_s, attn_cpu, evict_cpu);
 }
 
 /// The attention step alone (no eviction; n stays at k: the new token's K/V

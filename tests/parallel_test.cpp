@@ -59,22 +59,8 @@ kvtools::ThreadPool& pool(std::size_t w) {
   return w == 2 ? p2 : w == 3 ? p3 : p7;
 }
 
-struct Snapshot {
-  std::vector<std::vector<std::int64_t>> positions;
-  std::vector<std::vector<std::uint32_t>> score_bits;
-  bool operator==(const Snapshot& o) const { return positions == o.positions && score_bits == o.score_bits; }
-};
-Snapshot snapshot(const kvevict::CacheInterface& c, std::size_t n_kv) {
-  Snapshot s;
-  for (std::size_t j = 0; j < n_kv; ++j) {
-    const std::size_t n = c.length(j);
-    s.positions.emplace_back(c.positions(j), c.positions(j) + n);
-    std::vector<std::uint32_t> bits(n);
-    if (n != 0) std::memcpy(bits.data(), c.scores(j), n * sizeof(float));
-    s.score_bits.push_back(std::move(bits));
-  }
-  return s;
-}
+using Snapshot = kvtest::CacheSnapshot;
+using kvtest::snapshot;
 
 struct Case {
   Policy policy;

@@ -34,29 +34,8 @@ float logit_of(std::uint64_t row, std::uint64_t h, std::uint64_t col) {
   return static_cast<float>(x >> 8) / 16777216.0f * 8.0f - 4.0f;
 }
 
-struct Snapshot {
-  std::vector<std::vector<std::int64_t>> positions;
-  std::vector<std::vector<std::uint32_t>> score_bits;
-  std::size_t step = 0;
-  std::uint32_t tau_bits = 0;
-  bool operator==(const Snapshot& o) const {
-    return positions == o.positions && score_bits == o.score_bits && step == o.step && tau_bits == o.tau_bits;
-  }
-};
-Snapshot snapshot(const kvevict::CacheInterface& c, std::size_t n_kv) {
-  Snapshot s;
-  for (std::size_t j = 0; j < n_kv; ++j) {
-    const std::size_t n = c.length(j);
-    s.positions.emplace_back(c.positions(j), c.positions(j) + n);
-    std::vector<std::uint32_t> bits(n);
-    if (n != 0) std::memcpy(bits.data(), c.scores(j), n * sizeof(float));
-    s.score_bits.push_back(std::move(bits));
-  }
-  s.step = c.step();
-  const float tau = c.temperature();
-  std::memcpy(&s.tau_bits, &tau, sizeof tau);
-  return s;
-}
+using Snapshot = kvtest::CacheSnapshot;
+using kvtest::snapshot;
 
 enum class Mode { whole, ascending, descending, threads };
 

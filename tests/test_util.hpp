@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
@@ -55,6 +57,32 @@ std::vector<float> causal_logits(std::size_t n_q, std::size_t P, F f) {
     for (std::size_t r = 0; r < P; ++r)
       for (std::size_t c = 0; c <= r; ++c) x[(h * P + r) * P + c] = f(h, r, c);
   return x;
+}
+
+/// What a cache holds, bit for bit: each KV head's position IDs and score bits by slot, the step count and
+/// τ's bits (tests comparing two ways of reaching the same state).
+struct CacheSnapshot {
+  std::vector<std::vector<std::int64_t>> positions;
+  std::vector<std::vector<std::uint32_t>> score_bits;
+  std::size_t step = 0;
+  std::uint32_t tau_bits = 0;
+  bool operator==(const CacheSnapshot& o) const {
+    return positions == o.positions && score_bits == o.score_bits && step == o.step && tau_bits == o.tau_bits;
+  }
+};
+inline CacheSnapshot snapshot(const kvevict::CacheInterface& c, std::size_t n_kv) {
+  CacheSnapshot s;
+  for (std::size_t j = 0; j < n_kv; ++j) {
+    const std::size_t n = c.length(j);
+    s.positions.emplace_back(c.positions(j), c.positions(j) + n);
+    std::vector<std::uint32_t> bits(n);
+    if (n != 0) std::memcpy(bits.data(), c.scores(j), n * sizeof(float));
+    s.score_bits.push_back(std::move(bits));
+  }
+  s.step = c.step();
+  const float tau = c.temperature();
+  std::memcpy(&s.tau_bits, &tau, sizeof tau);
+  return s;
 }
 
 }  // namespace kvtest

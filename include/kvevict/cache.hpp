@@ -254,9 +254,7 @@ class Cache final
     last_position_ = new_pos;
     if (n > k_) {
       if (config_.shared_heads) {
-        const float* sum = this->summed_scores(n);
-        const std::size_t victim = selection_.victim(sum, slots_.recent(0), slots_.positions(0), n);
-        for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victim, n);
+        evict_shared(n);
       } else {  // per KV head, on the executor: head j's search and move touch only head j
         detail::for_each_head(scorer_.executor(), kv().n_kv_heads, [&](std::size_t j) noexcept {
           slots_.evict(j, selection_.victim(slots_.scores(j), slots_.recent(j), slots_.positions(j), n), n); });
@@ -361,9 +359,7 @@ class Cache final
     last_position_ = step_pos_;
     if (n > k_) {
       if (config_.shared_heads) {
-        const float* sum = this->summed_scores(n);
-        const std::size_t victim = selection_.victim(sum, slots_.recent(0), slots_.positions(0), n);
-        for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victim, n);
+        evict_shared(n);
       } else {
         for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victims_[j], n);
       }
@@ -472,6 +468,13 @@ class Cache final
                       ", but the capacity is ", kv().capacity);
     }
     return kw;
+  }
+  /// A shared selection's decode-step eviction over `n` slots: the layer's one victim, from the scores summed
+  /// over KV heads, leaves every head. Cannot throw.
+  void evict_shared(std::size_t n) noexcept {
+    const float* sum = this->summed_scores(n);
+    const std::size_t victim = selection_.victim(sum, slots_.recent(0), slots_.positions(0), n);
+    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victim, n);
   }
   /// Throws `std::invalid_argument` naming `method` while a per-head decode step is open.
   void no_open_step(const char* method) const {

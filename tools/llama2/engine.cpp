@@ -225,22 +225,25 @@ void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
 // logits[h][s] = q_h·k_s / sqrt(head_dim) (kvevict::attention_logits), out_h = sum_s softmax(logits[h])_s v_s.
 void Engine::attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out) {
   const Config& c = config_;
-  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
-  kvevict::attention_logits(view, q, c.n_heads, logits, 1.0f / std::sqrt(static_cast<float>(hd)));
-  const Eigen::OuterStride<> stride(static_cast<Eigen::Index>(view.slot_stride));
-  auto head = [&](std::size_t h) {  // each head its own probs row: heads may run in parallel
-    float* probs = att_probs_.data() + h * c.seq_len;
-    const SlotRows values(view.v_row(h / group, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd),
-                          stride);
-    std::copy(logits + h * n, logits + (h + 1) * n, probs);
-    softmax(probs, n);
-    VectorMap(out + h * hd, static_cast<Eigen::Index>(hd)).noalias() =
-        values.transpose() * ConstVectorMap(probs, static_cast<Eigen::Index>(n));
-  };
+  kvevict::attention_logits(view, q, c.n_heads, logits, 1.0f / std::sqrt(static_cast<float>(c.head_dim())));
+  auto head = [&](std::size_t h) { attend_values(view, h, logits, out); };  // heads may run in parallel
   if (pool_)
     pool_->parallel_for(c.n_heads, head);
   else
     for (std::size_t h = 0; h < c.n_heads; ++h) head(h);
+}
+
+void Engine::attend_values(const kvevict::KVView<const float>& view, std::size_t h, const float* logits,
+                           float* out) noexcept {
+  const Config& c = config_;
+  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
+  float* probs = att_probs_.data() + h * c.seq_len;  // each head its own probs row
+  const SlotRows values(view.v_row(h / group, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd),
+                        Eigen::OuterStride<>(static_cast<Eigen::Index>(view.slot_stride)));
+  std::copy(logits + h * n, logits + (h + 1) * n, probs);
+  softmax(probs, n);
+  VectorMap(out + h * hd, static_cast<Eigen::Index>(hd)).noalias() =
+      values.transpose() * ConstVectorMap(probs, static_cast<Eigen::Index>(n));
 }
 
 void Engine::attend_hot(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out,
@@ -253,7 +256,6 @@ void Engine::attend_hot(const kvevict::KVView<const float>& view, const float* q
     group_done_[j].store(0, std::memory_order_relaxed);
     head_errors_[j] = nullptr;
   }
-  const Eigen::OuterStride<> stride(static_cast<Eigen::Index>(view.slot_stride));
   auto head = [&](std::size_t h) noexcept {
     const std::size_t j = h / group;
     // kvevict::attention_logits's row of query head h: the same floats as attend()
@@ -267,12 +269,7 @@ void Engine::attend_hot(const kvevict::KVView<const float>& view, const float* q
         head_errors_[j] = std::current_exception();
       }
     }
-    float* probs = att_probs_.data() + h * c.seq_len;
-    const SlotRows values(view.v_row(j, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd), stride);
-    std::copy(logits + h * n, logits + (h + 1) * n, probs);
-    softmax(probs, n);
-    VectorMap(out + h * hd, static_cast<Eigen::Index>(hd)).noalias() =
-        values.transpose() * ConstVectorMap(probs, static_cast<Eigen::Index>(n));
+    attend_values(view, h, logits, out);
   };
   if (pool_)
     pool_->parallel_for(c.n_heads, head);

@@ -242,6 +242,10 @@ class Engine {
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
   void attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out);
+  /// Query head `h`'s share of `attend` after its logits: softmax of `logits[h]` (in its own probs row), then
+  /// `out[h] = V[h / g]ᵀ · probs`. Safe for distinct `h` at once.
+  void attend_values(const kvevict::KVView<const float>& view, std::size_t h, const float* logits,
+                     float* out) noexcept;
   /// `attend` with the cache's per-head decode step: each query head's logits row, then the task that
   /// completes a KV head's group hands the group's rows to `cache.score_decode_head` while they are in
   /// cache, then its softmax and V product; `begin_decode_step` before, `end_decode_step` after. The same
