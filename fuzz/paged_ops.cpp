@@ -7,7 +7,7 @@
 // use, or throw, and whose (noexcept) release records every page — and up to three sequences on it,
 // each with a page table of 1–10 entries and a PagedCache (every policy through make_paged_cache or
 // the aliases; token or page unit; start_pages 0–2; sum or mean page score; budgets and windows as
-// counts including 0, > capacity and huge, or ratios; GQA group 1–3; SnapKV with both decode rules;
+// counts including 0, > capacity and huge, or ratios; GQA group 1–3; SnapKV with its three decode rules;
 // an executor claiming 1, 2, 3, 7 or SIZE_MAX workers). A construction that throws invalid_argument leaves
 // the sequence without a cache (its storage is still appended to and released). Then up to 128
 // calls: PagePool::append (valid and invalid positions; an empty pool or a full table must throw
@@ -445,11 +445,11 @@ void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, Pag
   static const Policy policies[] = {Policy::keyformer, Policy::h2o, Policy::streaming_llm, Policy::window,
                                     Policy::tova, Policy::snapkv};
   const Policy p = in.PickValueInArray(policies);
-  if (p == Policy::snapkv) {  // L and K including 0, even K and L > k (rejected); both decode rules
+  if (p == Policy::snapkv) {  // L and K including 0, even K and L > k (rejected); the three decode rules
     params.snap_window = in.ConsumeIntegralInRange<std::size_t>(0, 8);
     params.snap_kernel = in.ConsumeIntegralInRange<std::size_t>(0, 7);
     params.snap_pooling = in.ConsumeBool() ? Pooling::max : Pooling::avg;
-    params.snap_decode = in.ConsumeBool() ? SnapDecode::h2o : SnapDecode::window;
+    params.snap_decode = in.PickValueInArray({SnapDecode::h2o, SnapDecode::window, SnapDecode::keyformer});
   }
   static const std::size_t workers[] = {1, 2, 3, 7, SIZE_MAX};
   s.executor = std::make_unique<ClaimExecutor>(ClaimExecutor{in.PickValueInArray(workers)});

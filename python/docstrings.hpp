@@ -68,8 +68,10 @@ constexpr const char* kSnapKV =
     R"doc(Cache('snapkv', ...): SnapKV (Li et al. 2024). Prefill keeps the observation window
 (the last snap_window = L prompt tokens) plus the top k - L prompt tokens by the window's attention,
 pooled over snap_kernel neighbours ('max' or 'avg' snap_pooling); decoding continues by H2O
-accumulation (snap_decode='h2o': recent window + heavy hitters, C++ kvevict::SnapKV) or evicts the
-oldest token (snap_decode='window', kvevict::SnapKVWindow). Defaults: L = min(32, k), kernel 7, 'max'.)doc";
+accumulation (snap_decode='h2o': recent window + heavy hitters, C++ kvevict::SnapKV), evicts the
+oldest token (snap_decode='window', kvevict::SnapKVWindow), or continues by Keyformer's Gumbel-logit
+accumulation (snap_decode='keyformer', kvevict::SnapKVKeyformer: then horizon is required and tau_init,
+tau_end, noise, seed apply, as for 'keyformer'). Defaults: L = min(32, k), kernel 7, 'max'.)doc";
 
 constexpr const char* kAppend =
     R"doc(Appends one token to every KV head: k and v are C-contiguous arrays [n_kv_heads, head_dim]

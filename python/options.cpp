@@ -62,8 +62,15 @@ PolicySetup policy_of(const std::string& policy, const Options& o) {
       throw py::value_error(std::string(key) + " is used only by policy " + who + " (got policy '" + s.name + "')");
   };
   only_for("sinks", s.policy == kvevict::Policy::streaming_llm, "'streaming'");
+  // Keyformer's schedule and noise: keyformer, or snapkv with snap_decode='keyformer' (SnapKVKeyformer).
+  const bool keyformer_decode = s.policy == kvevict::Policy::keyformer ||
+                                (s.policy == kvevict::Policy::snapkv && o.has("snap_decode") &&
+                                 py::isinstance<py::str>(o.get("snap_decode")) &&
+                                 o.get("snap_decode").cast<std::string>() == "keyformer");
   for (const char* key : {"tau_init", "tau_end", "horizon", "noise", "seed"})
-    only_for(key, s.policy == kvevict::Policy::keyformer, "'keyformer'");
+    only_for(key, keyformer_decode,
+             s.policy == kvevict::Policy::snapkv ? "'keyformer' (or 'snapkv' with snap_decode='keyformer')"
+                                                 : "'keyformer'");
   for (const char* key : {"snap_window", "snap_kernel", "snap_pooling", "snap_decode"})
     only_for(key, s.policy == kvevict::Policy::snapkv, "'snapkv'");
   return s;
@@ -103,12 +110,16 @@ void configure(PolicySetup& s, const Options& o, bool has_shared_heads) {
   } catch (const std::invalid_argument& e) {
     throw py::value_error(e.what());
   }
-  if (s.policy == kvevict::Policy::keyformer) {
+  if (s.policy == kvevict::Policy::keyformer || params.snap_decode == kvevict::SnapDecode::keyformer) {
     if (!o.has("horizon"))
-      throw py::value_error("horizon (T, the number of tokens to generate) is required for policy 'keyformer'");
+      throw py::value_error(s.policy == kvevict::Policy::keyformer
+                                ? "horizon (T, the number of tokens to generate) is required for policy 'keyformer'"
+                                : "horizon (T, the number of tokens to generate) is required for policy 'snapkv' "
+                                  "with snap_decode='keyformer'");
     params.horizon = to_size(o.get("horizon"), "horizon");
   }
-  s.noisy = s.policy == kvevict::Policy::keyformer && params.gumbel_noise;
+  s.noisy = (s.policy == kvevict::Policy::keyformer || params.snap_decode == kvevict::SnapDecode::keyformer) &&
+            params.gumbel_noise;
   s.seed = config.seed;
 }
 

@@ -235,7 +235,111 @@ TEST(SnapKVErrors, MakeCacheNamesTheParameter) {
   expect_invalid([] { kvevict::parse_pooling("mean"); },
                  "kvevict::parse_pooling: unknown pooling 'mean' (expected max or avg)");
   expect_invalid([] { kvevict::parse_snap_decode("tova"); },
-                 "kvevict::parse_snap_decode: unknown decode rule 'tova' (expected h2o or window)");
+                 "kvevict::parse_snap_decode: unknown decode rule 'tova' (expected h2o, window or keyformer)");
+  EXPECT_EQ(kvevict::parse_snap_decode("keyformer"), kvevict::SnapDecode::keyformer);
+  EXPECT_STREQ(kvevict::snap_decode_name(kvevict::SnapDecode::keyformer), "keyformer");
+  p = kvevict::PolicyParams();  // Keyformer's decode needs its horizon T, as keyformer does
+  p.snap_window = 2;
+  p.snap_decode = kvevict::SnapDecode::keyformer;
+  expect_invalid([&] { (void)kvevict::make_cache(kvevict::Policy::snapkv, config(8, 0), buf.view(), p); },
+                 "kvevict::LinearTemperature: horizon T must be >= 1 (got 0)");
+}
+
+// The composed policy, SnapKV's prefill then Keyformer's decode (noise off, tau 1 -> 2 over T = 2 steps):
+// the prefill is SnapKV's to the bit (tau_0 = 1, no noise); a decode step adds softmax(x / tau_1),
+// tau_1 = 1.5, where SnapKV (H2O's decode) adds softmax(x).
+TEST(ObservationWindow, KeyformerDecodeAddsTheTemperedSoftmax) {
+  Example e, f;
+  kvevict::SnapKVKeyformer cache(config(4, 1), e.kv,
+                                 kvevict::ObservationWindowScore<kvevict::GumbelLogitScore>(
+                                     2, 1, kvevict::Pooling::max, kvevict::GumbelLogitScore{false}),
+                                 kvevict::LinearTemperature(1.0f, 2.0f, 2));
+  kvevict::SnapKV snap(config(4, 1), f.kv, kvevict::SnapKVScore(2, 1, kvevict::Pooling::max));
+  e.fill();
+  f.fill();
+  const auto x = example_logits();
+  cache.prefill(x.data(), 6);
+  snap.prefill(x.data(), 6);
+  EXPECT_EQ(cache.retained_positions(0), (Positions{0, 2, 4, 5}));
+  EXPECT_EQ(scores_of(cache), scores_of(snap));
+  // Step: token 6 appended at slot 4; both query heads give logits [ln 2, 0, 0, 0, 0] over slots 0..4
+  // (slot 0 = position 0). softmax(x / 1.5): e^(ln2/1.5) = 2^(2/3) against four 1s.
+  append_token(e.kv, 6);
+  append_token(f.kv, 6);
+  const float l2 = std::log(2.0f);
+  const std::vector<float> row{l2, 0, 0, 0, 0, l2, 0, 0, 0, 0};
+  const std::vector<float> before = scores_of(cache);
+  cache.decode_step(row.data(), 5);
+  snap.decode_step(row.data(), 5);
+  EXPECT_FLOAT_EQ(cache.temperature(), 1.5f);
+  const double a = std::pow(2.0, 2.0 / 3.0), z = a + 4.0;  // tempered; plain: 2 / 6 and 1 / 6
+  // Scores by slot [1 + 2a/z, 1 + 2/z, 0 + 2/z, 1.5 + 2/z, 2/z]; w = 1 keeps the new token (slot 4), so the
+  // victim is the lowest of slots 0..3: slot 2 (position 4), in both caches; slot 4 moves into its place.
+  EXPECT_EQ(cache.retained_positions(0), (Positions{0, 2, 5, 6}));
+  EXPECT_EQ(snap.retained_positions(0), (Positions{0, 2, 5, 6}));
+  const std::vector<float> got = scores_of(cache), plain = scores_of(snap);
+  ASSERT_EQ(got.size(), 4u);
+  // Slots after the move: 0 = position 0, 1 = position 2, 2 = position 6 (moved from slot 4), 3 = position 5.
+  EXPECT_NEAR(got[0], before[0] + 2.0 * a / z, 1e-6);
+  EXPECT_NEAR(got[1], before[1] + 2.0 / z, 1e-6);
+  EXPECT_NEAR(got[2], 2.0 / z, 1e-6);
+  EXPECT_NEAR(got[3], before[3] + 2.0 / z, 1e-6);
+  EXPECT_NEAR(plain[0], before[0] + 2.0 * 2.0 / 6.0, 1e-6);
+  EXPECT_NEAR(plain[2], 2.0 / 6.0, 1e-6);
+}
+
+// With L = P <= k nothing is cut and every prompt row is scored, so SnapKV's prefill over Keyformer's
+// decode is Keyformer itself, noise included (the same seeded draws): same scores and kept positions, bit
+// for bit, after prefill and after every decode step of a long run.
+TEST(ObservationWindow, KeyformerDecodeWithTheWholePromptIsKeyformer) {
+  kvevict::KVBuffer<float> ba(2, 24, 4), bb(2, 24, 4);
+  auto ka = ba.view(), kb = bb.view();
+  kvevict::CacheConfig c = config(8, 3);
+  c.n_q_heads = 4;
+  c.seed = 11;
+  kvevict::Keyformer kf(c, ka, kvevict::GumbelLogitScore{true}, kvevict::LinearTemperature(1.0f, 2.0f, 12));
+  kvevict::SnapKVKeyformer sk(c, kb,
+                              kvevict::ObservationWindowScore<kvevict::GumbelLogitScore>(
+                                  8, 3, kvevict::Pooling::max, kvevict::GumbelLogitScore{true}),
+                              kvevict::LinearTemperature(1.0f, 2.0f, 12));
+  for (int p = 0; p < 8; ++p) append_token(ka, p), append_token(kb, p);
+  kvevict::Xoshiro256pp gen(3);
+  std::vector<float> x(4 * 8 * 8);
+  kvevict::fill_gumbel(gen, x.data(), x.size());
+  kf.prefill(x.data(), 8);
+  sk.prefill(x.data(), 8);
+  for (int t = 8; t < 20; ++t) {
+    for (std::size_t h = 0; h < 2; ++h) {
+      ASSERT_EQ(kf.retained_positions(h), sk.retained_positions(h)) << "step " << t << " kv_head " << h;
+      ASSERT_EQ(std::vector<float>(kf.scores(h), kf.scores(h) + kf.length(h)),
+                std::vector<float>(sk.scores(h), sk.scores(h) + sk.length(h)));
+    }
+    append_token(ka, t), append_token(kb, t);
+    std::vector<float> row(4 * ka.length(0));
+    kvevict::fill_gumbel(gen, row.data(), row.size());
+    kf.decode_step(row.data(), ka.length(0));
+    sk.decode_step(row.data(), kb.length(0));
+  }
+  EXPECT_EQ(kf.retained_positions(0), sk.retained_positions(0));
+  EXPECT_EQ(sk.length(0), 8u);
+}
+
+// The runtime factory builds the composition from PolicyParams::snap_decode = keyformer.
+TEST(ObservationWindow, MakeCacheBuildsTheKeyformerDecode) {
+  kvevict::KVBuffer<float> buf(1, 16, 2);
+  kvevict::PolicyParams p;
+  p.snap_window = 2;
+  p.snap_kernel = 1;
+  p.snap_decode = kvevict::SnapDecode::keyformer;
+  p.gumbel_noise = false;
+  p.horizon = 2;
+  auto cache = kvevict::make_cache(kvevict::Policy::snapkv, config(4, 1), buf.view(), p);
+  EXPECT_NE(dynamic_cast<kvevict::SnapKVKeyformer*>(cache.get()), nullptr);
+  auto kv = buf.view();
+  for (int q = 0; q < 6; ++q) append_token(kv, q);
+  const auto x = example_logits();
+  cache->prefill(x.data(), 6);
+  EXPECT_EQ(cache->retained_positions(0), (Positions{0, 2, 4, 5}));
 }
 
 // A ratio budget resolves k at prefill: L > k throws there, with the cache and view unchanged.

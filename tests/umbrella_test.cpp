@@ -83,7 +83,7 @@ using SelectKeep = std::vector<std::size_t> (*)(const std::vector<float>&, std::
 [[maybe_unused]] const auto kGumbelRow = &kv::fill_gumbel_row;
 [[maybe_unused]] const auto kGumbel = &kv::fill_gumbel;
 [[maybe_unused]] const auto kSoftmax = &kv::accumulate_softmax;
-[[maybe_unused]] const auto kSnapScore = &kv::make_snapkv_score;
+[[maybe_unused]] const auto kSnapScore = &kv::make_snapkv_score<kv::AccumulatedAttentionScore>;
 [[maybe_unused]] const auto kSetIsa = &kv::set_isa;
 
 TEST(Umbrella, LayerBudgetsThroughTheUmbrellaHeader) {

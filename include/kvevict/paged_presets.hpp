@@ -35,6 +35,7 @@ using PagedTOVA = detail::PagedTwin<TOVA>;
 /// observation-window scores).
 using PagedSnapKV = detail::PagedTwin<SnapKV>;
 using PagedSnapKVWindow = detail::PagedTwin<SnapKVWindow>;
+using PagedSnapKVKeyformer = detail::PagedTwin<SnapKVKeyformer>;
 
 /// Builds policy `p` over one paged sequence, exactly as `make_cache` builds
 /// it over a contiguous view (same parameters, same checks: keyformer needs

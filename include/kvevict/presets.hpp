@@ -32,6 +32,7 @@ struct PolicyTypes {
   using tova = C<CurrentAttentionScore, ConstantTemperature, RecentTopKSelection>;
   using snapkv = C<SnapKVScore, ConstantTemperature, RecentTopKSelection>;
   using snapkv_window = C<SnapKVScore, ConstantTemperature, TopKThenWindowSelection>;
+  using snapkv_keyformer = C<ObservationWindowScore<GumbelLogitScore>, LinearTemperature, RecentTopKSelection>;
 };
 /// A type passed as a value (`make_policy` hands the cache type to its builder this way).
 template <class T>
@@ -63,24 +64,33 @@ using TOVA = detail::PolicyTypes<Cache>::tova;
 using SnapKV = detail::PolicyTypes<Cache>::snapkv;
 /// SnapKV's prefill selection followed by a sliding window while decoding (the oldest token goes).
 using SnapKVWindow = detail::PolicyTypes<Cache>::snapkv_window;
+/// SnapKV's observation-window prefill, then Keyformer's decode: every step adds `softmax((x + ζ) / τ_t)`
+/// (Gumbel noise unless `GumbelLogitScore{false}`), τ rising linearly from τ_init to τ_end over T steps, recent
+/// window `w` + key tokens (`ObservationWindowScore<GumbelLogitScore>`, snapkv_score.hpp). The observation
+/// window's prompt rows are scored as Keyformer scores them (noise, τ_0). One-shot prefill; `L <= k`.
+using SnapKVKeyformer = detail::PolicyTypes<Cache>::snapkv_keyformer;
 
 /// The policies `make_cache` builds.
 enum class Policy { keyformer, h2o, streaming_llm, window, tova, snapkv };
 
 /// SnapKV's decode rule (`PolicyParams::snap_decode`).
 enum class SnapDecode {
-  h2o,    ///< keep accumulating plain attention; recent window w + heavy hitters (`SnapKV`)
-  window  ///< evict the oldest retained token (`SnapKVWindow`)
+  h2o,       ///< keep accumulating plain attention; recent window w + heavy hitters (`SnapKV`)
+  window,    ///< evict the oldest retained token (`SnapKVWindow`)
+  keyformer  ///< Keyformer's Gumbel-logit accumulation, τ schedule and noise (`SnapKVKeyformer`)
 };
-/// Parses "h2o" or "window"; throws `std::invalid_argument` naming the value otherwise.
+/// Parses "h2o", "window" or "keyformer"; throws `std::invalid_argument` naming the value otherwise.
 inline SnapDecode parse_snap_decode(const std::string& name) {
   if (name == "h2o") return SnapDecode::h2o;
   if (name == "window") return SnapDecode::window;
-  throw std::invalid_argument(
-      detail::concat("kvevict::parse_snap_decode: unknown decode rule '", name, "' (expected h2o or window)"));
+  if (name == "keyformer") return SnapDecode::keyformer;
+  throw std::invalid_argument(detail::concat("kvevict::parse_snap_decode: unknown decode rule '", name,
+                                             "' (expected h2o, window or keyformer)"));
 }
-/// "h2o" or "window".
-inline const char* snap_decode_name(SnapDecode d) { return d == SnapDecode::window ? "window" : "h2o"; }
+/// "h2o", "window" or "keyformer".
+inline const char* snap_decode_name(SnapDecode d) {
+  return d == SnapDecode::window ? "window" : d == SnapDecode::keyformer ? "keyformer" : "h2o";
+}
 
 /// Parses "keyformer", "h2o", "streaming" (or "streamingllm"), "window",
 /// "tova", "snapkv". Throws `std::invalid_argument` naming the bad value otherwise.
@@ -118,10 +128,11 @@ inline const char* policy_name(Policy p) {
 
 /// Policy parameters that are not part of `CacheConfig`.
 struct PolicyParams {
-  float tau_init = 1.0f;     ///< Keyformer τ at prefill (paper: 1)
-  float tau_end = 2.0f;      ///< Keyformer τ after T decode steps (paper: 2)
-  std::size_t horizon = 0;   ///< Keyformer T, the number of tokens to generate; must be >= 1
-  bool gumbel_noise = true;  ///< Keyformer: add Gumbel noise (false = deterministic variant)
+  float tau_init = 1.0f;     ///< Keyformer τ at prefill (paper: 1); also SnapKV with `snap_decode` keyformer
+  float tau_end = 2.0f;      ///< Keyformer τ after T decode steps (paper: 2); also SnapKV's keyformer decode
+  std::size_t horizon = 0;   ///< Keyformer T, the number of tokens to generate; must be >= 1 (and for snapkv + keyformer decode)
+  bool gumbel_noise = true;  ///< Keyformer (and SnapKV's keyformer decode): add Gumbel noise (false = deterministic)
+  float noise_scale = 1.0f;  ///< Keyformer (and SnapKV's keyformer decode): the noise is s · ζ, s in (0, 1] (ablation)
   std::size_t sinks = 4;     ///< StreamingLLM attention sinks (window ignores it: 0)
   std::size_t snap_window = 32;          ///< SnapKV observation window L (prompt rows; 1 <= L <= k)
   std::size_t snap_kernel = 7;           ///< SnapKV pooling kernel K (odd, >= 1)
@@ -129,16 +140,19 @@ struct PolicyParams {
   SnapDecode snap_decode = SnapDecode::h2o;  ///< SnapKV decode rule
 };
 
-/// The SnapKV score of `params` (`SnapKVScore(snap_window, snap_kernel, snap_pooling)`); throws as its
-/// constructor does, with the parameter's name ("snap_window", …) in the message.
-inline SnapKVScore make_snapkv_score(const PolicyParams& params) {
+/// The SnapKV score of `params` over the decode score `decode` (`ObservationWindowScore<Decode>(snap_window,
+/// snap_kernel, snap_pooling, decode)`; `SnapKVScore` by default); throws as its constructor does, with the
+/// parameter's name ("snap_window", …) in the message.
+template <class Decode = AccumulatedAttentionScore>
+ObservationWindowScore<Decode> make_snapkv_score(const PolicyParams& params, Decode decode = Decode()) {
   detail::require(params.snap_window >= 1, "kvevict::make_cache: snap_window (SnapKV observation window L) must "
                   "be >= 1 (got 0)");
   detail::require(params.snap_kernel >= 1 && params.snap_kernel % 2 == 1, "kvevict::make_cache: snap_kernel "
                   "(SnapKV pooling kernel K) must be odd and >= 1 (got ", params.snap_kernel, ")");
-  detail::require(params.snap_decode == SnapDecode::h2o || params.snap_decode == SnapDecode::window,
+  detail::require(params.snap_decode == SnapDecode::h2o || params.snap_decode == SnapDecode::window ||
+                      params.snap_decode == SnapDecode::keyformer,
                   "kvevict::make_cache: unknown snap_decode ", static_cast<int>(params.snap_decode));
-  return SnapKVScore(params.snap_window, params.snap_kernel, params.snap_pooling);
+  return ObservationWindowScore<Decode>(params.snap_window, params.snap_kernel, params.snap_pooling, decode);
 }
 
 namespace detail {
@@ -154,9 +168,13 @@ template <template <class, class, class> class C, class Interface, class Build>
 std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, const PolicyParams& params,
                                        const char* who, Build&& build) {
   using Types = PolicyTypes<C>;
+  const bool keyformer_score =
+      p == Policy::keyformer || (p == Policy::snapkv && params.snap_decode == SnapDecode::keyformer);
+  require(keyformer_score || params.noise_scale == 1.0f, who, ": noise_scale = ", params.noise_scale,
+          " is Keyformer's (policy keyformer, or snapkv with snap_decode keyformer); leave it 1 for ", policy_name(p));
   switch (p) {
     case Policy::keyformer:
-      return build(TypeTag<typename Types::keyformer>{}, GumbelLogitScore{params.gumbel_noise},
+      return build(TypeTag<typename Types::keyformer>{}, GumbelLogitScore{params.gumbel_noise, params.noise_scale},
                    LinearTemperature(params.tau_init, params.tau_end, params.horizon));
     case Policy::h2o:
       return build(TypeTag<typename Types::h2o>{});
@@ -172,6 +190,10 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
     case Policy::snapkv:
       if (params.snap_decode == SnapDecode::window)
         return build(TypeTag<typename Types::snapkv_window>{}, make_snapkv_score(params));
+      if (params.snap_decode == SnapDecode::keyformer)
+        return build(TypeTag<typename Types::snapkv_keyformer>{},
+                     make_snapkv_score(params, GumbelLogitScore{params.gumbel_noise, params.noise_scale}),
+                     LinearTemperature(params.tau_init, params.tau_end, params.horizon));
       return build(TypeTag<typename Types::snapkv>{}, make_snapkv_score(params));
   }
   throw std::invalid_argument(concat(who, ": unknown policy"));
@@ -183,9 +205,11 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
 ///  - h2o: `H2O`; tova: `TOVA` (requires `config.recent.is_none()`: `none()`, 0
 ///    tokens or ratio 0; TOVA has no recent window);
 ///  - streaming: `StreamingLLM` with `params.sinks`; window: `StreamingLLM` with 0 sinks;
-///  - snapkv: `SnapKV` (decode h2o) or `SnapKVWindow` (decode window) with `make_snapkv_score(params)`.
-/// Throws `std::invalid_argument` as the constructors do, for `horizon == 0`
-/// with keyformer, for a non-zero recent window with tova, and for bad SnapKV
+///  - snapkv: `SnapKV` (decode h2o), `SnapKVWindow` (decode window) or `SnapKVKeyformer` (decode keyformer:
+///    `LinearTemperature(tau_init, tau_end, horizon)`, noise as `gumbel_noise`) with `make_snapkv_score(params)`.
+/// Throws `std::invalid_argument` as the constructors do (`noise_scale` outside (0, 1]), for `noise_scale`
+/// other than 1 with a policy without Keyformer's score, for `horizon == 0`
+/// with keyformer (or snapkv with keyformer decode), for a non-zero recent window with tova, and for bad SnapKV
 /// parameters (`snap_window` 0 or above a token budget, `snap_kernel` even or 0).
 template <class T>
 std::unique_ptr<CacheInterface> make_cache(Policy p, const CacheConfig& config, KVView<T> kv,

@@ -211,7 +211,7 @@ class KVEvictLayer(CacheLayerMixin):
         k = o.resolve_budget(prompt_len)
         self._alloc(prompt_len + 1)  # the prompt, then k + 1 slots at every step
         options = dict(o.options)
-        if o.policy == "keyformer":
+        if o.policy == "keyformer" or options.get("snap_decode") == "keyformer":  # Keyformer's noise, per layer
             options["seed"] = layer_seed(options.get("seed", DEFAULT_SEED), self.layer_idx)
         self.kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=k, k=self.k_buf.numpy(),
                                 v=self.v_buf.numpy(), **options)
@@ -359,8 +359,10 @@ class KVEvictCache(Cache):
             if self.options:
                 raise ValueError(f"KVEvictCache: policy 'full' takes no options (got {', '.join(self.options)})")
         else:
-            if policy == "keyformer" and "horizon" not in self.options:
-                raise ValueError("KVEvictCache: policy 'keyformer' needs horizon=T, the decode steps over which its "
+            if (policy == "keyformer" or self.options.get("snap_decode") == "keyformer") and "horizon" not in self.options:
+                raise ValueError(f"KVEvictCache: policy '{policy}'"
+                                 + (" with snap_decode='keyformer'" if policy != "keyformer" else "")
+                                 + " needs horizon=T, the decode steps over which its "
                                  "temperature rises from tau_init to tau_end (e.g. max_new_tokens)")
             # kvevict's own checks of the options, now rather than at the first forward.
             parsed = self._parse_budget()

@@ -285,6 +285,11 @@ std::vector<Case> cases() {
        "--prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0, {"[snapkv k=4 w=1 sinks=0 L=2]"}},
       {"GenSnapKVWindowDecode", G, kTiny + "--policy snapkv --budget 4 --snap-decode window --prompt-ids 1,2,3,4,5,6,7,8 "
        "--print-ids --steps 2", 0, {"[snapkv k=4 w=1 sinks=0 L=4]"}},  // default L = min(32, k)
+      {"GenSnapKVKeyformerDecode", G, kTiny + "--policy snapkv --budget 4 --snap-decode keyformer --tau-end 3 --seed 7 "
+       "--prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0, {"[snapkv k=4 w=1 sinks=0 L=4]"}},
+      {"GenSnapKVH2ODecodeTau", G, kTiny + "--policy snapkv --snap-decode h2o --tau-end 3 --prompt-ids 1", 2,
+       {"--tau-end: only --policy keyformer (or snapkv with --snap-decode keyformer) has a temperature schedule "
+        "(the policy is snapkv); drop --tau-end"}},
       {"GenSnapKernelEven", G, kTiny + "--policy snapkv --snap-kernel 4 --prompt-ids 1", 2,
        {"--snap-kernel: must be odd (got 4)"}},
       {"GenSnapKernelZero", G, kTiny + "--policy snapkv --snap-kernel 0 --prompt-ids 1", 2,
@@ -298,7 +303,7 @@ std::vector<Case> cases() {
       {"GenSnapPoolingUnknown", G, kTiny + "--policy snapkv --snap-pooling mean --prompt-ids 1", 2,
        {"--snap-pooling: unknown pooling 'mean' (expected max or avg)"}},
       {"GenSnapDecodeUnknown", G, kTiny + "--policy snapkv --snap-decode tova --prompt-ids 1", 2,
-       {"--snap-decode: unknown decode rule 'tova' (expected h2o or window)"}},
+       {"--snap-decode: unknown decode rule 'tova' (expected h2o, window or keyformer)"}},
       {"GenSnapKVChunked", G, kTiny + "--policy snapkv --prefill-chunk 4 --prompt-ids 1", 2,
        {"--prefill-chunk: snapkv scores the prompt with its last L queries"}},
       // 2 layers, k = 4, P = 8: b_min = 0.2, b_max = 7.8 -> [8, 0] -> no layer at 0: [7, 1].
@@ -325,7 +330,7 @@ std::vector<Case> cases() {
       {"ReplaySeedNegative", R, "{W}/t.json --seed -1", 2, {"--seed: expected an integer >= 0, got '-1'"}},
       // Keyformer's own flags with another policy are errors, as every unused flag; the default is accepted.
       {"ReplaySeedWithH2O", R, "{W}/t.json --policy h2o --seed 3", 2,
-       {"kvevict-replay: --seed: only --policy keyformer draws random noise (the policy is h2o); drop --seed"}},
+       {"kvevict-replay: --seed: only --policy keyformer (or snapkv with --snap-decode keyformer) draws random noise (the policy is h2o); drop --seed"}},
       {"ReplayDefaultSeedWithH2O", R, "{W}/t.json --policy h2o --budget 3 --seed 42", 0, {"[h2o k=3 w=1 sinks=0]"}},
       {"ReplayNoiseWithH2O", R, "{W}/t.json --policy h2o --noise none", 2,
        {"kvevict-replay: --noise: only --policy keyformer draws noise (the policy is h2o); drop --noise"}},
@@ -338,6 +343,8 @@ std::vector<Case> cases() {
       {"ReplayPromptLenNotANumber", R, "{W}/t.json --prompt-len three", 2, {"--prompt-len: expected an integer"}},
       {"ReplayJsonNumberOverflow", R, "{W}/overflow.json --policy h2o --budget 1", 2, {"kvevict-replay: "}},
       {"ReplaySnapKV", R, "{W}/t.json --policy snapkv --budget 2 --snap-kernel 3", 0, {"[snapkv k=2 w=1 sinks=0 L=2]"}},
+      {"ReplaySnapKVKeyformerDecode", R, "{W}/t.json --policy snapkv --budget 2 --snap-decode keyformer --gen-steps 3 "
+       "--noise none", 0, {"[snapkv k=2 w=1 sinks=0 L=2]"}},
       {"ReplaySnapWindowAboveBudget", R, "{W}/t.json --policy snapkv --budget 2 --snap-window 3", 2,
        {"--snap-window: L = 3 exceeds the budget k = 2"}},
       {"ReplaySnapKernelEven", R, "{W}/t.json --policy snapkv --snap-kernel 2", 2, {"--snap-kernel: must be odd (got 2)"}},

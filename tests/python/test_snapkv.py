@@ -39,12 +39,14 @@ def test_snapkv_class_is_the_snapkv_policy():
     assert np.array_equal(same.scores(0), ref.scores(0))
 
 
-@pytest.mark.parametrize("decode, kept", [("h2o", [0, 2, 5, 6]), ("window", [2, 4, 5, 6])])
+@pytest.mark.parametrize("decode, kept", [("h2o", [0, 2, 5, 6]), ("window", [2, 4, 5, 6]), ("keyformer", [0, 2, 5, 6])])
 def test_snapkv_decode_rules(decode, kept):
     # Prefill keeps [0, 2, 4, 5] with scores [1, 1, 0, 1.5] (w = 1, kernel 1); token 6 arrives and the
     # step's attention is all on position 0: H2O accumulation (SnapKV) drops position 4, the lowest
-    # score outside the recent window; the window rule (SnapKVWindow) drops the oldest token, 0.
-    c = prefilled(kvevict.SnapKV, snap_kernel=1, recent=1, snap_decode=decode)
+    # score outside the recent window; the window rule (SnapKVWindow) drops the oldest token, 0;
+    # Keyformer's accumulation (SnapKVKeyformer, noise off) drops position 4 as H2O's does.
+    extra = dict(horizon=2, noise=False) if decode == "keyformer" else {}
+    c = prefilled(kvevict.SnapKV, snap_kernel=1, recent=1, snap_decode=decode, **extra)
     c.append(6, np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32))
     x = np.full((2, 5), -np.inf, np.float32)
     x[:, 0] = 0.0  # slot 0 holds position 0
@@ -55,8 +57,12 @@ def test_snapkv_decode_rules(decode, kept):
 def test_snapkv_class_rejects_what_the_policy_does_not_take():
     with pytest.raises(TypeError, match=re.escape("policy='snapkv'")):
         kvevict.SnapKV(policy="snapkv", n_q_heads=2, n_kv_heads=1, capacity=8, head_dim=2)
-    with pytest.raises(ValueError, match=re.escape("horizon is used only by policy 'keyformer' (got policy 'snapkv')")):
+    with pytest.raises(ValueError, match=re.escape("horizon is used only by policy 'keyformer' (or 'snapkv' with "
+                                                   "snap_decode='keyformer') (got policy 'snapkv')")):
         kvevict.SnapKV(n_q_heads=2, n_kv_heads=1, capacity=8, head_dim=2, horizon=4)
+    with pytest.raises(ValueError, match=re.escape("horizon (T, the number of tokens to generate) is required for "
+                                                   "policy 'snapkv' with snap_decode='keyformer'")):
+        kvevict.SnapKV(n_q_heads=2, n_kv_heads=1, capacity=8, head_dim=2, budget=4, snap_decode="keyformer")
     with pytest.raises(ValueError, match=re.escape("kvevict::parse_snap_decode: unknown decode rule 'lru'")):
         kvevict.SnapKV(n_q_heads=2, n_kv_heads=1, capacity=8, head_dim=2, budget=4, snap_decode="lru")
 

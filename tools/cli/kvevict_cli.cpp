@@ -131,24 +131,25 @@ void EvictionFlags::validate() {
                                       "); lower --sinks or raise " + budget_flag);
   }
 
-  // --tau-init / --tau-end
+  // --tau-init / --tau-end and --seed: Keyformer's schedule and noise (also SnapKV's keyformer decode)
+  const bool keyformer_decode = policy == "keyformer" || (policy == "snapkv" && snap_decode_text == "keyformer");
   for (auto [text, flag, value] : {std::tuple<const std::string&, const char*, float*>{tau_init_text, "--tau-init", &tau_init},
                                    std::tuple<const std::string&, const char*, float*>{tau_end_text, "--tau-end", &tau_end}}) {
     if (text.empty()) continue;
     const float v = parse_float(text, flag);
     if (!(v >= 1e-6f && v <= 1e6f))
       throw UsageError(flag, "must be finite and > 0, in [1e-6, 1e6] (got " + text + ")");
-    if (!any && policy != "keyformer" && v != *value)  // the default changes nothing: accepted
-      throw UsageError(flag, std::string("only --policy keyformer has a temperature schedule (the policy is ") +
-                                 policy + "); drop " + flag);
+    if (!any && !keyformer_decode && v != *value)  // the default changes nothing: accepted
+      throw UsageError(flag, std::string("only --policy keyformer (or snapkv with --snap-decode keyformer) has a "
+                                         "temperature schedule (the policy is ") + policy + "); drop " + flag);
     *value = v;
   }
 
   // --seed
   if (!seed_text.empty()) {
     const std::uint64_t v = parse_count(seed_text, "--seed");
-    if (seed_keyformer_only && !any && policy != "keyformer" && v != seed)  // the default changes nothing: accepted
-      throw UsageError("--seed", "only --policy keyformer draws random noise (the policy is " + policy +
+    if (seed_keyformer_only && !any && !keyformer_decode && v != seed)  // the default changes nothing: accepted
+      throw UsageError("--seed", "only --policy keyformer (or snapkv with --snap-decode keyformer) draws random noise (the policy is " + policy +
                                      "); drop --seed");
     seed = v;
   }
@@ -183,8 +184,9 @@ void EvictionFlags::validate() {
     if (!snap && snap_pooling != kvevict::Pooling::max) only_snapkv("--snap-pooling", "pooling");
   }
   if (!snap_decode_text.empty()) {
-    if (snap_decode_text != "h2o" && snap_decode_text != "window")
-      throw UsageError("--snap-decode", "unknown decode rule '" + snap_decode_text + "' (expected h2o or window)");
+    if (snap_decode_text != "h2o" && snap_decode_text != "window" && snap_decode_text != "keyformer")
+      throw UsageError("--snap-decode", "unknown decode rule '" + snap_decode_text +
+                                            "' (expected h2o, window or keyformer)");
     snap_decode = kvevict::parse_snap_decode(snap_decode_text);
     if (!snap && snap_decode != kvevict::SnapDecode::h2o) only_snapkv("--snap-decode", "a decode rule");
   }
@@ -274,9 +276,10 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
     app.add_option("--snap-pooling", flags.snap_pooling_text, "SnapKV pooling over positions: max (default) or avg")
         ->type_name("max|avg");
     app.add_option("--snap-decode", flags.snap_decode_text,
-                   "SnapKV decode rule: h2o (default; accumulate attention, recent window --recent) or window "
-                   "(evict the oldest)")
-        ->type_name("h2o|window");
+                   "SnapKV decode rule: h2o (default; accumulate attention, recent window --recent), window "
+                   "(evict the oldest) or keyformer (Keyformer's Gumbel-logit accumulation, --tau-init/--tau-end, "
+                   "--seed; recent window --recent)")
+        ->type_name("h2o|window|keyformer");
   }
   if (spec.layer_budgets)
     app.add_option("--layer-budgets", flags.layer_budgets_text,

@@ -85,7 +85,7 @@ struct EvictionFlags {
   std::string snap_window_text;    ///< --snap-window L (snapkv)
   std::string snap_kernel_text;    ///< --snap-kernel K (snapkv)
   std::string snap_pooling_text;   ///< --snap-pooling max|avg (snapkv)
-  std::string snap_decode_text;    ///< --snap-decode h2o|window (snapkv)
+  std::string snap_decode_text;    ///< --snap-decode h2o|window|keyformer (snapkv)
   std::string layer_budgets_text;  ///< --layer-budgets uniform|pyramid|pyramid:BETA|W0,W1,...
   std::string prefill_chunk_text;  ///< --prefill-chunk C (empty: one-shot prefill)
   bool bounded_prefill = false;    ///< --bounded-prefill (needs --prefill-chunk)

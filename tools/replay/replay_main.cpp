@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
       // Every flag first, before any file is read.
       flags.validate();
       // Keyformer's own flags with another policy: an error, as every unused flag (the default is accepted).
-      if (flags.policy != "keyformer") {
+      if (flags.policy != "keyformer" &&
+          !(flags.policy == "snapkv" && flags.snap_decode == kvevict::SnapDecode::keyformer)) {
         const std::string drop = " (the policy is " + flags.policy + "); drop ";
         if (noise != "auto")
           throw kvcli::UsageError("--noise", "only --policy keyformer draws noise" + drop + "--noise");

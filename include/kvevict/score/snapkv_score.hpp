@@ -1,5 +1,6 @@
 // score/snapkv_score.hpp — SnapKV's prefill score (Li et al. 2024, arXiv 2404.14469, §4.1–4.2):
-// the attention of the last `L` prompt queries (the observation window), pooled over positions.
+// the attention of the last `L` prompt queries (the observation window), pooled over positions,
+// composed with any accumulating decode score (`ObservationWindowScore<Decode>`; SnapKV = H2O's decode).
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "kvevict/detail/check.hpp"
+#include "kvevict/score/score_policies.hpp"
 
 namespace kvevict {
 
@@ -28,9 +30,15 @@ inline Pooling parse_pooling(const std::string& name) {
 /// "max" or "avg".
 inline const char* pooling_name(Pooling p) { return p == Pooling::avg ? "avg" : "max"; }
 
-/// SnapKV's score policy (Li et al. 2024, §4, Algorithm / Listing 1), composed with an existing selection
-/// (`SnapKV` = decode by H2O accumulation with `RecentTopKSelection`; `SnapKVWindow` = decode by sliding
-/// window with `TopKThenWindowSelection`, see presets.hpp).
+/// SnapKV's observation-window prefill (Li et al. 2024, §4, Algorithm / Listing 1) over the decode score
+/// `Decode`, one composable score policy: the prefill is SnapKV's, every decode step is `Decode`'s. `Decode`
+/// is any score that accumulates softmax rows of the logits (`kUsesLogits`, `kAccumulates`, not
+/// `kPrefillLastRow`, no key score): `AccumulatedAttentionScore` (H2O's rule: `SnapKVScore`, the paper's
+/// SnapKV) or `GumbelLogitScore` (Keyformer's: the observation window's rows and every decode step add
+/// `softmax((x + ζ) / τ)`, τ from the cache's schedule, noise as `Decode::noisy()` says). Its flags and
+/// `noisy()` are `Decode`'s (it derives from it). Composed with a selection in presets.hpp: `SnapKV`
+/// (H2O decode, `RecentTopKSelection`), `SnapKVKeyformer` (Keyformer decode, `LinearTemperature`,
+/// `RecentTopKSelection`), `SnapKVWindow` (decode by sliding window, `TopKThenWindowSelection`).
 ///
 /// **Prefill.** Only the last `L' = min(L, P)` prompt rows are scored (the observation window): each such
 /// row `r` of query head `h` adds `softmax(x[h][r][0..r])` — softmax over the row's full causal extent —
@@ -43,8 +51,12 @@ inline const char* pooling_name(Pooling p) { return p == Pooling::avg ? "avg" : 
 /// `select_keep` keeps the window plus the top `k − L'` of the pooled others (ties to the older token).
 /// With a decode recent window `w > L` the last `w` prompt tokens are kept as well (select_keep's rule).
 ///
-/// **Decode.** `kAccumulates`: every decode step adds plain `softmax(x)` (τ = 1) to the raw scores (H2O's
-/// rule; the `SnapKVWindow` selection ignores the scores and evicts the oldest token).
+/// **Decode.** `Decode`'s rule: every decode step adds its softmax row to the raw scores (`SnapKVScore`:
+/// plain `softmax(x)`, τ = 1, H2O's rule; the `SnapKVWindow` selection ignores the scores and evicts the
+/// oldest token). With `GumbelLogitScore` the observation window's prompt rows are scored as Keyformer
+/// scores the prompt (ζ drawn per row with the same keys, τ_0): with `L = P <= k` (nothing cut, every
+/// prompt row scored) `SnapKVKeyformer` holds Keyformer's scores bit for bit after prefill and after
+/// every decode step (test `ObservationWindow.KeyformerDecodeWithTheWholePromptIsKeyformer`).
 ///
 /// **Defaults** `L = 32`, `K = 7`, max pooling: the authors' LongBench configuration (observation window
 /// 32, kernel 7, max pooling); their reference code's constructor defaults differ (64 / 5 / avg).
@@ -56,22 +68,24 @@ inline const char* pooling_name(Pooling p) { return p == Pooling::avg ? "avg" : 
 /// Built on the optional Score hooks of concepts.hpp, which the caches call for any score:
 /// `first_scored_row` (the observation window), `kWholePrompt` (no chunks), `selection_scores`
 /// (the pooling) and `validate_budget` (`L <= k`).
-struct SnapKVScore {
-  static constexpr bool kUsesLogits = true;
-  static constexpr bool kAccumulates = true;
-  static constexpr bool kUsesTemperature = false;
-  static constexpr bool kPrefillLastRow = false;
-  bool noisy() const { return false; }
+template <class Decode>
+struct ObservationWindowScore : Decode {
+  static_assert(Decode::kUsesLogits && Decode::kAccumulates && !Decode::kPrefillLastRow,
+                "kvevict: ObservationWindowScore<Decode> needs a Decode score that accumulates softmax rows of the "
+                "logits (kUsesLogits, kAccumulates, not kPrefillLastRow), e.g. AccumulatedAttentionScore or "
+                "GumbelLogitScore");
   static constexpr const char* kName = "SnapKV";                                ///< in error messages
   static constexpr const char* kWholePrompt = "scores the last L prompt rows";  ///< so no chunked prefill
 
-  /// The paper's defaults: `L = 32`, `K = 7`, max pooling.
-  SnapKVScore() = default;
+  /// The paper's defaults: `L = 32`, `K = 7`, max pooling; `Decode()`.
+  ObservationWindowScore() = default;
   /// Observation window `window = L >= 1` prompt rows, pooling kernel `kernel = K` (odd, >= 1; 1 = no
-  /// pooling), pooling kind. Throws `std::invalid_argument` naming the parameter and value for `L == 0`,
-  /// `K == 0`, an even `K` or a pooling value outside the enum.
-  explicit SnapKVScore(std::size_t window, std::size_t kernel = 7, Pooling pooling = Pooling::max)
-      : window_(window), kernel_(kernel), pooling_(pooling) {
+  /// pooling), pooling kind, the decode score `decode` (e.g. `GumbelLogitScore{false}`: no noise). Throws
+  /// `std::invalid_argument` naming the parameter and value for `L == 0`, `K == 0`, an even `K` or a
+  /// pooling value outside the enum (the messages say "kvevict::SnapKVScore" whatever `Decode`).
+  explicit ObservationWindowScore(std::size_t window, std::size_t kernel = 7, Pooling pooling = Pooling::max,
+                                  Decode decode = Decode())
+      : Decode(decode), window_(window), kernel_(kernel), pooling_(pooling) {
     detail::require(window >= 1, "kvevict::SnapKVScore: observation window L must be >= 1 (got 0)");
     detail::require(kernel >= 1 && kernel % 2 == 1, "kvevict::SnapKVScore: pooling kernel K must be odd and >= 1 (got ",
                     kernel, ")");
@@ -120,5 +134,9 @@ struct SnapKVScore {
   std::size_t kernel_ = 7;
   Pooling pooling_ = Pooling::max;
 };
+
+/// SnapKV as published (Li et al. 2024): the observation-window prefill, then H2O's accumulation of plain
+/// attention while decoding.
+using SnapKVScore = ObservationWindowScore<AccumulatedAttentionScore>;
 
 }  // namespace kvevict
