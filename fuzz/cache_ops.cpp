@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Input bytes choose a configuration (every policy through the aliases, a few more template
-// combinations and make_cache, SnapKV with both decode rules and hostile L / K; 1–4 KV heads; GQA
+// combinations and make_cache, SnapKV with its three decode rules and hostile L / K; 1–4 KV heads; GQA
 // group 1–3; head_dim 1–8; float / half / bf16; head-major and slot-major strided layouts with
 // padding; budgets and windows as counts and ratios including 0, > k and huge; sinks; τ values
 // including 0, negative, tiny, NaN and inf; shared heads) and then a sequence of operations (append
@@ -308,12 +308,15 @@ Subject make_subject(FuzzedDataProvider& in, const CacheConfig& config, const KV
       params.tau_end = pick_tau(in);
       params.horizon = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 5) : pick_count(in, 4);
       params.gumbel_noise = noise;
+      // Keyformer's noise scale: (0, 1] taken, 0, > 1, NaN and any other policy's != 1 rejected.
+      params.noise_scale = in.PickValueInArray({1.0f, 1.0f, 0.5f, 0.1f, 0.0f, 1.5f, -1.0f,
+                                                std::numeric_limits<float>::quiet_NaN()});
       params.sinks = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 6) : pick_count(in, 8);
-      if (p == Policy::snapkv) {  // L and K include 0, even K and L > k (all rejected); both decode rules
+      if (p == Policy::snapkv) {  // L and K include 0, even K and L > k (all rejected); the three decode rules
         params.snap_window = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::size_t>(0, 8) : pick_count(in, 8);
         params.snap_kernel = in.ConsumeIntegralInRange<std::size_t>(0, 9);
         params.snap_pooling = in.ConsumeBool() ? Pooling::max : Pooling::avg;
-        params.snap_decode = in.ConsumeBool() ? SnapDecode::h2o : SnapDecode::window;
+        params.snap_decode = in.PickValueInArray({SnapDecode::h2o, SnapDecode::window, SnapDecode::keyformer});
       }
       s.cache = make_cache(p, config, kv, params);
       if (p == Policy::snapkv && params.snap_decode == SnapDecode::window) s.kind = Kind::other;

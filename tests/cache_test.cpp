@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <Eigen/Core>
@@ -318,6 +319,78 @@ TEST(Cache, InternalNoiseFollowsTheDocumentedDrawOrder) {
   a.prefill(x.data(), P);
   b.prefill(x.data(), P, zeta.data());
   for (std::size_t s = 0; s < P; ++s) EXPECT_EQ(a.scores(0)[s], b.scores(0)[s]);
+}
+
+// noise_scale s (issue 35's ablation): a drawn ζ scaled by s is the documented draw times s, bit for bit
+// (s = 0.5 scales exactly), at prefill and in a decode step; an injected ζ is scaled the same way.
+TEST(Cache, NoiseScaleScalesTheDrawnAndTheInjectedNoise) {
+  const std::size_t P = 4, nq = 2;
+  std::vector<float> half(nq * P * P, 0.0f);
+  for (std::size_t h = 0; h < nq; ++h)
+    for (std::size_t r = 0; r < P; ++r) {
+      kvevict::fill_gumbel_row(kvevict::gumbel_row_key(77, h, r), 0, &half[(h * P + r) * P], r + 1);
+      for (std::size_t c = 0; c <= r; ++c) half[(h * P + r) * P + c] *= 0.5f;
+    }
+  const auto x = causal_logits(nq, P, [](auto, std::size_t r, std::size_t c) { return 0.1f * (r + c); });
+  kvevict::KVBuffer<float> a_buf(1, 9, 2), b_buf(1, 9, 2), c_buf(1, 9, 2);
+  auto a_kv = a_buf.view(), b_kv = b_buf.view(), c_kv = c_buf.view();
+  const kvevict::LinearTemperature tau(1.0f, 2.0f, 4);
+  kvevict::Keyformer a(config(nq, 3, 1, 77), a_kv, kvevict::GumbelLogitScore{true, 0.5f}, tau);  // drawn, scaled
+  kvevict::Keyformer b(config(nq, 3, 1, 5), b_kv, kvevict::GumbelLogitScore{true, 1.0f}, tau);   // injected 0.5 ζ
+  kvevict::Keyformer c(config(nq, 3, 1, 5), c_kv, kvevict::GumbelLogitScore{true, 0.5f}, tau);   // injected ζ, scaled
+  std::vector<float> full(half);
+  for (float& v : full) v *= 2.0f;
+  for (std::size_t p = 0; p < P; ++p)
+    for (auto* kv : {&a_kv, &b_kv, &c_kv}) append_token(*kv, static_cast<std::int64_t>(p));
+  a.prefill(x.data(), P);
+  b.prefill(x.data(), P, half.data());
+  c.prefill(x.data(), P, full.data());
+  ASSERT_EQ(a.retained_positions(0), b.retained_positions(0));
+  for (std::size_t s = 0; s < a.length(0); ++s) {
+    EXPECT_EQ(a.scores(0)[s], b.scores(0)[s]);
+    EXPECT_EQ(c.scores(0)[s], b.scores(0)[s]);
+  }
+  // A decode step at position 4 (slot 3): ζ of query head h is fill_gumbel_row(key(77, h, 4)) over the 4 slots.
+  for (auto* kv : {&a_kv, &b_kv, &c_kv}) append_token(*kv, 4);
+  const float row[] = {0.5f, -0.5f, 1.0f, 0.0f, 0.25f, -1.0f, 2.0f, 0.0f};
+  float zs[8], z[8];
+  for (std::size_t h = 0; h < nq; ++h) kvevict::fill_gumbel_row(kvevict::gumbel_row_key(77, h, 4), 0, z + 4 * h, 4);
+  for (int i = 0; i < 8; ++i) zs[i] = 0.5f * z[i];
+  a.decode_step(row, 4);
+  b.decode_step(row, 4, zs);
+  c.decode_step(row, 4, z);
+  ASSERT_EQ(a.retained_positions(0), b.retained_positions(0));
+  ASSERT_EQ(c.retained_positions(0), b.retained_positions(0));
+  for (std::size_t s = 0; s < a.length(0); ++s) {
+    EXPECT_EQ(a.scores(0)[s], b.scores(0)[s]);
+    EXPECT_EQ(c.scores(0)[s], b.scores(0)[s]);
+  }
+}
+
+TEST(CacheErrors, NoiseScaleOutsideZeroOneIsRejected) {
+  kvevict::KVBuffer<float> buf(1, 9, 2);
+  for (float s : {0.0f, -0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    try {
+      kvevict::Keyformer cache(config(2, 3, 1, 1), buf.view(), kvevict::GumbelLogitScore{true, s},
+                               kvevict::LinearTemperature(1.0f, 2.0f, 4));
+      ADD_FAILURE() << "noise_scale " << s << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("kvevict::Cache: noise_scale must be in (0, 1] (got ", 0), 0u) << e.what();
+    }
+  }
+  kvevict::PolicyParams p;
+  p.noise_scale = 0.5f;
+  try {
+    (void)kvevict::make_cache(kvevict::Policy::h2o, config(2, 3, 1, 1), buf.view(), p);
+    ADD_FAILURE() << "noise_scale accepted for h2o";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "kvevict::make_cache: noise_scale = 0.5 is Keyformer's (policy keyformer, or snapkv with "
+                           "snap_decode keyformer); leave it 1 for h2o");
+  }
+  p.horizon = 4;
+  EXPECT_NE(dynamic_cast<kvevict::Keyformer*>(
+                kvevict::make_cache(kvevict::Policy::keyformer, config(2, 3, 1, 1), buf.view(), p).get()),
+            nullptr);
 }
 
 // ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <type_traits>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "kvevict/detail/simd.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/gumbel.hpp"
+#include "kvevict/score/score_policies.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"
 
 namespace kvevict {
@@ -40,6 +42,17 @@ inline std::size_t checked_group(std::size_t n_q_heads, std::size_t n_kv_heads, 
   require(capacity <= (std::size_t{1} << 62) / sizeof(float) / n_q_heads, who, ": n_q_heads (", n_q_heads,
           ") * capacity (", capacity, ") floats of score accumulators exceed the address space");
   return n_q_heads / n_kv_heads;
+}
+
+/// `score`, after checking a Keyformer score's `noise_scale` (any score deriving from `GumbelLogitScore`):
+/// throws `std::invalid_argument` "<who>: noise_scale must be in (0, 1] (got s)" for s outside (0, 1] or NaN.
+/// O(1).
+template <class Score>
+const Score& checked_noise_scale(const Score& score, const char* who) {
+  if constexpr (std::is_base_of_v<GumbelLogitScore, Score>)
+    require(score.noise_scale > 0.0f && score.noise_scale <= 1.0f, who, ": noise_scale must be in (0, 1] (got ",
+            score.noise_scale, ")");
+  return score;
 }
 
 /// The scoring half of a `Cache` (and of a `PagedCache`): owns the score policy, the noise seed,
@@ -76,7 +89,7 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
   /// (+ `capacity` for `selection_scores`, + `head_dim + n_kv_heads` for `key_score`).
   Scorer(Score score, std::size_t n_kv_heads, std::size_t group, std::size_t capacity, std::uint64_t seed,
          const char* who = "kvevict::Cache", KeyReader keys = KeyReader{})
-      : Keys(checked_key_reader(score, keys, who), n_kv_heads),
+      : Keys(checked_key_reader(checked_noise_scale(score, who), keys, who), n_kv_heads),
         score_(std::move(score)),
         who_(who),
         seed_(seed),
@@ -427,6 +440,14 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
   bool softmax_row(const float* x, const float* zeta, std::size_t n, float inv_tau, std::uint64_t position,
                    std::size_t q_head, std::size_t c0, std::size_t c1, float* e, float* sum, float* mx) const {
     if (!score_.noisy()) return softmax_pass(x, NoNoise{}, n, inv_tau, c0, c1, e, sum, mx);
+    if constexpr (std::is_base_of_v<GumbelLogitScore, Score>) {
+      const float s = score_.noise_scale;
+      if (s != 1.0f) {  // the ablation's scaled noise; s = 1 keeps the paths below and their bits
+        if (zeta != nullptr) return softmax_pass(x, ScaledGivenNoise{zeta, s}, n, inv_tau, c0, c1, e, sum, mx);
+        return softmax_pass(x, ScaledDrawnNoise{gumbel_row_key(seed_, q_head, position), s}, n, inv_tau, c0, c1, e,
+                            sum, mx);
+      }
+    }
     if (zeta != nullptr) return softmax_pass(x, GivenNoise{zeta}, n, inv_tau, c0, c1, e, sum, mx);
     return softmax_pass(x, DrawnNoise{gumbel_row_key(seed_, q_head, position)}, n, inv_tau, c0, c1, e, sum, mx);
   }

@@ -19,13 +19,18 @@ namespace kvevict {
 /// retained token's score grows by `softmax((x + ζ) / τ)` summed over the step's
 /// query rows (and over the query heads of its GQA group), ζ ~ Gumbel(0, 1)
 /// drawn afresh each step. `gumbel_noise = false` gives the deterministic
-/// variant (`ζ = 0`, temperature still applied).
+/// variant (`ζ = 0`, temperature still applied). `noise_scale = s` in (0, 1]
+/// scales the noise, `softmax((x + s · ζ) / τ)` (an ablation knob, issue 35: the
+/// paper's noise is s = 1, Gumbel(0, 1), whatever the logits' scale); s = 1 runs
+/// the unscaled code, bit for bit as before. The cache throws
+/// `std::invalid_argument` at construction for s outside (0, 1] or NaN.
 struct GumbelLogitScore {
   static constexpr bool kUsesLogits = true;
   static constexpr bool kAccumulates = true;
   static constexpr bool kUsesTemperature = true;
   static constexpr bool kPrefillLastRow = false;
   bool gumbel_noise = true;  ///< draw ζ from the cache's seeded generator
+  float noise_scale = 1.0f;  ///< s: the noise added is s · ζ, s in (0, 1]
   bool noisy() const { return gumbel_noise; }
 };
 

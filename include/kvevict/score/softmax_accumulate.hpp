@@ -28,6 +28,16 @@ struct GivenNoise {
 struct DrawnNoise {
   std::uint64_t key;  ///< the row's `gumbel_row_key`: ζ[i] is `fill_gumbel_row(key, i, ...)`
 };
+/// ζ scaled by `scale` in (0, 1) (`GumbelLogitScore::noise_scale`): `y = x + scale · ζ`, ζ given or drawn
+/// as above. A separate type, so that the unscaled paths keep their code (and bits) as they are.
+struct ScaledGivenNoise {
+  const float* zeta;  ///< `[n]`, as `GivenNoise`
+  float scale;        ///< in (0, 1)
+};
+struct ScaledDrawnNoise {
+  std::uint64_t key;  ///< as `DrawnNoise`
+  float scale;        ///< in (0, 1)
+};
 
 /// L1-sized piece of a row (floats); even, so Gumbel draw pairs stay aligned.
 /// `inline constexpr`: one object in every translation unit (no ODR hazard when
@@ -150,6 +160,17 @@ inline const float* chunk_values(const float* x, GivenNoise noise, std::size_t c
 }
 inline const float* chunk_values(const float* x, DrawnNoise noise, std::size_t c0, std::size_t len, float* buf) {
   add_gumbel_row(noise.key, c0, x + c0, buf, len);
+  return buf;
+}
+inline const float* chunk_values(const float* x, ScaledGivenNoise noise, std::size_t c0, std::size_t len, float* buf) {
+  KVEVICT_SIMD
+  for (std::size_t i = 0; i < len; ++i) buf[i] = x[c0 + i] + noise.scale * noise.zeta[c0 + i];
+  return buf;
+}
+inline const float* chunk_values(const float* x, ScaledDrawnNoise noise, std::size_t c0, std::size_t len, float* buf) {
+  fill_gumbel_row(noise.key, c0, buf, len);  // ζ, then x + s·ζ (a separate multiply and add, no FMA contract needed)
+  KVEVICT_SIMD
+  for (std::size_t i = 0; i < len; ++i) buf[i] = x[c0 + i] + noise.scale * buf[i];
   return buf;
 }
 
