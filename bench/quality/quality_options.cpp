@@ -163,6 +163,8 @@ kvcli::EvictionFlags QualityRun::flags_for(double ratio, const RowSpec* row) con
     f.recent = q;
     f.recent_flag = "--policies (" + row->label + ")";
   }
+  if (row != nullptr && row->snap_kernel) f.snap_kernel = *row->snap_kernel;
+  if (row != nullptr && !row->snap_decode.empty()) f.snap_decode = kvevict::parse_snap_decode(row->snap_decode);
   f.budget.is_ratio = true;
   f.budget.ratio = ratio;
   std::ostringstream typed;

@@ -72,6 +72,7 @@ std::unique_ptr<llama2::Engine> QualityRun::make_engine_for(const Run& run, Futu
   llama2::EvictionSettings s = llama2::eviction_settings(flags_for(run.ratio, &row), run.kws, row.policy);
   s.params.horizon = horizon;
   s.params.gumbel_noise = row.noise;
+  s.params.noise_scale = row.noise_scale.value_or(1.0f);
   s.prompt_len = prompt;
   s.seed = run.seed;
   s.shared_heads = s.shared_heads || row.shared;

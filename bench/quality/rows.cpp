@@ -31,7 +31,9 @@ std::string row_spec_help() {
          "policy). MOD: +shared (one selection per layer), +reindexed (positions re-indexed after each eviction), "
          "+pyramid (PyramidKV per-layer budgets, beta 20), "
          "+boundedC (bounded prefill in chunks of C). KEY: @recent=Q (w = floor(Q k), keyformer/h2o/snapkv/oracle), "
-         "@seeds=N (Keyformer with noise). E.g. keyformer@recent=0.5,h2o+shared,keyformer+bounded32@seeds=3,oracle";
+         "@seeds=N (Keyformer with noise), @noise=S (Keyformer's noise scaled by S in (0, 1]), @kernel=K (snapkv pooling kernel, odd), @decode=h2o|window|keyformer "
+         "(snapkv decode rule; keyformer: Gumbel noise and the tau schedule). E.g. keyformer@recent=0.5,h2o+shared,"
+         "keyformer+bounded32@seeds=3,snapkv@kernel=11@decode=keyformer,oracle";
 }
 
 RowSpec parse_row_spec(const std::string& text) {
@@ -82,6 +84,16 @@ RowSpec parse_row_spec(const std::string& text) {
     if (oracle) bad(text, "the oracle takes no modifier ('+" + m +
                       "'): it selects per KV head, original positions, uniform budgets, one-shot prefill");
   }
+  // @decode first: whether @seeds applies depends on it.
+  for (const std::string& kv : keys) {
+    if (kv.rfind("decode=", 0) != 0) continue;
+    const std::string value = kv.substr(7);
+    if (!row.snap_decode.empty()) bad(text, "@decode given twice");
+    if (row.policy != "snapkv") bad(text, "@decode needs snapkv (the decode rule after SnapKV's prefill)");
+    if (value != "h2o" && value != "window" && value != "keyformer")
+      bad(text, "@decode=" + value + " must be h2o, window or keyformer");
+    row.snap_decode = value;
+  }
   for (const std::string& kv : keys) {
     const std::size_t eq = kv.find('=');
     const std::string key = kv.substr(0, eq), value = eq == std::string::npos ? "" : kv.substr(eq + 1);
@@ -97,14 +109,31 @@ RowSpec parse_row_spec(const std::string& text) {
         bad(text, "@recent=" + value + " must be a fraction of k in [0, 1]");
       row.recent = q;
       row.recent_text = value;
+    } else if (key == "decode") {
+      // parsed above
+    } else if (key == "noise") {
+      if (row.noise_scale) bad(text, "@noise given twice");
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(v > 0.0 && v <= 1.0))
+        bad(text, "@noise=" + value + " must be a noise scale in (0, 1]");
+      if (!row.seeded()) bad(text, "@noise needs keyformer with noise, or snapkv@decode=keyformer");
+      row.noise_scale = static_cast<float>(v);
+    } else if (key == "kernel") {
+      if (row.snap_kernel) bad(text, "@kernel given twice");
+      if (row.policy != "snapkv") bad(text, "@kernel needs snapkv (its pooling kernel)");
+      if (!all_digits(value) || std::stoul(value) % 2 == 0 || std::stoul(value) > 1000001)
+        bad(text, "@kernel=" + value + " must be an odd integer in [1, 1000001]");
+      row.snap_kernel = std::stoul(value);
     } else if (key == "seeds") {
       if (row.seeds) bad(text, "@seeds given twice");
-      if (!row.seeded()) bad(text, "@seeds needs keyformer with noise (the other rows are deterministic)");
+      if (!row.seeded())
+        bad(text, "@seeds needs keyformer with noise, or snapkv@decode=keyformer (the other rows are deterministic)");
       if (!all_digits(value) || std::stoul(value) == 0 || std::stoul(value) > 1000)
         bad(text, "@seeds=" + value + " must be an integer in [1, 1000]");
       row.seeds = std::stoul(value);
     } else {
-      bad(text, "unknown key '@" + key + "'; expected @recent=Q or @seeds=N");
+      bad(text, "unknown key '@" + key + "'; expected @recent=Q, @seeds=N, @noise=S, @kernel=K or @decode=D");
     }
   }
   return row;

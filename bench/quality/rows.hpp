@@ -15,7 +15,12 @@
 //   +boundedC     the prompt prefilled in chunks of C tokens, cut to k after each (bounded prefill)
 //   @recent=Q     recent window w = floor(Q · k) (Q in [0, 1]) instead of --recent (keyformer, h2o, snapkv,
 //                 oracle)
-//   @seeds=N      Keyformer with noise: seeds 1..N instead of --seeds
+//   @seeds=N      Keyformer with noise (also snapkv@decode=keyformer): seeds 1..N instead of --seeds
+//   @noise=S      Keyformer's noise scaled by S in (0, 1] (kvevict::GumbelLogitScore::noise_scale; keyformer,
+//                 snapkv@decode=keyformer)
+//   @kernel=K     snapkv: pooling kernel K (odd) instead of --snap-kernel
+//   @decode=D     snapkv: decode rule h2o, window or keyformer (kvevict::SnapKVKeyformer: Keyformer's noise,
+//                 tau schedule --tau-init/--tau-end) instead of --snap-decode
 // Every row of one invocation is compared with the same full-cache reference.
 #pragma once
 
@@ -38,8 +43,11 @@ struct RowSpec {
   std::optional<double> recent;       ///< @recent=Q, a fraction of k
   std::string recent_text;            ///< Q as typed
   std::optional<std::size_t> seeds;   ///< @seeds=N
-  /// Whether the row runs Keyformer with noise (several seeds).
-  bool seeded() const { return policy == "keyformer" && noise; }
+  std::optional<std::size_t> snap_kernel;  ///< @kernel=K (snapkv)
+  std::optional<float> noise_scale;   ///< @noise=S (Keyformer's noise), in (0, 1]
+  std::string snap_decode;            ///< @decode=D (snapkv): "h2o", "window", "keyformer", or "" (--snap-decode)
+  /// Whether the row runs Keyformer's noise (several seeds): keyformer, or snapkv@decode=keyformer.
+  bool seeded() const { return (policy == "keyformer" || (policy == "snapkv" && snap_decode == "keyformer")) && noise; }
   /// The policy whose k and w rules the row follows ("h2o" for the oracle).
   std::string budget_policy() const { return policy == "oracle" ? "h2o" : policy; }
 };

@@ -47,6 +47,20 @@ TEST(QualityRows, SpecsParseIntoTheirVariants) {
   const auto p = parse_row_spec("keyformer+pyramid@seeds=3");
   EXPECT_TRUE(p.pyramid);
   EXPECT_FALSE(p.shared || p.reindexed);
+
+  const auto sk = parse_row_spec("snapkv@kernel=11@decode=keyformer@seeds=2");  // @decode before @seeds not needed
+  EXPECT_EQ(sk.policy, "snapkv");
+  EXPECT_EQ(*sk.snap_kernel, 11u);
+  EXPECT_EQ(sk.snap_decode, "keyformer");
+  EXPECT_TRUE(sk.seeded());
+  EXPECT_EQ(*sk.seeds, 2u);
+  const auto sh = parse_row_spec("snapkv@decode=h2o");
+  EXPECT_FALSE(sh.seeded());
+  EXPECT_FALSE(sh.snap_kernel);
+  EXPECT_TRUE(parse_row_spec("snapkv").snap_decode.empty());
+  EXPECT_EQ(*parse_row_spec("keyformer@noise=0.25").noise_scale, 0.25f);
+  EXPECT_EQ(*parse_row_spec("snapkv@decode=keyformer@noise=0.5").noise_scale, 0.5f);
+  EXPECT_FALSE(parse_row_spec("keyformer").noise_scale);
 }
 
 void expect_error(const std::string& spec, const std::string& needle) {
@@ -80,6 +94,19 @@ TEST(QualityRows, BadSpecsNameTheFlagTheSpecAndThePart) {
   expect_error("h2o@seeds=3", "@seeds needs keyformer with noise");
   expect_error("keyformer@seeds=0", "@seeds=0 must be an integer in [1, 1000]");
   expect_error("keyformer@seed=3", "unknown key '@seed'");
+  expect_error("h2o@kernel=11", "@kernel needs snapkv");
+  expect_error("keyformer@noise=0", "@noise=0 must be a noise scale in (0, 1]");
+  expect_error("keyformer@noise=1.5", "@noise=1.5 must be a noise scale in (0, 1]");
+  expect_error("keyformer@noise=0.5@noise=0.5", "@noise given twice");
+  expect_error("h2o@noise=0.5", "@noise needs keyformer with noise");
+  expect_error("keyformer-nonoise@noise=0.5", "@noise needs keyformer with noise");
+  expect_error("snapkv@kernel=4", "@kernel=4 must be an odd integer");
+  expect_error("snapkv@kernel=x", "@kernel=x must be an odd integer");
+  expect_error("snapkv@kernel=3@kernel=5", "@kernel given twice");
+  expect_error("h2o@decode=keyformer", "@decode needs snapkv");
+  expect_error("snapkv@decode=tova", "@decode=tova must be h2o, window or keyformer");
+  expect_error("snapkv@decode=h2o@decode=window", "@decode given twice");
+  expect_error("snapkv@decode=h2o@seeds=3", "@seeds needs keyformer with noise, or snapkv@decode=keyformer");
 }
 
 TEST(QualityRows, ListNeedsRowsAndRejectsDuplicates) {

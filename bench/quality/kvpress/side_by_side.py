@@ -20,7 +20,9 @@ Protocols, each row at k = floor(r * P) tokens per layer and KV head (--ratio r,
 
 Rows: kvpress SnapKV, StreamingLLM, TOVA, ObservedAttention (eager attention), KeyDiff, ExpectedAttention,
 AdaKV(ExpectedAttention), PyramidKV, Knorm; kvevict keyformer (seed 1, as kvevict-quality's --seeds 1;
-horizon PREDICT), h2o, streaming (4 sinks), window, tova, snapkv. A row that raises is written with its error.
+horizon PREDICT), h2o, streaming (4 sinks), window, tova, snapkv; kvevict rows may take kvevict-quality's SnapKV
+row keys, e.g. kvevict:h2o@recent=0, kvevict:snapkv@kernel=15 or kvevict:snapkv@kernel=15@decode=keyformer. A
+row that raises is written with its error.
 
 Resumable: results go to --out/results.csv, one line per (window, protocol, row); lines already there are not
 run again. --summary prints the Markdown tables (mean over windows, and paired differences) from the file.
@@ -184,10 +186,32 @@ def run_kvpress(model, ids, P, name, protocol, ratio, k):
         return torch.stack(rows)
 
 
+def kvevict_row(name):
+    """A kvevict row's policy and options: `POLICY[@KEY=VALUE]...`, kvevict-quality's row keys: `@recent=Q`
+    (the recent window, a fraction of k: keyformer, h2o, snapkv) and, for SnapKV, `@kernel=K` -> snap_kernel,
+    `@decode=D` -> snap_decode; e.g. `h2o@recent=0`, `snapkv@kernel=15@decode=keyformer`."""
+    policy, *keys = name.split("@")
+    opts = {}
+    for kv in keys:
+        key, _, value = kv.partition("=")
+        if key == "recent" and value and policy in ("keyformer", "h2o", "snapkv"):
+            opts["recent"] = f"{float(value) * 100:g}%"
+        elif policy == "snapkv" and key in ("kernel", "decode") and value:
+            opts["snap_kernel" if key == "kernel" else "snap_decode"] = int(value) if key == "kernel" else value
+        else:
+            sys.exit(f"side_by_side.py: --rows kvevict:{name}: unknown key '@{kv}' (keyformer, h2o, snapkv take "
+                     "@recent=Q; snapkv @kernel=K, @decode=D)")
+    return policy, opts
+
+
 def run_kvevict(model, ids, P, name, protocol, ratio):
     n = ids.shape[1] - 1 - P
-    opts = dict(horizon=n, seed=1) if name == "keyformer" else dict(sinks=4) if name == "streaming" else {}
-    cache = KVEvictCache(model, policy=name, budget=ratio, evict=protocol, **opts)
+    policy, opts = kvevict_row(name)
+    if policy == "keyformer" or opts.get("snap_decode") == "keyformer":
+        opts.update(horizon=n, seed=1)
+    elif policy == "streaming":
+        opts.update(sinks=4)
+    cache = KVEvictCache(model, policy=policy, budget=ratio, evict=protocol, **opts)
     try:
         with torch.no_grad():
             model(ids[:, :P], past_key_values=cache)
