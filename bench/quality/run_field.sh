@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Issue 35's rows on SmolLM2-135M-Instruct (Q4_1 GGUF, scripts/get-models.sh), beside the SmolLM2 report's
+# (bench/quality/run_smollm2.sh, whose rows this does not rerun): SnapKV's pooling kernel, SnapKV's prefill
+# composed with Keyformer's decode (kvevict::SnapKVKeyformer), Keyformer's noise scale and temperature as
+# ablation rows, the needle retrieval on two prompt sets, and a second corpus of another genre (Python
+# source code: bench/quality/get_code_corpus.sh). Each part is one kvevict-quality invocation comparing its
+# rows with the same full-cache run as the report's (same windows, same ids: deterministic rows reproduce
+# the report's to the last digit). Writes bench/quality/results/field/ (one CSV + Markdown per part, their
+# wall times, and the Keyformer noise analysis of bench/quality/keyformer_noise.py) and prints nothing else.
+#   PARTS=windows,ablation,retrieval,sweep,code,noise (default all)   THREADS=2   BUILD_DIR=build-quality
+# About 60 minutes on 2 cores (windows 511 s, ablation 676 s, retrieval 2 x ~260 s, sweep 4 x ~190 s, code 745 s,
+# noise ~300 s).
+# The noise analysis needs NumPy: PYTHON (default: the venv of scripts/get-hf-venv.sh).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+threads=${THREADS:-2}
+build=${BUILD_DIR:-build-quality}
+parts=${PARTS:-windows,ablation,retrieval,sweep,code,noise}
+model=$(bash scripts/get-models.sh)
+data=${KVEVICT_SHARED_DIR:-../shared}/data/python-howto
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="${QUALITY_CXX_FLAGS--march=native}" \
+  -DKVEVICT_WERROR=OFF -DKVEVICT_BUILD_TESTS=OFF -DKVEVICT_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build "$build" -j"$(nproc)" --target kvevict-quality kvevict-generate >/dev/null
+q="$build/bench/quality/kvevict-quality"
+out=bench/quality/results/field
+mkdir -p "$out"
+timed() {  # timed NAME CMD...: stdout into $out/NAME.md, wall seconds into $out/NAME.secs
+  local name=$1 t0
+  shift
+  t0=$(date +%s)
+  "$@" >"$out/$name.md"
+  echo $(($(date +%s) - t0)) >"$out/$name.secs"
+}
+windows=(--windows 12 --prompt 2048 --window 2304 --ratios 0.1,0.2,0.5 --seeds 1 --threads "$threads")
+snap_rows="snapkv@kernel=11,snapkv@kernel=15,snapkv@decode=keyformer,snapkv@kernel=15@decode=keyformer"
+if [[ $parts == *windows* ]]; then
+  timed windows "$q" --model "$model" --data "$data" "${windows[@]}" --policies "h2o,snapkv,$snap_rows" \
+    --out "$out/windows"
+fi
+if [[ $parts == *ablation* ]]; then  # Keyformer's noise scale; then tau held at 1 (noise on and off)
+  timed ablation_noise "$q" --model "$model" --data "$data" "${windows[@]}" \
+    --policies keyformer@noise=0.5,keyformer@noise=0.25,keyformer@noise=0.1 --out "$out/ablation_noise"
+  timed ablation_tau "$q" --model "$model" --data "$data" "${windows[@]}" --policies keyformer,keyformer-nonoise \
+    --tau-init 1 --tau-end 1 --out "$out/ablation_tau"
+fi
+if [[ $parts == *retrieval* ]]; then  # the report's 30 prompts (seed 1) and 30 others (seed 2)
+  for seed in 1 2; do
+    timed "retrieval_seed$seed" "$q" --model "$model" --data "$data" --retrieval 10 --retrieval-seed "$seed" \
+      --prompt 2048 --window 2050 --ratios 0.1,0.2 --seeds 1 --threads "$threads" \
+      --policies "h2o,keyformer,snapkv,snapkv@kernel=11,snapkv@kernel=15,snapkv@kernel=15@decode=keyformer" \
+      --out "$out/retrieval_seed$seed"
+  done
+fi
+if [[ $parts == *sweep* ]]; then  # how the kernel was found: set 1 only, SnapKV's kernel and recent window
+  timed retrieval_recent "$q" --model "$model" --data "$data" --retrieval 10 --prompt 2048 --window 2050 \
+    --ratios 0.1,0.2 --seeds 1 --threads "$threads" --policies snapkv,snapkv@recent=0.1,snapkv@recent=0.03 \
+    --out "$out/retrieval_recent"
+  for kernel in 11 15 21; do
+    timed "retrieval_kernel$kernel" "$q" --model "$model" --data "$data" --retrieval 10 --prompt 2048 \
+      --window 2050 --ratios 0.1,0.2 --seeds 1 --threads "$threads" --policies snapkv --snap-kernel "$kernel" \
+      --out "$out/retrieval_kernel$kernel"
+  done
+fi
+if [[ $parts == *code* ]]; then
+  code=$(bash bench/quality/get_code_corpus.sh)
+  timed code "$q" --model "$model" --data "$code" "${windows[@]}" \
+    --policies "window,streaming,h2o,keyformer,keyformer-nonoise,tova,snapkv,snapkv@kernel=11,snapkv@kernel=15,snapkv@kernel=15@decode=keyformer" \
+    --out "$out/code"
+fi
+if [[ $parts == *noise* ]]; then  # one block's logits at a time over a 1179-token prompt (howto-argparse)
+  py=${PYTHON:-$(bash scripts/get-hf-venv.sh)}
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  args=()
+  for layer in 0 7 15 22 29; do
+    "$build/tools/llama2/kvevict-generate" --model "$model" --prompt "$(head -c 4200 "$data/howto-argparse.rst")" \
+      --steps 1 --policy full --dump-logits "$tmp/l$layer.npy" --dump-layer "$layer" --threads "$threads" >/dev/null
+    args+=("$layer=$tmp/l$layer.npy")
+  done
+  timed noise "$py" bench/quality/keyformer_noise.py --group 3 --seeds 3 "${args[@]}"
+fi
