@@ -1,7 +1,8 @@
 // Randomized comparison of kvevict::Cache against a simple reference
 // implementation: tokens kept in position order, scores in double, selection
 // by full sort every step, no slot tricks. Covers Keyformer (injected noise,
-// linear τ), H2O, TOVA, StreamingLLM and window; GQA; shared and per-head selection.
+// linear τ), H2O, TOVA, StreamingLLM, window, SnapKV and the mean-attention rankings (H2OMean,
+// KeyformerMean: score / (newest − position + 1)); GQA; shared and per-head selection.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,7 +19,7 @@
 
 namespace {
 
-enum class Kind { keyformer, h2o, tova, streaming, window, snapkv, snapkv_window };
+enum class Kind { keyformer, h2o, tova, streaming, window, snapkv, snapkv_window, h2o_mean, keyformer_mean };
 
 struct Tok {
   std::int64_t pos;
@@ -51,8 +52,10 @@ struct Reference {
   bool in_prefill = false;
 
   bool snap() const { return kind == Kind::snapkv || kind == Kind::snapkv_window; }
+  bool mean() const { return kind == Kind::h2o_mean || kind == Kind::keyformer_mean; }
+  bool keyformer() const { return kind == Kind::keyformer || kind == Kind::keyformer_mean; }
   bool uses_logits() const {
-    return kind == Kind::keyformer || kind == Kind::h2o || kind == Kind::tova || snap();
+    return keyformer() || kind == Kind::h2o || kind == Kind::tova || snap() || mean();
   }
   // SnapKV's selection scores at prefill, written out plainly: the window's last L tokens rank first
   // (+inf), the others by their score pooled over [i - K/2, i + K/2] clipped to [0, n - L) (max, or
@@ -69,7 +72,7 @@ struct Reference {
     return out;
   }
   double tau(std::size_t t) const {
-    if (kind != Kind::keyformer) return 1.0;
+    if (!keyformer()) return 1.0;
     return 1.0 + static_cast<double>(std::min(t, horizon)) / static_cast<double>(horizon);
   }
   // Adds softmax((x + zeta) / tau) of query head h (logit ids `row_id`) over the
@@ -81,7 +84,7 @@ struct Reference {
     double m = -std::numeric_limits<double>::infinity();
     for (std::size_t i = 0; i < visible; ++i) {
       double x = logit(row_id, h, toks[i].pos);
-      if (kind == Kind::keyformer) x += noise(row_id, h, toks[i].pos);
+      if (keyformer()) x += noise(row_id, h, toks[i].pos);
       y[i] = x / tau_value;
       m = std::max(m, y[i]);
     }
@@ -90,8 +93,12 @@ struct Reference {
     for (double& v : y) sum += (v = std::exp(v - m));
     for (std::size_t i = 0; i < visible; ++i) acc[i] += y[i] / sum;
   }
-  // Indices of `toks` to keep (ascending) by full sort.
-  std::vector<std::size_t> keep(std::size_t n, const std::vector<double>& scores) const {
+  // Indices of `toks` to keep (ascending) by full sort; `pos` the candidates' positions (ascending).
+  std::vector<std::size_t> keep(std::size_t n, const std::vector<double>& raw, const std::vector<Tok>& pos) const {
+    // The mean rankings: each score over the queries at positions [p, newest], newest = the last candidate's.
+    std::vector<double> scores = raw;
+    if (mean())
+      for (std::size_t i = 0; i < n; ++i) scores[i] /= static_cast<double>(pos.back().pos - pos[i].pos + 1);
     const std::size_t m = std::min(k, n);
     std::vector<std::size_t> out;
     if (kind == Kind::snapkv_window && !in_prefill && n > k) {  // decode by sliding window: the oldest goes
@@ -124,14 +131,14 @@ struct Reference {
       std::vector<double> sum(heads[0].size(), 0.0);
       for (const auto& toks : heads)
         for (std::size_t i = 0; i < toks.size(); ++i) sum[i] += toks[i].score;
-      const auto kept = keep(heads[0].size(), sum);
+      const auto kept = keep(heads[0].size(), sum, heads[0]);
       for (std::size_t j = 0; j < n_kv; ++j)
         for (std::size_t i : kept) next[j].push_back(heads[j][i]);
     } else {
       for (std::size_t j = 0; j < n_kv; ++j) {
         std::vector<double> s;
         for (const auto& tk : heads[j]) s.push_back(tk.score);
-        for (std::size_t i : keep(heads[j].size(), s)) next[j].push_back(heads[j][i]);
+        for (std::size_t i : keep(heads[j].size(), s, heads[j])) next[j].push_back(heads[j][i]);
       }
     }
     heads = next;
@@ -173,7 +180,10 @@ std::unique_ptr<kvevict::CacheInterface> build(Kind kind, const kvevict::CacheCo
   p.snap_kernel = ref.K;
   p.snap_pooling = ref.avg ? kvevict::Pooling::avg : kvevict::Pooling::max;
   p.snap_decode = kind == Kind::snapkv_window ? kvevict::SnapDecode::window : kvevict::SnapDecode::h2o;
+  p.mean_attention = kind == Kind::h2o_mean || kind == Kind::keyformer_mean;
   switch (kind) {
+    case Kind::h2o_mean: return kvevict::make_cache(kvevict::Policy::h2o, cfg, kv, p);
+    case Kind::keyformer_mean: return kvevict::make_cache(kvevict::Policy::keyformer, cfg, kv, p);
     case Kind::keyformer: return kvevict::make_cache(kvevict::Policy::keyformer, cfg, kv, p);
     case Kind::h2o: return kvevict::make_cache(kvevict::Policy::h2o, cfg, kv, p);
     case Kind::tova: return kvevict::make_cache(kvevict::Policy::tova, cfg, kv, p);
@@ -272,7 +282,8 @@ TEST_P(CacheVsReference, SameKeptSetsAndScoresEveryStep) {
 
 INSTANTIATE_TEST_SUITE_P(AllPolicies, CacheVsReference,
                          ::testing::Combine(::testing::Values(Kind::keyformer, Kind::h2o, Kind::tova, Kind::streaming,
-                                                              Kind::window, Kind::snapkv, Kind::snapkv_window),
+                                                              Kind::window, Kind::snapkv, Kind::snapkv_window,
+                                                              Kind::h2o_mean, Kind::keyformer_mean),
                                             ::testing::Bool(), ::testing::Values(std::size_t{1}, std::size_t{2})));
 
 }  // namespace

@@ -257,7 +257,8 @@ class Cache final
         evict_shared(n);
       } else {  // per KV head, on the executor: head j's search and move touch only head j
         detail::for_each_head(scorer_.executor(), kv().n_kv_heads, [&](std::size_t j) noexcept {
-          slots_.evict(j, selection_.victim(slots_.scores(j), slots_.recent(j), slots_.positions(j), n), n); });
+          slots_.evict(j, selection_.victim(scorer_.ranked(slots_.scores(j), slots_.positions(j), new_pos, n, j),
+                                            slots_.recent(j), slots_.positions(j), n), n); });
       }
       n_ = n - 1;
     } else {
@@ -336,7 +337,8 @@ class Cache final
     }
     // ---- nothing below can throw ----
     if (!config_.shared_heads && n > k_)  // the search reads the scores just written; the move waits for end
-      victims_[j] = selection_.victim(slots_.scores(j), slots_.recent(j), slots_.positions(j), n);
+      victims_[j] = selection_.victim(scorer_.ranked(slots_.scores(j), slots_.positions(j), step_pos_, n, j),
+                                      slots_.recent(j), slots_.positions(j), n);
     head_done_[j] = 1;
   }
   /// Closes the open step: if `n > k`, each KV head's victim (with `shared_heads`: the layer's, from the
@@ -434,11 +436,13 @@ class Cache final
     std::size_t m = 0;
     if (config_.shared_heads) {
       const float* sum = this->summed_scores(n_);
-      m = selection_.prefill_keep(scorer_.selection_scores(sum, n_), n_, k, w, slots_.index());
+      m = selection_.prefill_keep(scorer_.cut_scores(sum, slots_.positions(0), last_position_, n_, 0), n_, k, w,
+                                  slots_.index());
       for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.compact(j, slots_.index(), m);
     } else {
       for (std::size_t j = 0; j < kv().n_kv_heads; ++j) {
-        m = selection_.prefill_keep(scorer_.selection_scores(slots_.scores(j), n_), n_, k, w, slots_.index());
+        m = selection_.prefill_keep(scorer_.cut_scores(slots_.scores(j), slots_.positions(j), last_position_, n_, j),
+                                    n_, k, w, slots_.index());
         slots_.compact(j, slots_.index(), m);
       }
     }
@@ -473,7 +477,8 @@ class Cache final
   /// over KV heads, leaves every head. Cannot throw.
   void evict_shared(std::size_t n) noexcept {
     const float* sum = this->summed_scores(n);
-    const std::size_t victim = selection_.victim(sum, slots_.recent(0), slots_.positions(0), n);
+    const std::size_t victim = selection_.victim(scorer_.ranked(sum, slots_.positions(0), last_position_, n, 0),
+                                                 slots_.recent(0), slots_.positions(0), n);
     for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victim, n);
   }
   /// Throws `std::invalid_argument` naming `method` while a per-head decode step is open.

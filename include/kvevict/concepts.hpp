@@ -65,6 +65,13 @@
 //       +0.0 (the victim search ranks by bits, where -0.0 would sort above every positive score). The view's element
 //       type must convert to float (float, Eigen::half, Eigen::bfloat16). Called serially, once per
 //       token and KV head: O(head_dim) each.
+//   static constexpr bool kRanksMean;
+//       Present and true: every selection (prefill cuts, decode-step victims) ranks each token's score
+//       divided by the number of queries that scored it, `s / float(newest − position + 1)` (`newest` =
+//       the last scored query's position), instead of `s`; the stored scores stay the sums
+//       (score/mean_attention.hpp, `MeanAttention<Base>`). Needs kUsesLogits, kAccumulates, not
+//       kPrefillLastRow and none of first_scored_row, selection_scores, key_score (static_assert).
+//
 // ---- Temperature schedule (τ per step; e.g. LinearTemperature) ---------------
 //   float operator()(std::size_t t) const;   τ_t; t = 0 is prefill, t >= 1 decode steps.
 // Copyable. The cache checks every τ it uses (finite and > 0) before any state
@@ -175,6 +182,8 @@ template <class S>
 using key_score_noexcept_t =
     std::enable_if_t<noexcept(std::declval<const S&>().key_score(std::declval<const float*>(), std::size_t{}))>;
 
+template <class S> using ranks_mean_t = decltype(S::kRanksMean);
+
 /// `declares_*`: the score has a member of the hook's name (in any form); `has_*`: it has the hook
 /// with the documented signature (what the caches call). A hook declared but not had is a mistyped
 /// hook: `score_policy_static_asserts` rejects it.
@@ -205,6 +214,17 @@ template <class S>
 constexpr bool has_key_score =
     is_detected_exact<float, key_score_t, S>::value && is_detected_v<key_score_noexcept_t, S>;
 
+template <class S> constexpr bool declares_ranks_mean = is_detected_v<ranks_mean_t, S>;
+template <class S>
+constexpr bool has_ranks_mean = is_detected_exact<bool, ranks_mean_t, S>::value;
+/// Whether the selections rank `S`'s scores as means over the queries that scored each token
+/// (`kRanksMean` present and true). O(1), compile time.
+template <class S>
+constexpr bool ranks_mean() {
+  if constexpr (has_ranks_mean<S>) return S::kRanksMean;
+  else return false;
+}
+
 /// The score's `kName`, or "this score policy". O(1).
 template <class S>
 constexpr const char* score_name() {
@@ -232,7 +252,8 @@ constexpr bool score_hooks_typed = (!declares_name<S> || has_name<S>) &&
                                    (!declares_first_scored_row<S> || has_first_scored_row<S>) &&
                                    (!declares_selection_scores<S> || has_selection_scores<S>) &&
                                    (!declares_validate_budget<S> || has_validate_budget<S>) &&
-                                   (!declares_key_score<S> || has_key_score<S>);
+                                   (!declares_key_score<S> || has_key_score<S>) &&
+                                   (!declares_ranks_mean<S> || has_ranks_mean<S>);
 template <class S>
 constexpr bool key_score_combined = !has_key_score<S> || (!score_flags<S>::uses_logits &&
                                                           !score_flags<S>::prefill_last_row &&
@@ -241,9 +262,22 @@ template <class S>
 constexpr bool first_scored_row_combined =
     !has_first_scored_row<S> || !score_flags<S>::known ||
     (score_flags<S>::uses_logits && !score_flags<S>::prefill_last_row);
+template <class S, bool = is_detected_exact<bool, accumulates_t, S>::value>
+struct accumulates_flag {
+  static constexpr bool value = false;
+};
+template <class S>
+struct accumulates_flag<S, true> {
+  static constexpr bool value = S::kAccumulates;
+};
+template <class S>
+constexpr bool ranks_mean_combined =
+    !ranks_mean<S>() || !score_flags<S>::known ||
+    (score_flags<S>::uses_logits && !score_flags<S>::prefill_last_row && accumulates_flag<S>::value &&
+     !has_first_scored_row<S> && !has_selection_scores<S> && !has_key_score<S>);
 template <class S>
 constexpr bool score_hooks_valid = score_hooks_typed<S> && key_score_combined<S> && first_scored_row_combined<S> &&
-                                   (!has_first_scored_row<S> || has_whole_prompt<S>);
+                                   (!has_first_scored_row<S> || has_whole_prompt<S>) && ranks_mean_combined<S>;
 
 }  // namespace detail
 
@@ -317,6 +351,12 @@ struct score_policy_static_asserts {
   static_assert(!has_first_scored_row<Score> || has_whole_prompt<Score>,
                 "kvevict: a Score policy with `first_scored_row` must declare `kWholePrompt` (its rows depend on "
                 "the prompt length, unknown while chunks stream in)");
+  static_assert(!declares_ranks_mean<Score> || has_ranks_mean<Score>,
+                "kvevict: Score policy's optional `kRanksMean` must be `static constexpr bool kRanksMean`");
+  static_assert(ranks_mean_combined<Score>,
+                "kvevict: a Score policy with `kRanksMean = true` must set `kUsesLogits = true`, `kAccumulates = "
+                "true` and `kPrefillLastRow = false`, with no first_scored_row, selection_scores or key_score hook "
+                "(its mean counts every query at or after a token)");
   static constexpr bool value = is_score_policy<Score>::value;
 };
 

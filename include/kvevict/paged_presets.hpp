@@ -36,6 +36,9 @@ using PagedTOVA = detail::PagedTwin<TOVA>;
 using PagedSnapKV = detail::PagedTwin<SnapKV>;
 using PagedSnapKVWindow = detail::PagedTwin<SnapKVWindow>;
 using PagedSnapKVKeyformer = detail::PagedTwin<SnapKVKeyformer>;
+/// The mean-attention twins (token unit only: the page unit refuses them at construction).
+using PagedH2OMean = detail::PagedTwin<H2OMean>;
+using PagedKeyformerMean = detail::PagedTwin<KeyformerMean>;
 
 /// Builds policy `p` over one paged sequence, exactly as `make_cache` builds
 /// it over a contiguous view (same parameters, same checks: keyformer needs

@@ -10,6 +10,7 @@
 
 #include "kvevict/cache.hpp"
 #include "kvevict/detail/check.hpp"
+#include "kvevict/score/mean_attention.hpp"
 #include "kvevict/score/score_policies.hpp"
 #include "kvevict/score/snapkv_score.hpp"
 #include "kvevict/selection/recent_topk_selection.hpp"
@@ -33,6 +34,8 @@ struct PolicyTypes {
   using snapkv = C<SnapKVScore, ConstantTemperature, RecentTopKSelection>;
   using snapkv_window = C<SnapKVScore, ConstantTemperature, TopKThenWindowSelection>;
   using snapkv_keyformer = C<ObservationWindowScore<GumbelLogitScore>, LinearTemperature, RecentTopKSelection>;
+  using h2o_mean = C<MeanAttention<AccumulatedAttentionScore>, ConstantTemperature, RecentTopKSelection>;
+  using keyformer_mean = C<MeanAttention<GumbelLogitScore>, LinearTemperature, RecentTopKSelection>;
 };
 /// A type passed as a value (`make_policy` hands the cache type to its builder this way).
 template <class T>
@@ -69,6 +72,14 @@ using SnapKVWindow = detail::PolicyTypes<Cache>::snapkv_window;
 /// window `w` + key tokens (`ObservationWindowScore<GumbelLogitScore>`, snapkv_score.hpp). The observation
 /// window's prompt rows are scored as Keyformer scores them (noise, τ_0). One-shot prefill; `L <= k`.
 using SnapKVKeyformer = detail::PolicyTypes<Cache>::snapkv_keyformer;
+
+/// H2O's accumulated attention ranked as a mean over the queries that scored each token (score/mean_attention.hpp):
+/// recent window `w` + the top `k − w` means `s / (newest − position + 1)`. With `w = 0` its prefill cut is
+/// kvpress's ObservedAttentionPress. `PolicyParams::mean_attention` with h2o.
+using H2OMean = detail::PolicyTypes<Cache>::h2o_mean;
+/// Keyformer's Gumbel-logit accumulation (noise, τ schedule) ranked as a mean over the queries that scored each
+/// token: recent window `w` + the top `k − w` means. `PolicyParams::mean_attention` with keyformer.
+using KeyformerMean = detail::PolicyTypes<Cache>::keyformer_mean;
 
 /// The policies `make_cache` builds.
 enum class Policy { keyformer, h2o, streaming_llm, window, tova, snapkv };
@@ -138,6 +149,9 @@ struct PolicyParams {
   std::size_t snap_kernel = 7;           ///< SnapKV pooling kernel K (odd, >= 1)
   Pooling snap_pooling = Pooling::max;   ///< SnapKV pooling (max or avg)
   SnapDecode snap_decode = SnapDecode::h2o;  ///< SnapKV decode rule
+  /// h2o, keyformer: rank each token's accumulated score divided by the number of queries that scored it
+  /// (`H2OMean`, `KeyformerMean`; kvpress's ObservedAttention); false: rank the sum (H2O, Keyformer)
+  bool mean_attention = false;
 };
 
 /// The SnapKV score of `params` over the decode score `decode` (`ObservationWindowScore<Decode>(snap_window,
@@ -172,6 +186,15 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
       p == Policy::keyformer || (p == Policy::snapkv && params.snap_decode == SnapDecode::keyformer);
   require(keyformer_score || params.noise_scale == 1.0f, who, ": noise_scale = ", params.noise_scale,
           " is Keyformer's (policy keyformer, or snapkv with snap_decode keyformer); leave it 1 for ", policy_name(p));
+  require(!params.mean_attention || p == Policy::keyformer || p == Policy::h2o, who,
+          ": mean_attention ranks an accumulated score over every prompt row (policy h2o or keyformer); it does not "
+          "apply to ", policy_name(p));
+  if (params.mean_attention) {
+    if (p == Policy::h2o) return build(TypeTag<typename Types::h2o_mean>{});
+    return build(TypeTag<typename Types::keyformer_mean>{},
+                 MeanAttention<GumbelLogitScore>(GumbelLogitScore{params.gumbel_noise, params.noise_scale}),
+                 LinearTemperature(params.tau_init, params.tau_end, params.horizon));
+  }
   switch (p) {
     case Policy::keyformer:
       return build(TypeTag<typename Types::keyformer>{}, GumbelLogitScore{params.gumbel_noise, params.noise_scale},
@@ -201,14 +224,16 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
 }  // namespace detail
 
 /// Builds the policy `p` over the view, for engines choosing it at run time.
-///  - keyformer: `Keyformer` with `LinearTemperature(tau_init, tau_end, horizon)`;
-///  - h2o: `H2O`; tova: `TOVA` (requires `config.recent.is_none()`: `none()`, 0
+///  - keyformer: `Keyformer` with `LinearTemperature(tau_init, tau_end, horizon)` (`KeyformerMean` with
+///    `mean_attention`);
+///  - h2o: `H2O` (`H2OMean` with `mean_attention`); tova: `TOVA` (requires `config.recent.is_none()`: `none()`, 0
 ///    tokens or ratio 0; TOVA has no recent window);
 ///  - streaming: `StreamingLLM` with `params.sinks`; window: `StreamingLLM` with 0 sinks;
 ///  - snapkv: `SnapKV` (decode h2o), `SnapKVWindow` (decode window) or `SnapKVKeyformer` (decode keyformer:
 ///    `LinearTemperature(tau_init, tau_end, horizon)`, noise as `gumbel_noise`) with `make_snapkv_score(params)`.
 /// Throws `std::invalid_argument` as the constructors do (`noise_scale` outside (0, 1]), for `noise_scale`
-/// other than 1 with a policy without Keyformer's score, for `horizon == 0`
+/// other than 1 with a policy without Keyformer's score, for `mean_attention` with a policy other than h2o and
+/// keyformer, for `horizon == 0`
 /// with keyformer (or snapkv with keyformer decode), for a non-zero recent window with tova, and for bad SnapKV
 /// parameters (`snap_window` 0 or above a token budget, `snap_kernel` even or 0).
 template <class T>

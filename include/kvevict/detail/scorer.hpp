@@ -103,7 +103,8 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
         f_(n_kv_heads * group * 2 * chunks_, 0.0f),
         bad_(n_kv_heads * group, 0),
         errors_(n_kv_heads * group),
-        pooled_(has_selection_scores<Score> ? capacity : 0, 0.0f) {}
+        pooled_(has_selection_scores<Score> ? capacity : 0, 0.0f),
+        mean_(ranks_mean<Score>() ? n_kv_heads * capacity : 0, 0.0f) {}
 
   const Score& policy() const { return score_; }
   /// Sets the seed of the drawn noise.
@@ -342,6 +343,28 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
     }
     return scores;
   }
+  /// The scores a selection ranks for KV head `head` (or 0 for a shared selection) over `n` slots
+  /// `scores[0, n)` at positions `positions[0, n)`, `newest` the last scored query's position: the scores
+  /// themselves, or for a `kRanksMean` score (`MeanAttention`) `scores[i] / float(newest − positions[i] + 1)`
+  /// in head `head`'s scratch (valid until the next call for that head; distinct heads may run
+  /// concurrently). Requires `positions[i] <= newest`. O(n) for a mean, O(1) otherwise; no allocation, no throw.
+  const float* ranked(const float* scores, const std::int64_t* positions, std::int64_t newest, std::size_t n,
+                      std::size_t head) noexcept {
+    if constexpr (ranks_mean<Score>()) {
+      float* out = mean_.data() + head * stride_;
+      for (std::size_t i = 0; i < n; ++i) out[i] = scores[i] / static_cast<float>(newest - positions[i] + 1);
+      return out;
+    } else {
+      (void)positions, (void)newest, (void)n, (void)head;
+      return scores;
+    }
+  }
+  /// The scores a prefill cut ranks: `selection_scores(ranked(...))` (one of the two is the identity). O(n)
+  /// plus the hook's cost; no allocation, no throw.
+  const float* cut_scores(const float* scores, const std::int64_t* positions, std::int64_t newest, std::size_t n,
+                          std::size_t head) noexcept {
+    return selection_scores(ranked(scores, positions, newest, n, head), n);
+  }
   /// Before a prefill cut over `n` slots changes any state: the score's `selection_scores` (if it has
   /// one) of the scores the cut will rank — each KV head's fold of the accumulators, or with `shared`
   /// their sum over KV heads, the same bits as `fold` then `sum_over_heads` — must all be finite and
@@ -491,6 +514,7 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
   std::vector<std::size_t> bad_;              // [q_head] / [kv_head]: 0, or 1 + the failing row / q_head
   std::vector<std::exception_ptr> errors_;    // [q_head]: what `rows` threw, if anything
   std::vector<float> pooled_;   // [capacity] (`selection_scores` only, else empty): the selection scores
+  std::vector<float> mean_;     // [kv_head][stride] (`kRanksMean` only, else empty): the ranked means
 };
 
 }  // namespace detail

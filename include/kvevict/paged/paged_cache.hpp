@@ -102,6 +102,9 @@ class PagedCache final
                     "kvevict::PagedCache: unknown evict unit ", static_cast<int>(paged.unit));
     detail::require(paged.page_score == PageScore::sum || paged.page_score == PageScore::mean,
                     "kvevict::PagedCache: unknown page score ", static_cast<int>(paged.page_score));
+    detail::require(paged.unit == EvictUnit::token || !detail::ranks_mean<Score>(),
+                    "kvevict::PagedCache: the page unit ranks pages by summed scores; a mean-attention score "
+                    "(MeanAttention, kRanksMean) ranks tokens: use the token unit");
     if (paged.unit == EvictUnit::token) {
       detail::require(paged.start_pages == 0, "kvevict::PagedCache: start_pages = ", paged.start_pages,
                       " is only meaningful with the page unit (token unit: set 0)");
@@ -163,7 +166,8 @@ class PagedCache final
     std::size_t m = P;
     if (paged_.unit == EvictUnit::token) {
       slots_.reset_window(w);
-      m = selection_.prefill_keep(scorer_.selection_scores(summed, P), P, k, w, slots_.index());
+      m = selection_.prefill_keep(scorer_.cut_scores(summed, kv().positions, last_prompt_position, P, 0), P, k, w,
+                                  slots_.index());
       slots_.compact(slots_.index(), m);
       pages_freed_ += slots_.release_tail(*pool_, P, m);
       // The recent window: the last min(w, m) prompt tokens, now the last slots.
@@ -217,7 +221,8 @@ class PagedCache final
       slots_.enter_window(n - 1);
       if (n > k_) {
         const float* summed = this->summed_scores(n);
-        slots_.evict(selection_.victim(summed, slots_.recent(), kv().positions, n), n);
+        slots_.evict(selection_.victim(scorer_.ranked(summed, kv().positions, new_pos, n, 0), slots_.recent(),
+                                       kv().positions, n), n);
         pages_freed_ += slots_.release_tail(*pool_, n, n - 1);
         n_ = n - 1;
       }
