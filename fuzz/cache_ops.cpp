@@ -318,13 +318,15 @@ Subject make_subject(FuzzedDataProvider& in, const CacheConfig& config, const KV
         params.snap_pooling = in.ConsumeBool() ? Pooling::max : Pooling::avg;
         params.snap_decode = in.PickValueInArray({SnapDecode::h2o, SnapDecode::window, SnapDecode::keyformer});
       }
+      // Mean attention (H2OMean, KeyformerMean): any other policy rejects it.
+      params.mean_attention = in.ConsumeIntegralInRange<int>(0, 3) == 0;
       s.cache = make_cache(p, config, kv, params);
       if (p == Policy::snapkv && params.snap_decode == SnapDecode::window) s.kind = Kind::other;
       if (p == Policy::streaming_llm || p == Policy::window) {
         s.kind = Kind::sink_recent;
         s.sinks = p == Policy::window ? 0 : params.sinks;
       }
-      s.name = std::string("make_cache(") + policy_name(p) + ")";
+      s.name = std::string("make_cache(") + policy_name(p) + (params.mean_attention ? ", mean" : "") + ")";
       break;
     }
   }

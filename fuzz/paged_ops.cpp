@@ -451,6 +451,8 @@ void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, Pag
     params.snap_pooling = in.ConsumeBool() ? Pooling::max : Pooling::avg;
     params.snap_decode = in.PickValueInArray({SnapDecode::h2o, SnapDecode::window, SnapDecode::keyformer});
   }
+  // Mean attention (H2OMean, KeyformerMean): other policies and the page unit reject it.
+  params.mean_attention = in.ConsumeIntegralInRange<int>(0, 3) == 0;
   static const std::size_t workers[] = {1, 2, 3, 7, SIZE_MAX};
   s.executor = std::make_unique<ClaimExecutor>(ClaimExecutor{in.PickValueInArray(workers)});
   s.n_q = c.n_q_heads;
@@ -466,7 +468,7 @@ void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, Pag
     s.name = "no cache";
     return;
   }
-  s.name = std::string(policy_name(p)) + (s.page_unit ? "/page" : "/token");
+  s.name = std::string(policy_name(p)) + (params.mean_attention ? "+mean" : "") + (s.page_unit ? "/page" : "/token");
   s.streaming = p == Policy::streaming_llm || p == Policy::window;
   s.any_kept = p == Policy::snapkv && params.snap_decode == SnapDecode::window;
   s.sinks = p == Policy::window ? 0 : params.sinks;

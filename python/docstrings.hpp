@@ -31,7 +31,7 @@ constexpr const char* kCache = R"doc(One transformer layer's evicting KV cache (
 Cache(policy, *, n_q_heads, budget='50%', recent=None, n_kv_heads=None, capacity=None, head_dim=None,
       dtype=None, k=None, v=None, sinks=None, tau_init=None, tau_end=None, horizon=None,
       noise=None, seed=None, shared_heads=False, snap_window=None, snap_kernel=None,
-      snap_pooling=None, snap_decode=None)
+      snap_pooling=None, snap_decode=None, mean_attention=None)
 
 policy      'keyformer', 'h2o', 'streaming', 'window', 'tova' or 'snapkv' (or use the subclasses
             kvevict.Keyformer, H2O, StreamingLLM, Window, TOVA, SnapKV).
@@ -59,6 +59,11 @@ snap_window, snap_kernel, snap_pooling, snap_decode
             (kvevict::SnapKVWindow). prefill only (no prefill_chunk).
 shared_heads
             True: one selection per layer from scores summed over KV heads.
+mean_attention
+            'h2o' and 'keyformer' only: True ranks each token's accumulated score divided by the
+            number of queries that scored it (newest position - its position + 1; C++ kvevict::H2OMean,
+            KeyformerMean; kvpress's ObservedAttention is 'h2o' with recent=0) instead of the sum. The
+            stored scores stay the sums. PagedCache: unit='token' only.
 
 An option that the policy does not use raises ValueError (it would be ignored otherwise); None
 means "not given". Raises ValueError / TypeError / OverflowError for bad arguments, with the
@@ -190,7 +195,7 @@ bit for bit). Deleting the cache (or reset) returns its pages to the pool.
 PagedCache(policy, pool, *, n_q_heads, max_pages=None, budget='50%', recent=None, unit='token',
            start_pages=0, page_score='sum', sinks=None, tau_init=None, tau_end=None, horizon=None,
            noise=None, seed=None, snap_window=None, snap_kernel=None, snap_pooling=None,
-           snap_decode=None)
+           snap_decode=None, mean_attention=None)
 
 pool        the kvevict.PagePool (kept alive by the cache).
 max_pages   entries of the sequence's page table (capacity max_pages * page_size slots; default

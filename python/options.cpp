@@ -73,6 +73,8 @@ PolicySetup policy_of(const std::string& policy, const Options& o) {
                                                  : "'keyformer'");
   for (const char* key : {"snap_window", "snap_kernel", "snap_pooling", "snap_decode"})
     only_for(key, s.policy == kvevict::Policy::snapkv, "'snapkv'");
+  only_for("mean_attention", s.policy == kvevict::Policy::h2o || s.policy == kvevict::Policy::keyformer,
+           "'h2o' or 'keyformer'");
   return s;
 }
 
@@ -97,6 +99,7 @@ void configure(PolicySetup& s, const Options& o, bool has_shared_heads) {
   if (o.has("tau_init")) params.tau_init = static_cast<float>(to_double(o.get("tau_init"), "tau_init"));
   if (o.has("tau_end")) params.tau_end = static_cast<float>(to_double(o.get("tau_end"), "tau_end"));
   if (o.has("noise")) params.gumbel_noise = to_bool(o.get("noise"), "noise");
+  if (o.has("mean_attention")) params.mean_attention = to_bool(o.get("mean_attention"), "mean_attention");
   if (o.has("snap_window"))
     params.snap_window = to_size(o.get("snap_window"), "snap_window");
   else if (!config.budget.is_ratio())  // a fraction resolves at prefill: L stays 32 there

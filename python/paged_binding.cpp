@@ -27,7 +27,7 @@ const std::array<OptionSpec, 6> kPagePoolOptions{
     {{"num_pages"}, {"page_size"}, {"n_kv_heads"}, {"head_dim"}, {"dtype"}, {"layout", default_nhd}}};
 
 /// PagedCache's keyword-only options after policy and pool (doc::kPagedCache explains each).
-const std::array<OptionSpec, 17> kPagedCacheOptions{{{"n_q_heads"},
+const std::array<OptionSpec, 18> kPagedCacheOptions{{{"n_q_heads"},
                                                      {"max_pages"},
                                                      {"budget", default_budget},
                                                      {"recent"},
@@ -43,7 +43,8 @@ const std::array<OptionSpec, 17> kPagedCacheOptions{{{"n_q_heads"},
                                                      {"snap_window"},
                                                      {"snap_kernel"},
                                                      {"snap_pooling"},
-                                                     {"snap_decode"}}};
+                                                     {"snap_decode"},
+                                                     {"mean_attention"}}};
 
 void bind_pool(py::module_& m) {
   py::class_<PyPagePool> pool(m, "PagePool", doc::kPagePool);

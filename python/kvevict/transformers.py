@@ -57,7 +57,7 @@ SUPPORTED_ATTENTION = ("sdpa", "eager")
 POLICIES = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv")
 _EVICT = ("step", "prefill")
 _OPTION_NAMES = ("recent", "sinks", "tau_init", "tau_end", "horizon", "noise", "seed", "shared_heads",
-                 "snap_window", "snap_kernel", "snap_pooling", "snap_decode")
+                 "snap_window", "snap_kernel", "snap_pooling", "snap_decode", "mean_attention")
 
 
 DEFAULT_SEED = 42  # kvevict's and the tools' default noise seed
@@ -328,7 +328,8 @@ class KVEvictCache(Cache):
     options   kvevict.Cache's policy options: sinks, tau_init, tau_end, horizon (Keyformer: required, the
               decode steps tau rises over, e.g. max_new_tokens), noise, seed (default 42; layer l's noise is
               seeded with layer_seed(seed, l), as kvevict-generate does), shared_heads, snap_window,
-              snap_kernel, snap_pooling, snap_decode. A wrong one raises kvevict's ValueError here.
+              snap_kernel, snap_pooling, snap_decode, mean_attention (h2o, keyformer). A wrong one raises
+              kvevict's ValueError here.
     record    keep, per layer, the logits each prefill / decode step was given and the kept positions
               (layers[i].records; for tests: memory n_q_heads * P^2 floats per layer).
 

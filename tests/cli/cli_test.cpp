@@ -290,6 +290,13 @@ std::vector<Case> cases() {
       {"GenSnapKVH2ODecodeTau", G, kTiny + "--policy snapkv --snap-decode h2o --tau-end 3 --prompt-ids 1", 2,
        {"--tau-end: only --policy keyformer (or snapkv with --snap-decode keyformer) has a temperature schedule "
         "(the policy is snapkv); drop --tau-end"}},
+      {"GenMeanAttention", G, kTiny + "--policy h2o --mean-attention --budget 4 --prompt-ids 1,2,3,4,5,6,7,8 "
+       "--print-ids --steps 2", 0, {"[h2o k=4 w=1 sinks=0]"}},
+      {"GenMeanAttentionKeyformer", G, kTiny + "--policy keyformer --mean-attention --budget 4 --prompt-ids "
+       "1,2,3,4,5,6,7,8 --print-ids --steps 2", 0, {"[keyformer k=4 w=1 sinks=0]"}},
+      {"GenMeanAttentionTova", G, kTiny + "--policy tova --mean-attention --prompt-ids 1", 2,
+       {"--mean-attention: only --policy h2o or keyformer accumulates a score over every query (the policy is "
+        "tova); drop --mean-attention"}},
       {"GenSnapKernelEven", G, kTiny + "--policy snapkv --snap-kernel 4 --prompt-ids 1", 2,
        {"--snap-kernel: must be odd (got 4)"}},
       {"GenSnapKernelZero", G, kTiny + "--policy snapkv --snap-kernel 0 --prompt-ids 1", 2,
@@ -321,6 +328,10 @@ std::vector<Case> cases() {
       {"GenThreadsTooMany", G, kTiny + "--threads 2000 --prompt-ids 1", 2, {"--threads: expected an integer in [1, 1024], got '2000'"}},
       // ---- kvevict-replay: the same flags ----
       {"ReplayBudgetPercent", R, "{W}/t.json --policy h2o --budget 67%", 0, {"[h2o k=2 w=1 sinks=0]"}},
+      {"ReplayMeanAttention", R, "{W}/t.json --policy h2o --mean-attention --budget 3", 0, {"[h2o k=3 w=1 sinks=0]"}},
+      {"ReplayMeanAttentionStreaming", R, "{W}/t.json --policy streaming --mean-attention --budget 3", 2,
+       {"--mean-attention: only --policy h2o or keyformer accumulates a score over every query (the policy is "
+        "streaming); drop --mean-attention"}},
       {"ReplayDefaultRecentIs30Percent", R, "{W}/t.json --policy h2o --budget 3", 0, {"[h2o k=3 w=1 sinks=0]"}},
       {"ReplayStreamingDefaultSinks", R, "{W}/t.json --policy streaming --budget 3 --sinks 1", 0, {"[streaming k=3 w=2 sinks=1]"}},
       {"ReplayRecentAboveBudget", R, "{W}/t.json --policy h2o --budget 2 --recent 3", 2, {"kvevict-replay: --recent: w = 3 exceeds the budget k = 2"}},

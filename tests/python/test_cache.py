@@ -259,6 +259,28 @@ def test_snapkv_keeps_the_window_and_the_pooled_top_scores():
         small("h2o", snap_window=2)
 
 
+def test_mean_attention_ranks_the_mean_and_stores_the_sum():
+    # The hand example of tests/mean_attention_test.cpp: rows 0, 1 attend to position 0, row 2 to 2, row 3
+    # to 3: sums [2, 0, 1, 1], queries [4, 3, 2, 1], means [0.5, 0, 0.5, 1].
+    x = np.full((1, 4, 4), -np.inf, np.float32)
+    x[0, 0, 0] = x[0, 1, 0] = x[0, 2, 2] = x[0, 3, 3] = 0.0
+
+    def run(policy, **kw):
+        c = kvevict.Cache(policy, n_q_heads=1, n_kv_heads=1, capacity=8, head_dim=2, budget=2, recent=0, **kw)
+        for p in range(4):
+            c.append(p, np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32))
+        c.prefill(x)
+        return c
+
+    assert run("h2o").retained_positions(0) == [0, 2]
+    c = run("h2o", mean_attention=True)
+    assert c.retained_positions(0) == [0, 3]
+    assert c.scores(0).tolist() == [2.0, 1.0]
+    assert run("keyformer", mean_attention=True, noise=False, tau_end=1.0, horizon=4).retained_positions(0) == [0, 3]
+    with pytest.raises(ValueError, match="mean_attention is used only by policy 'h2o' or 'keyformer'"):
+        small("tova", recent=0, mean_attention=True)
+
+
 def test_budget_resolved_and_repr_before_prefill():
     c = kvevict.Cache("h2o", n_q_heads=4, n_kv_heads=2, capacity=8, head_dim=3, budget="50%", recent=1)
     assert c.budget == 0 and not c.budget_resolved  # 0 means "not resolved yet", not "keep nothing"

@@ -191,6 +191,11 @@ void EvictionFlags::validate() {
     if (!snap && snap_decode != kvevict::SnapDecode::h2o) only_snapkv("--snap-decode", "a decode rule");
   }
 
+  // --mean-attention (h2o, keyformer: rank the accumulated score as a mean over the queries that scored it)
+  if (mean_attention && !any && policy != "h2o" && policy != "keyformer")
+    throw UsageError("--mean-attention", "only --policy h2o or keyformer accumulates a score over every query (the "
+                                         "policy is " + policy + "); drop --mean-attention");
+
   // --layer-budgets (per-layer budgets)
   if (!layer_budgets_text.empty()) {
     try {
@@ -281,6 +286,10 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
                    "--seed; recent window --recent)")
         ->type_name("h2o|window|keyformer");
   }
+  if (spec.policy)
+    app.add_flag("--mean-attention", flags.mean_attention,
+                 "h2o, keyformer: rank each token's accumulated score divided by the number of queries that scored "
+                 "it (kvevict::H2OMean / KeyformerMean; kvpress's ObservedAttention), instead of the sum");
   if (spec.layer_budgets)
     app.add_option("--layer-budgets", flags.layer_budgets_text,
                    "split of the total budget (layers x k) over the layers: uniform (default), pyramid (PyramidKV, "

@@ -89,6 +89,7 @@ struct EvictionFlags {
   std::string layer_budgets_text;  ///< --layer-budgets uniform|pyramid|pyramid:BETA|W0,W1,...
   std::string prefill_chunk_text;  ///< --prefill-chunk C (empty: one-shot prefill)
   bool bounded_prefill = false;    ///< --bounded-prefill (needs --prefill-chunk)
+  bool mean_attention = false;     ///< --mean-attention (h2o, keyformer: PolicyParams::mean_attention)
 
   // ---- validated by validate() ----
   std::string policy = "full";     ///< full, keyformer, h2o, streaming, window, tova, snapkv
@@ -135,6 +136,7 @@ struct EvictionFlags {
   ///  - --snap-window (an integer >= 1), --snap-kernel (odd, >= 1), --snap-pooling (max or avg) and
   ///    --snap-decode (h2o or window) with a value other than the default need --policy snapkv; a token
   ///    --snap-window larger than a token --budget is an error naming both;
+  ///  - --mean-attention needs --policy h2o or keyformer;
   ///  - --layer-budgets is uniform, pyramid, pyramid:BETA (BETA >= 1) or one weight per layer
   ///    (`kvevict::parse_layer_budgets`); anything but uniform needs an evicting policy;
   ///  - --prefill-chunk is an integer in [1, 2^20] and needs the contiguous layout (paged caches

@@ -83,6 +83,7 @@ kvevict::PolicyParams policy_params(const EvictionFlags& f, const Resolved& r) {
   p.snap_kernel = f.snap_kernel;
   p.snap_pooling = f.snap_pooling;
   p.snap_decode = f.snap_decode;
+  p.mean_attention = f.mean_attention;
   return p;
 }
 

@@ -101,6 +101,11 @@ Plan make_plan(const Trace& trace, const Options& o) {
   plan.params.snap_kernel = o.snap_kernel;
   plan.params.snap_pooling = o.snap_pooling;
   plan.params.snap_decode = o.snap_decode;
+  if (o.mean_attention && plan.policy != kvevict::Policy::h2o && plan.policy != kvevict::Policy::keyformer)
+    throw InputError("--mean-attention", std::string("only --policy h2o or keyformer accumulates a score over every "
+                                                     "query (the policy is ") + kvevict::policy_name(plan.policy) +
+                                             "); drop --mean-attention");
+  plan.params.mean_attention = o.mean_attention;
   if (plan.policy == kvevict::Policy::snapkv && plan.params.snap_window > k)
     throw InputError("--snap-window", "L = " + std::to_string(plan.params.snap_window) + " exceeds the budget k = " +
                                           std::to_string(k));

@@ -57,6 +57,7 @@ struct Options {
   std::size_t snap_kernel = 7;           ///< --snap-kernel K (snapkv, odd)
   kvevict::Pooling snap_pooling = kvevict::Pooling::max;       ///< --snap-pooling
   kvevict::SnapDecode snap_decode = kvevict::SnapDecode::h2o;  ///< --snap-decode
+  bool mean_attention = false;           ///< --mean-attention (h2o, keyformer: H2OMean, KeyformerMean)
 };
 
 /// Validates `trace` and `options` (throwing `InputError` naming the field), then replays the

@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
       options.snap_kernel = flags.snap_kernel;
       options.snap_pooling = flags.snap_pooling;
       options.snap_decode = flags.snap_decode;
+      options.mean_attention = flags.mean_attention;
       std::optional<std::size_t> prompt_len, q_heads_per_kv;
       if (!prompt_len_text.empty()) prompt_len = kvcli::parse_count(prompt_len_text, "--prompt-len");
       if (!group_text.empty()) q_heads_per_kv = kvcli::parse_count(group_text, "--q-heads-per-kv");
