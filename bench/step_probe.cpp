@@ -1,7 +1,8 @@
 // kvevict step probe — one policy's decode step, as a consumer who only includes the umbrella
 // header builds it (no CMake target, any flags): no Google Benchmark, no Eigen code of its own.
 //
-//   step_probe POLICY N STEPS [D]      POLICY: keyformer, h2o, streamingllm, window, tova
+//   step_probe POLICY N STEPS [D]      POLICY: keyformer, h2o, streamingllm, window, tova, h2o-mean,
+//                                      keyformer-mean (PolicyParams::mean_attention)
 //
 // Builds one layer of 8 KV heads (GQA group 1, float K/V of dimension D, default 128) holding
 // N = k tokens (Keyformer: τ 1 → 2 over 1024 steps, w = 0.3k; H2O w = 0.3k; StreamingLLM 4
@@ -90,8 +91,14 @@ int run(int argc, char** argv) {
     return 2;
   }
   kvevict::Policy policy;
+  // h2o-mean, keyformer-mean: the policy with PolicyParams::mean_attention (kvevict::H2OMean, KeyformerMean).
+  std::string name = argv[1];
+  const std::string mean_suffix = "-mean";
+  const bool mean = name.size() > mean_suffix.size() &&
+                    name.compare(name.size() - mean_suffix.size(), mean_suffix.size(), mean_suffix) == 0;
+  if (mean) name.resize(name.size() - mean_suffix.size());
   try {
-    policy = kvevict::parse_policy(argv[1]);
+    policy = kvevict::parse_policy(name);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "step_probe: POLICY: %s\n", e.what());
     return 2;
@@ -109,6 +116,14 @@ int run(int argc, char** argv) {
   params.tau_init = 1.0f;
   params.tau_end = 2.0f;
   params.horizon = 1024;
+#if __has_include(<kvevict/score/mean_attention.hpp>)
+  params.mean_attention = mean;
+#else
+  if (mean) {
+    std::fprintf(stderr, "step_probe: POLICY %s needs headers with kvevict::MeanAttention\n", argv[1]);
+    return 2;
+  }
+#endif
 
   kvevict::KVBuffer<float> buffer(kKVHeads, n + 1, d);
   kvevict::KVView<float> kv = buffer.view();

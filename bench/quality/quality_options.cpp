@@ -61,6 +61,10 @@ void QualityRun::add_options(CLI::App& app) {
   app.add_option("--retrieval-seed", retrieval_seed_text, "seed of the retrieval prompts (default 1)")->type_name("INT");
   app.add_option("--needle-repeats", needle_repeats_text, "copies of the needle line per prompt, >= 1 (default 1)")
       ->type_name("INT");
+  app.add_option("--prompts-out", prompts_out,
+                 "--retrieval: also write the prompts to FILE, one line each: index, depth %, code, then the prompt's "
+                 "token ids, space-separated (bench/quality/kvpress/retrieval.py reads it)")
+      ->type_name("FILE");
   app.add_option("--answer-tokens", answer_tokens_text, "greedy tokens generated per answer, >= 1 (default 8)")
       ->type_name("INT");
   app.add_option("--out", out_prefix,
@@ -114,6 +118,8 @@ void QualityRun::validate() {
   }();
   labels.clear();
   for (const RowSpec& row : rows) labels.push_back(row.label);
+  if (!prompts_out.empty() && retrieval_n == 0)
+    throw kvcli::UsageError("--prompts-out", "writes the --retrieval prompts; add --retrieval N");
   if (retrieval_n > 0)
     for (const RowSpec& row : rows)
       if (row.policy == "oracle")

@@ -41,6 +41,19 @@ int QualityRun::run_retrieval() {
                                                                                                   : "--prompt";
     throw kvcli::UsageError(flag, what);
   }
+  if (!prompts_out.empty()) {  // before the runs: a runner of other engines needs only the prompts
+    std::ostringstream ps;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      ps << i << " " << items[i].depth << " " << items[i].code;
+      for (int id : items[i].prompt) ps << " " << id;
+      ps << "\n";
+    }
+    try {
+      kvcli::write_file_atomically(prompts_out, ps.str());
+    } catch (const std::exception& e) {
+      throw kvcli::UsageError("--prompts-out", e.what());
+    }
+  }
   // answers[run + 1][item]; answers[0]: the full cache.
   std::vector<std::vector<std::string>> answers(runs.size() + 1, std::vector<std::string>(items.size()));
   std::atomic<std::size_t> next_item{0}, items_done{0};

@@ -87,7 +87,8 @@ class QualityRun {
                                                      seeds_text = "5", threads_text, step_threads_text = "1",
                                                      out_prefix = "quality", retrieval_text = "0",
                                                      retrieval_format_text = "plain", retrieval_seed_text = "1",
-                                                     needle_repeats_text = "1", answer_tokens_text = "8";
+                                                     needle_repeats_text = "1", answer_tokens_text = "8",
+                                                     prompts_out;
   std::vector<std::string> labels{"keyformer", "keyformer-nonoise", "h2o", "streaming", "window", "tova", "snapkv"};
   std::vector<std::string> ratio_texts{"0.1", "0.2", "0.3", "0.5", "0.7", "0.9"};
   kvcli::EvictionFlags flags;

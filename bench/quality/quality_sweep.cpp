@@ -73,6 +73,7 @@ std::unique_ptr<llama2::Engine> QualityRun::make_engine_for(const Run& run, Futu
   s.params.horizon = horizon;
   s.params.gumbel_noise = row.noise;
   s.params.noise_scale = row.noise_scale.value_or(1.0f);
+  s.params.mean_attention = row.mean;
   s.prompt_len = prompt;
   s.seed = run.seed;
   s.shared_heads = s.shared_heads || row.shared;

@@ -29,7 +29,8 @@ std::string row_spec_help() {
          "h2o,streaming,window,tova,snapkv). BASE: keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, oracle (the "
          "reference bound: evicts the token the full cache attends least over the rest of the window; not a "
          "policy). MOD: +shared (one selection per layer), +reindexed (positions re-indexed after each eviction), "
-         "+pyramid (PyramidKV per-layer budgets, beta 20), "
+         "+pyramid (PyramidKV per-layer budgets, beta 20), +mean (h2o/keyformer: rank the accumulated score divided by "
+         "the number of queries that scored each token, kvevict::H2OMean / KeyformerMean), "
          "+boundedC (bounded prefill in chunks of C). KEY: @recent=Q (w = floor(Q k), keyformer/h2o/snapkv/oracle), "
          "@seeds=N (Keyformer with noise), @noise=S (Keyformer's noise scaled by S in (0, 1]), @kernel=K (snapkv pooling kernel, odd), @decode=h2o|window|keyformer "
          "(snapkv decode rule; keyformer: Gumbel noise and the tau schedule). E.g. keyformer@recent=0.5,h2o+shared,"
@@ -74,12 +75,16 @@ RowSpec parse_row_spec(const std::string& text) {
       row.reindexed = true;
     } else if (m == "pyramid") {
       row.pyramid = true;
+    } else if (m == "mean") {
+      if (row.policy != "h2o" && row.policy != "keyformer")
+        bad(text, "+mean needs h2o, keyformer or keyformer-nonoise (it ranks an accumulated score as a mean)");
+      row.mean = true;
     } else if (m.rfind("bounded", 0) == 0 && all_digits(m.substr(7)) && std::stoul(m.substr(7)) >= 1) {
       if (row.bounded_chunk != 0) bad(text, "two +bounded modifiers");
       row.bounded_chunk = std::stoul(m.substr(7));
     } else {
       bad(text, "unknown modifier '+" + m +
-                    "'; expected +shared, +reindexed, +pyramid or +boundedC (C >= 1, e.g. +bounded32)");
+                    "'; expected +shared, +reindexed, +pyramid, +mean or +boundedC (C >= 1, e.g. +bounded32)");
     }
     if (oracle) bad(text, "the oracle takes no modifier ('+" + m +
                       "'): it selects per KV head, original positions, uniform budgets, one-shot prefill");

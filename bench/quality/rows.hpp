@@ -12,6 +12,8 @@
 //                 snapkv keeps its observation window in every layer), the recent window a ratio of each
 //                 layer's k
 //   +reindexed    positions re-indexed after every eviction (reindex.hpp)
+//   +mean         h2o, keyformer: rank each token's accumulated score divided by the number of queries that
+//                 scored it (kvevict::H2OMean / KeyformerMean; kvpress's ObservedAttention is h2o+mean@recent=0)
 //   +boundedC     the prompt prefilled in chunks of C tokens, cut to k after each (bounded prefill)
 //   @recent=Q     recent window w = floor(Q · k) (Q in [0, 1]) instead of --recent (keyformer, h2o, snapkv,
 //                 oracle)
@@ -39,6 +41,7 @@ struct RowSpec {
   bool shared = false;                ///< +shared
   bool reindexed = false;             ///< +reindexed
   bool pyramid = false;               ///< +pyramid
+  bool mean = false;                  ///< +mean (PolicyParams::mean_attention)
   std::size_t bounded_chunk = 0;      ///< +boundedC (0: none)
   std::optional<double> recent;       ///< @recent=Q, a fraction of k
   std::string recent_text;            ///< Q as typed

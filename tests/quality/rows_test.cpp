@@ -48,6 +48,10 @@ TEST(QualityRows, SpecsParseIntoTheirVariants) {
   EXPECT_TRUE(p.pyramid);
   EXPECT_FALSE(p.shared || p.reindexed);
 
+  EXPECT_TRUE(parse_row_spec("h2o+mean@recent=0").mean);
+  EXPECT_TRUE(parse_row_spec("keyformer-nonoise+mean").mean);
+  EXPECT_FALSE(parse_row_spec("keyformer").mean);
+
   const auto sk = parse_row_spec("snapkv@kernel=11@decode=keyformer@seeds=2");  // @decode before @seeds not needed
   EXPECT_EQ(sk.policy, "snapkv");
   EXPECT_EQ(*sk.snap_kernel, 11u);
@@ -86,6 +90,10 @@ TEST(QualityRows, BadSpecsNameTheFlagTheSpecAndThePart) {
   expect_error("oracle+shared", "the oracle takes no modifier ('+shared')");
   expect_error("oracle+pyramid", "the oracle takes no modifier ('+pyramid')");
   expect_error("h2o+pyramid+pyramid", "modifier '+pyramid' given twice");
+  expect_error("tova+mean", "+mean needs h2o, keyformer or keyformer-nonoise");
+  expect_error("snapkv+mean", "+mean needs h2o, keyformer or keyformer-nonoise");
+  expect_error("oracle+mean", "+mean needs h2o");
+  expect_error("h2o+mean+mean", "modifier '+mean' given twice");
   expect_error("window@recent=0.5", "@recent needs keyformer");
   expect_error("h2o@recent=1.5", "@recent=1.5 must be a fraction of k in [0, 1]");
   expect_error("h2o@recent=abc", "@recent=abc must be a fraction");

@@ -21,7 +21,7 @@ Protocols, each row at k = floor(r * P) tokens per layer and KV head (--ratio r,
 Rows: kvpress SnapKV, StreamingLLM, TOVA, ObservedAttention (eager attention), KeyDiff, ExpectedAttention,
 AdaKV(ExpectedAttention), PyramidKV, Knorm; kvevict keyformer (seed 1, as kvevict-quality's --seeds 1;
 horizon PREDICT), h2o, streaming (4 sinks), window, tova, snapkv; kvevict rows may take kvevict-quality's SnapKV
-row keys, e.g. kvevict:h2o@recent=0, kvevict:snapkv@kernel=15 or kvevict:snapkv@kernel=15@decode=keyformer. A
+row keys, e.g. kvevict:h2o@recent=0, kvevict:h2o+mean, kvevict:snapkv@kernel=15 or kvevict:snapkv@kernel=15@decode=keyformer. A
 row that raises is written with its error.
 
 Resumable: results go to --out/results.csv, one line per (window, protocol, row); lines already there are not
@@ -187,11 +187,18 @@ def run_kvpress(model, ids, P, name, protocol, ratio, k):
 
 
 def kvevict_row(name):
-    """A kvevict row's policy and options: `POLICY[@KEY=VALUE]...`, kvevict-quality's row keys: `@recent=Q`
-    (the recent window, a fraction of k: keyformer, h2o, snapkv) and, for SnapKV, `@kernel=K` -> snap_kernel,
-    `@decode=D` -> snap_decode; e.g. `h2o@recent=0`, `snapkv@kernel=15@decode=keyformer`."""
-    policy, *keys = name.split("@")
+    """A kvevict row's policy and options: `POLICY[+mean][@KEY=VALUE]...`, kvevict-quality's row syntax: `+mean`
+    (keyformer, h2o: mean_attention=True), `@recent=Q` (the recent window, a fraction of k: keyformer, h2o,
+    snapkv) and, for SnapKV, `@kernel=K` -> snap_kernel, `@decode=D` -> snap_decode; e.g. `h2o@recent=0`,
+    `h2o+mean@recent=0`, `snapkv@kernel=15@decode=keyformer`."""
+    head, *keys = name.split("@")
+    policy, *mods = head.split("+")
     opts = {}
+    for mod in mods:
+        if mod == "mean" and policy in ("keyformer", "h2o") and "mean_attention" not in opts:
+            opts["mean_attention"] = True
+        else:
+            sys.exit(f"side_by_side.py: --rows kvevict:{name}: unknown modifier '+{mod}' (keyformer, h2o take +mean)")
     for kv in keys:
         key, _, value = kv.partition("=")
         if key == "recent" and value and policy in ("keyformer", "h2o", "snapkv"):
