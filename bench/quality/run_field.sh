@@ -7,7 +7,8 @@
 # rows with the same full-cache run as the report's (same windows, same ids: deterministic rows reproduce
 # the report's to the last digit). Writes bench/quality/results/field/ (one CSV + Markdown per part, their
 # wall times, and the Keyformer noise analysis of bench/quality/keyformer_noise.py) and prints nothing else.
-#   PARTS=windows,ablation,retrieval,sweep,code,noise (default all)   THREADS=2   BUILD_DIR=build-quality
+#   PARTS=windows,ablation,retrieval,sweep,code,mean,noise (default all)   THREADS=2   BUILD_DIR=build-quality
+#   (mean: 957 s + 1633 s + 1266 s on a shared machine; it writes the retrieval prompts' ids to $PROMPTS_OUT)
 # About 60 minutes on 2 cores (windows 511 s, ablation 676 s, retrieval 2 x ~260 s, sweep 4 x ~190 s, code 745 s,
 # noise ~300 s).
 # The noise analysis needs NumPy: PYTHON (default: the venv of scripts/get-hf-venv.sh).
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${THREADS:-2}
 build=${BUILD_DIR:-build-quality}
-parts=${PARTS:-windows,ablation,retrieval,sweep,code,noise}
+parts=${PARTS:-windows,ablation,retrieval,sweep,code,mean,noise}
 model=$(bash scripts/get-models.sh)
 data=${KVEVICT_SHARED_DIR:-../shared}/data/python-howto
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="${QUALITY_CXX_FLAGS--march=native}" \
@@ -66,6 +67,16 @@ if [[ $parts == *code* ]]; then
   timed code "$q" --model "$model" --data "$code" "${windows[@]}" \
     --policies "window,streaming,h2o,keyformer,keyformer-nonoise,tova,snapkv,snapkv@kernel=11,snapkv@kernel=15,snapkv@kernel=15@decode=keyformer" \
     --out "$out/code"
+fi
+if [[ $parts == *mean* ]]; then  # mean attention (H2OMean, KeyformerMean): windows, code, retrieval set 1 (+ its ids)
+  timed mean "$q" --model "$model" --data "$data" "${windows[@]}" \
+    --policies h2o,h2o+mean,h2o+mean@recent=0,keyformer+mean,keyformer-nonoise+mean --out "$out/mean"
+  timed code_mean "$q" --model "$model" --data "$(bash bench/quality/get_code_corpus.sh)" "${windows[@]}" \
+    --policies h2o,h2o+mean,keyformer+mean --out "$out/code_mean"
+  timed retrieval_mean_seed1 "$q" --model "$model" --data "$data" --retrieval 10 --retrieval-seed 1 --prompt 2048 \
+    --window 2050 --ratios 0.1,0.2 --seeds 1 --threads "$threads" \
+    --policies h2o+mean,keyformer-nonoise+mean,h2o,snapkv@kernel=15 --prompts-out "${PROMPTS_OUT:-/tmp/retrieval_prompts_seed1.txt}" \
+    --out "$out/retrieval_mean_seed1"
 fi
 if [[ $parts == *noise* ]]; then  # one block's logits at a time over a 1179-token prompt (howto-argparse)
   py=${PYTHON:-$(bash scripts/get-hf-venv.sh)}
