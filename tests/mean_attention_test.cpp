@@ -59,33 +59,38 @@ std::unique_ptr<kvevict::CacheInterface> h2o(const kvevict::CacheConfig& cfg, kv
   return kvevict::make_cache(kvevict::Policy::h2o, cfg, kv, p);
 }
 
-TEST(MeanAttention, PrefillCutRanksTheMeanAndStoresTheSum) {
-  const auto x = prompt_logits();
+/// The hand example prefilled twice, k = 2, w = 0: H2O (`a`, over `sum`) and H2OMean (`b`, over `mean`).
+struct Prefilled {
   Layer sum, mean;
-  auto a = h2o(config(2, 0), sum.kv, false);
-  auto b = h2o(config(2, 0), mean.kv, true);
-  sum.fill(0, 4);
-  mean.fill(0, 4);
-  a->prefill(x.data(), 4);
-  b->prefill(x.data(), 4);
+  std::unique_ptr<kvevict::CacheInterface> a = h2o(config(2, 0), sum.kv, false), b = h2o(config(2, 0), mean.kv, true);
+  Prefilled() {
+    const auto x = prompt_logits();
+    sum.fill(0, 4);
+    mean.fill(0, 4);
+    a->prefill(x.data(), 4);
+    b->prefill(x.data(), 4);
+  }
+};
+
+TEST(MeanAttention, PrefillCutRanksTheMeanAndStoresTheSum) {
+  Prefilled t;
+  auto& a = t.a;
+  auto& b = t.b;
   // H2O: the top-2 sums are 2 (position 0), then the tie 1 = 1 goes to the older token (2).
   EXPECT_EQ(a->retained_positions(0), (Positions{0, 2}));
   EXPECT_EQ(scores_of(*a), (std::vector<float>{2.0f, 1.0f}));
   // H2OMean: the top-2 means are 1 (position 3), then the tie 0.5 = 0.5 goes to the older token (0).
   EXPECT_EQ(b->retained_positions(0), (Positions{0, 3}));
   EXPECT_EQ(scores_of(*b), (std::vector<float>{2.0f, 1.0f}));  // the sums, not the means
-  EXPECT_TRUE(kvtest::rows_aligned(mean.kv));
+  EXPECT_TRUE(kvtest::rows_aligned(t.mean.kv));
 }
 
 TEST(MeanAttention, DecodeVictimIsTheLowestMean) {
-  const auto x = prompt_logits();
-  Layer sum, mean;
-  auto a = h2o(config(2, 0), sum.kv, false);
-  auto b = h2o(config(2, 0), mean.kv, true);
-  sum.fill(0, 4);
-  mean.fill(0, 4);
-  a->prefill(x.data(), 4);
-  b->prefill(x.data(), 4);
+  Prefilled t;
+  auto& a = t.a;
+  auto& b = t.b;
+  Layer& sum = t.sum;
+  Layer& mean = t.mean;
   // Step at position 4; the row puts all its attention on the new token (slot 2).
   append_token(mean.kv, 4);
   const float row[3] = {kNegInf, kNegInf, 0.0f};
@@ -100,12 +105,18 @@ TEST(MeanAttention, DecodeVictimIsTheLowestMean) {
   EXPECT_EQ(a->retained_positions(0), (Positions{0, 2}));
 }
 
-TEST(MeanAttention, RecentWindowIsKeptWhateverItsMean) {
+/// H2OMean (k = 2, window `w`) over `layer`, prefilled with the hand example at positions `first`..`first + 3`.
+std::unique_ptr<kvevict::CacheInterface> prefilled_mean(Layer& layer, std::size_t w, std::int64_t first) {
   const auto x = prompt_logits();
+  auto c = h2o(config(2, w), layer.kv, true);
+  layer.fill(first, 4);
+  c->prefill(x.data(), 4);
+  return c;
+}
+
+TEST(MeanAttention, RecentWindowIsKeptWhateverItsMean) {
   Layer mean;
-  auto b = h2o(config(2, 1), mean.kv, true);
-  mean.fill(0, 4);
-  b->prefill(x.data(), 4);
+  auto b = prefilled_mean(mean, 1, 0);
   // w = 1 keeps position 3; the one key token is the top mean of [0.5, 0, 0.5]: the older of the tie, 0.
   EXPECT_EQ(b->retained_positions(0), (Positions{0, 3}));
   append_token(mean.kv, 4);
@@ -120,11 +131,8 @@ TEST(MeanAttention, RecentWindowIsKeptWhateverItsMean) {
 
 TEST(MeanAttention, PositionsWithAnOffsetCountFromTheNewestQuery) {
   // The same prompt at positions 100..103: the counts [4, 3, 2, 1] and so the kept set are unchanged.
-  const auto x = prompt_logits();
   Layer mean;
-  auto b = h2o(config(2, 0), mean.kv, true);
-  mean.fill(100, 4);
-  b->prefill(x.data(), 4);
+  auto b = prefilled_mean(mean, 0, 100);
   EXPECT_EQ(b->retained_positions(0), (Positions{100, 103}));
 }
 
