@@ -32,6 +32,12 @@ static_assert(std::is_base_of<kv::PagedCacheInterface, kv::PagedKeyformer>::valu
                   std::is_base_of<kv::PagedCacheInterface, kv::PagedSnapKV>::value &&
                   std::is_base_of<kv::PagedCacheInterface, kv::PagedSnapKVWindow>::value,
               "");
+static_assert(std::is_base_of<kv::CacheInterface, kv::H2OMean>::value &&
+                  std::is_base_of<kv::CacheInterface, kv::KeyformerMean>::value &&
+                  std::is_base_of<kv::PagedCacheInterface, kv::PagedH2OMean>::value &&
+                  std::is_base_of<kv::PagedCacheInterface, kv::PagedKeyformerMean>::value &&
+                  kv::is_score_policy<kv::MeanAttention<kv::AccumulatedAttentionScore>>::value,
+              "");
 static_assert(kv::is_score_policy<kv::GumbelLogitScore>::value &&
                   kv::is_score_policy<kv::AccumulatedAttentionScore>::value &&
                   kv::is_score_policy<kv::CurrentAttentionScore>::value && kv::is_score_policy<kv::NoScore>::value &&

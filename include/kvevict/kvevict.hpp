@@ -5,15 +5,18 @@
 //
 // Architecture (one concept per folder). Every public name of the library is reachable through this
 // header alone (tests/umbrella_test.cpp); `namespace detail` is internal and may change in any release.
-//   presets.hpp   Keyformer, H2O, StreamingLLM, TOVA, SnapKV aliases; Policy, parse_policy, make_cache
+//   presets.hpp   Keyformer, H2O, StreamingLLM, TOVA, SnapKV, H2OMean, KeyformerMean aliases; Policy,
+//                 parse_policy, make_cache
 //   layer_budgets.hpp  per-layer budgets over a model: uniform, PyramidKV, or weights
 //   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache (orchestration);
 //                 its CacheConfig in cache_config.hpp
 //   concepts.hpp  the Score / Temperature / Selection contracts (and the Score's optional hooks: rows
-//                 scored, selection scores, budget check, a score from keys alone), as text and static_asserts
+//                 scored, selection scores, budget check, a score from keys alone, a mean ranking), as text and
+//                 static_asserts
 //   budget.hpp    k and w as a token count, a fraction, or none
 //   score/        what a token's score is: GumbelLogitScore (Keyformer), AccumulatedAttentionScore
-//                 (H2O), CurrentAttentionScore (TOVA), SnapKVScore, NoScore; the Gumbel sampler; the softmax kernel;
+//                 (H2O), CurrentAttentionScore (TOVA), SnapKVScore, MeanAttention<Base>, NoScore; the Gumbel sampler;
+//                 the softmax kernel;
 //                 ChunkRows (a prefill chunk's logits) and the chunked-prefill semantics
 //   temperature/  τ per step: LinearTemperature, ConstantTemperature, IncrementTemperature
 //   selection/    which tokens stay: select_keep, RecentTopKSelection, SinkRecentSelection,
@@ -55,6 +58,7 @@
 #include "kvevict/presets.hpp"
 #include "kvevict/score/chunk_rows.hpp"
 #include "kvevict/score/gumbel.hpp"
+#include "kvevict/score/mean_attention.hpp"
 #include "kvevict/score/score_policies.hpp"
 #include "kvevict/score/snapkv_score.hpp"
 #include "kvevict/score/softmax_accumulate.hpp"
