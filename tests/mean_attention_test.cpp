@@ -136,6 +136,24 @@ TEST(MeanAttention, PositionsWithAnOffsetCountFromTheNewestQuery) {
   EXPECT_EQ(b->retained_positions(0), (Positions{100, 103}));
 }
 
+TEST(MeanAttention, TheWholeInt64PositionRangeCountsWithoutOverflow) {
+  // Prompt at INT64_MIN.., the step at INT64_MAX: newest − p is 2^64 − 1 − i (no signed overflow, UBSan runs this),
+  // float(2^64 − 1 − i) + 1 = 2^64 for the prompt tokens, 1 for the new one: means [2, 1] / 2^64 and 1.
+  // (K/V rows of zeros: test_util's row values are made from the position and would overflow themselves.)
+  Layer mean;
+  const std::int64_t lo = std::numeric_limits<std::int64_t>::min(), hi = std::numeric_limits<std::int64_t>::max();
+  const float zeros[2] = {0.0f, 0.0f};
+  auto b = h2o(config(2, 0), mean.kv, true);
+  for (std::int64_t i = 0; i < 4; ++i) mean.kv.append(lo + i, zeros, zeros);
+  const auto x = prompt_logits();
+  b->prefill(x.data(), 4);
+  EXPECT_EQ(b->retained_positions(0), (Positions{lo, lo + 3}));
+  mean.kv.append(hi, zeros, zeros);
+  const float row[3] = {kNegInf, kNegInf, 0.0f};
+  b->decode_step(row, 3);
+  EXPECT_EQ(b->retained_positions(0), (Positions{lo, hi}));
+}
+
 TEST(MeanAttention, ChunkedAndBoundedPrefillEqualOneShot) {
   // Two chunks of 2 rows: chunk c's rows [2c, 2c + 2) over slots [0, 2c + 2), row-major [row][slot]. Bounded
   // (max_prefill_chunk = 2) cuts after the second chunk with newest = 3: every count is the one-shot one.

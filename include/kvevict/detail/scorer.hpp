@@ -345,14 +345,19 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
   }
   /// The scores a selection ranks for KV head `head` (or 0 for a shared selection) over `n` slots
   /// `scores[0, n)` at positions `positions[0, n)`, `newest` the last scored query's position: the scores
-  /// themselves, or for a `kRanksMean` score (`MeanAttention`) `scores[i] / float(newest − positions[i] + 1)`
+  /// themselves, or for a `kRanksMean` score (`MeanAttention`) `scores[i] / (float(newest − positions[i]) + 1)`
+  /// (the difference taken in `std::uint64_t`, exact over the whole int64 range)
   /// in head `head`'s scratch (valid until the next call for that head; distinct heads may run
   /// concurrently). Requires `positions[i] <= newest`. O(n) for a mean, O(1) otherwise; no allocation, no throw.
   const float* ranked(const float* scores, const std::int64_t* positions, std::int64_t newest, std::size_t n,
                       std::size_t head) noexcept {
     if constexpr (ranks_mean<Score>()) {
       float* out = mean_.data() + head * stride_;
-      for (std::size_t i = 0; i < n; ++i) out[i] = scores[i] / static_cast<float>(newest - positions[i] + 1);
+      // newest >= positions[i]: the difference fits std::uint64_t exactly (positions span all of int64, so the
+      // signed difference could overflow), and float(d) + 1 >= 1 (d + 1 could wrap to 0).
+      const std::uint64_t top = static_cast<std::uint64_t>(newest);
+      for (std::size_t i = 0; i < n; ++i)
+        out[i] = scores[i] / (static_cast<float>(top - static_cast<std::uint64_t>(positions[i])) + 1.0f);
       return out;
     } else {
       (void)positions, (void)newest, (void)n, (void)head;

@@ -27,8 +27,8 @@ namespace kvevict {
 /// **What is ranked.** For a live token at position `p`, `c(p) = newest − p + 1` with `newest` the position of the
 /// last query scored (at a prefill cut the chunk's last prompt position; at a decode step the new token's): every
 /// query at a position in `[p, newest]` scored the token (each prompt row scores every retained token at or
-/// before it, each decode step every retained token), so the mean is `score / c(p)` (in float: `s / float(c)`,
-/// one division; a GQA group's query heads count once, as for the sum). This assumes one query per position
+/// before it, each decode step every retained token), so the mean is `score / c(p)` (in float:
+/// `s / (float(newest − p) + 1)`, the difference exact in 64 bits over the whole int64 range, one division; a GQA group's query heads count once, as for the sum). This assumes one query per position
 /// (consecutive positions, as engines number tokens); positions with gaps count the gaps. Recent tokens are
 /// kept by the recent window `w` whatever their mean (kvpress's press has `w = 0`). The selection then ranks the
 /// means exactly as it ranks sums (`RecentTopKSelection`: the recent window plus the top `k − w` means, ties to
