@@ -67,8 +67,8 @@
 //       token and KV head: O(head_dim) each.
 //   static constexpr bool kRanksMean;
 //       Present and true: every selection (prefill cuts, decode-step victims) ranks each token's score
-//       divided by the number of queries that scored it, `s / float(newest − position + 1)` (`newest` =
-//       the last scored query's position), instead of `s`; the stored scores stay the sums
+//       divided by the number of queries that scored it, `s / (float(newest − position) + 1)` (`newest` =
+//       the last scored query's position; the difference in std::uint64_t), instead of `s`; the stored scores stay the sums
 //       (score/mean_attention.hpp, `MeanAttention<Base>`). Needs kUsesLogits, kAccumulates, not
 //       kPrefillLastRow and none of first_scored_row, selection_scores, key_score (static_assert).
 //
