@@ -330,6 +330,7 @@ const char* bench_name(kvevict::Policy p) {
     case kvevict::Policy::window: return "WindowDecodeStep";
     case kvevict::Policy::tova: return "TOVADecodeStep";
     case kvevict::Policy::snapkv: return "SnapKVDecodeStep";
+    case kvevict::Policy::knorm: return "KeyNormDecodeStep";
   }
   return "?";
 }

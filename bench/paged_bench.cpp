@@ -228,6 +228,7 @@ const char* policy_label(kvevict::Policy p) {
     case kvevict::Policy::window: return "Window";
     case kvevict::Policy::tova: return "TOVA";
     case kvevict::Policy::snapkv: return "SnapKV";
+    case kvevict::Policy::knorm: return "KeyNorm";
   }
   return "?";
 }

@@ -86,8 +86,7 @@ void configure(PolicySetup& s, const Options& o, bool has_shared_heads) {
   // The tools' defaults (cli/amount.hpp): budget 50%, recent 30% for the policies with a recent window,
   // seed 42, snap_window min(32, k).
   config.budget = o.has("budget") ? to_budget(o.get("budget")) : kvevict::Budget::ratio(0.5);
-  const bool has_recent = s.policy == kvevict::Policy::keyformer || s.policy == kvevict::Policy::h2o ||
-                          s.policy == kvevict::Policy::snapkv;
+  const bool has_recent = kvevict::takes_recent_window(s.policy);
   config.recent = o.has("recent") ? to_recent(o.get("recent"))
                                   : has_recent ? kvevict::RecentWindow::ratio(0.3) : kvevict::RecentWindow::none();
   config.seed = kvcli::defaults::kSeed;

@@ -36,6 +36,7 @@ struct PolicyTypes {
   using snapkv_keyformer = C<ObservationWindowScore<GumbelLogitScore>, LinearTemperature, RecentTopKSelection>;
   using h2o_mean = C<MeanAttention<AccumulatedAttentionScore>, ConstantTemperature, RecentTopKSelection>;
   using keyformer_mean = C<MeanAttention<GumbelLogitScore>, LinearTemperature, RecentTopKSelection>;
+  using knorm = C<KeyNormScore, ConstantTemperature, RecentTopKSelection>;
 };
 /// A type passed as a value (`make_policy` hands the cache type to its builder this way).
 template <class T>
@@ -80,9 +81,13 @@ using H2OMean = detail::PolicyTypes<Cache>::h2o_mean;
 /// Keyformer's Gumbel-logit accumulation (noise, τ schedule) ranked as a mean over the queries that scored each
 /// token: recent window `w` + the top `k − w` means. `PolicyParams::mean_attention` with keyformer.
 using KeyformerMean = detail::PolicyTypes<Cache>::keyformer_mean;
+/// Key norm (Devoto et al. 2024, kvpress's Knorm): recent window `w` + the top `k − w` of `1 / (1 + ||k||)`, each
+/// token's score from its key alone when it enters (`KeyNormScore`). Reads no logits: it runs with fused attention.
+/// `w = 0` is kvpress's KnormPress (the smallest key norms kept).
+using KeyNorm = detail::PolicyTypes<Cache>::knorm;
 
 /// The policies `make_cache` builds.
-enum class Policy { keyformer, h2o, streaming_llm, window, tova, snapkv };
+enum class Policy { keyformer, h2o, streaming_llm, window, tova, snapkv, knorm };
 
 /// SnapKV's decode rule (`PolicyParams::snap_decode`).
 enum class SnapDecode {
@@ -104,7 +109,7 @@ inline const char* snap_decode_name(SnapDecode d) {
 }
 
 /// Parses "keyformer", "h2o", "streaming" (or "streamingllm"), "window",
-/// "tova", "snapkv". Throws `std::invalid_argument` naming the bad value otherwise.
+/// "tova", "snapkv", "knorm". Throws `std::invalid_argument` naming the bad value otherwise.
 inline Policy parse_policy(const std::string& name) {
   if (name == "keyformer") return Policy::keyformer;
   if (name == "h2o") return Policy::h2o;
@@ -112,19 +117,20 @@ inline Policy parse_policy(const std::string& name) {
   if (name == "window") return Policy::window;
   if (name == "tova") return Policy::tova;
   if (name == "snapkv") return Policy::snapkv;
+  if (name == "knorm") return Policy::knorm;
   throw std::invalid_argument(detail::concat("kvevict::parse_policy: unknown policy '", name,
-                                             "' (expected keyformer, h2o, streaming, window, tova or snapkv)"));
+                                             "' (expected keyformer, h2o, streaming, window, tova, snapkv or knorm)"));
 }
 
 /// Whether policy `p` takes a configured recent window `w` (`CacheConfig::recent`): Keyformer,
-/// H2O and SnapKV (its decode window; the observation window `L` is `PolicyParams::snap_window`) do. TOVA has none, and
+/// H2O, key norm and SnapKV (its decode window; the observation window `L` is `PolicyParams::snap_window`) do. TOVA has none, and
 /// StreamingLLM / window derive theirs from the budget (`k − sinks`), so for them the configured window must be 0 (else
 /// the cache throws `std::invalid_argument`). O(1).
 constexpr bool takes_recent_window(Policy p) {
-  return p == Policy::keyformer || p == Policy::h2o || p == Policy::snapkv;
+  return p == Policy::keyformer || p == Policy::h2o || p == Policy::snapkv || p == Policy::knorm;
 }
 
-/// Canonical name of a policy ("keyformer", "h2o", "streaming", "window", "tova", "snapkv").
+/// Canonical name of a policy ("keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm").
 inline const char* policy_name(Policy p) {
   switch (p) {
     case Policy::keyformer: return "keyformer";
@@ -133,6 +139,7 @@ inline const char* policy_name(Policy p) {
     case Policy::window: return "window";
     case Policy::tova: return "tova";
     case Policy::snapkv: return "snapkv";
+    case Policy::knorm: return "knorm";
   }
   return "?";
 }
@@ -218,6 +225,8 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
                      make_snapkv_score(params, GumbelLogitScore{params.gumbel_noise, params.noise_scale}),
                      LinearTemperature(params.tau_init, params.tau_end, params.horizon));
       return build(TypeTag<typename Types::snapkv>{}, make_snapkv_score(params));
+    case Policy::knorm:
+      return build(TypeTag<typename Types::knorm>{});
   }
   throw std::invalid_argument(concat(who, ": unknown policy"));
 }
@@ -230,7 +239,8 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
 ///    tokens or ratio 0; TOVA has no recent window);
 ///  - streaming: `StreamingLLM` with `params.sinks`; window: `StreamingLLM` with 0 sinks;
 ///  - snapkv: `SnapKV` (decode h2o), `SnapKVWindow` (decode window) or `SnapKVKeyformer` (decode keyformer:
-///    `LinearTemperature(tau_init, tau_end, horizon)`, noise as `gumbel_noise`) with `make_snapkv_score(params)`.
+///    `LinearTemperature(tau_init, tau_end, horizon)`, noise as `gumbel_noise`) with `make_snapkv_score(params)`;
+///  - knorm: `KeyNorm` (scores from the keys alone: the logits may be `nullptr`).
 /// Throws `std::invalid_argument` as the constructors do (`noise_scale` outside (0, 1]), for `noise_scale`
 /// other than 1 with a policy without Keyformer's score, for `mean_attention` with a policy other than h2o and
 /// keyformer, for `horizon == 0`

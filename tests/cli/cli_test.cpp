@@ -294,6 +294,11 @@ std::vector<Case> cases() {
        "--print-ids --steps 2", 0, {"[h2o k=4 w=1 sinks=0]"}},
       {"GenMeanAttentionKeyformer", G, kTiny + "--policy keyformer --mean-attention --budget 4 --prompt-ids "
        "1,2,3,4,5,6,7,8 --print-ids --steps 2", 0, {"[keyformer k=4 w=1 sinks=0]"}},
+      {"GenKeyNorm", G, kTiny + "--policy knorm --budget 4 --prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0,
+       {"[knorm k=4 w=1 sinks=0]"}},
+      {"GenKeyNormMeanAttention", G, kTiny + "--policy knorm --mean-attention --prompt-ids 1", 2,
+       {"--mean-attention: only --policy h2o or keyformer accumulates a score over every query (the policy is "
+        "knorm); drop --mean-attention"}},
       {"GenMeanAttentionTova", G, kTiny + "--policy tova --mean-attention --prompt-ids 1", 2,
        {"--mean-attention: only --policy h2o or keyformer accumulates a score over every query (the policy is "
         "tova); drop --mean-attention"}},

@@ -62,7 +62,7 @@ kvevict::cuda::ScoreKind score_kind(kvevict::Policy p) {
     default:
       break;
   }
-  throw std::invalid_argument("kvtest_cuda: policy without a CUDA kernel (SnapKV)");
+  throw std::invalid_argument("kvtest_cuda: policy without a CUDA kernel (SnapKV, key norm)");
 }
 bool takes_window(kvevict::Policy p) { return p == kvevict::Policy::keyformer || p == kvevict::Policy::h2o; }
 

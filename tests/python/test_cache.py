@@ -281,6 +281,24 @@ def test_mean_attention_ranks_the_mean_and_stores_the_sum():
         small("tova", recent=0, mean_attention=True)
 
 
+def test_knorm_keeps_the_smallest_key_norms_without_logits():
+    # tests/key_norm_test.cpp's hand example: token p's key is (norm[p], 0); k = 4, w = 1.
+    norm = [1, 5, 2, 6, 3, 7, 0.5, 8]
+    c = kvevict.Cache("knorm", n_q_heads=1, n_kv_heads=1, capacity=9, head_dim=2, budget=4, recent=1)
+    assert c.policy == "knorm"
+    for p in range(6):
+        c.append(p, np.array([[norm[p], 0.0]], np.float32), np.zeros((1, 2), np.float32))
+    c.prefill()  # no logits
+    assert c.retained_positions(0) == [0, 2, 4, 5]
+    for p in (6, 7):
+        c.append(p, np.array([[norm[p], 0.0]], np.float32), np.zeros((1, 2), np.float32))
+        c.decode_step()
+    assert c.retained_positions(0) == [0, 2, 6, 7]
+    assert sorted(c.scores(0).tolist()) == sorted(np.float32([0.5, 1 / 3, 1 / 1.5, 1 / 9]).tolist())
+    assert repr(kvevict.Cache("knorm", n_q_heads=1, n_kv_heads=1, capacity=4, head_dim=1, budget=2).recent_window) == \
+        repr(kvevict.Cache("h2o", n_q_heads=1, n_kv_heads=1, capacity=4, head_dim=1, budget=2).recent_window)  # the tools' default
+
+
 def test_budget_resolved_and_repr_before_prefill():
     c = kvevict.Cache("h2o", n_q_heads=4, n_kv_heads=2, capacity=8, head_dim=3, budget="50%", recent=1)
     assert c.budget == 0 and not c.budget_resolved  # 0 means "not resolved yet", not "keep nothing"

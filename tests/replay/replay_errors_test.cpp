@@ -107,6 +107,8 @@ std::vector<Case> cases() {
       {"DirectoryInsteadOfFile", [](const rtest::TempDir& dir) { return dir.file(""); }, "is a directory"},
       // ---- options ----
       {"UnknownPolicy", good_json("--policy lru"), "--policy: unknown policy 'lru'"},
+      {"KeyNormNeedsKeys", good_json("--policy knorm"),
+       "--policy: knorm scores each token from its key, which a trace of logits does not hold"},
       {"RecentLargerThanBudget", good_json("--budget 2 --recent 3"), "--recent: w = 3 exceeds the budget k = 2"},
       {"BudgetZero", good_json("--budget 0"), "--budget: must be >= 1 (got 0)"},
       {"BudgetNegative", good_json("--budget -1"),

@@ -283,7 +283,7 @@ def test_refuses_bad_options(llama):
                                          r"which its temperature rises from tau_init to tau_end"):
         KVEvictCache(llama, policy="keyformer")
     with pytest.raises(ValueError, match=r"^KVEvictCache: unknown policy 'lru'; expected one of full, keyformer, "
-                                         r"h2o, streaming, window, tova, snapkv$"):
+                                         r"h2o, streaming, window, tova, snapkv, knorm$"):
         KVEvictCache(llama, policy="lru")
     with pytest.raises(ValueError, match="sinks"):  # kvevict's own check: an option the policy does not use
         KVEvictCache(llama, policy="h2o", sinks=2)
@@ -328,6 +328,26 @@ def test_prefill_only_streaming_equals_kvpress_streaming_llm():
     press = kvpress.StreamingLLMPress(compression_ratio=0.5, n_sink=4)
     theirs = DynamicCache(config=model.config)
     ours = KVEvictCache(model, policy="streaming", budget=0.5, sinks=4, evict="prefill")
+    with torch.no_grad():
+        with press(model):
+            model(ids[:, :P], past_key_values=theirs)
+        model(ids[:, :P], past_key_values=ours)
+        assert theirs.get_seq_length() == ours.kept_length(0) == P // 2
+        a = [model(ids[:, t:t + 1], past_key_values=theirs, position_ids=torch.tensor([[t]]),
+                   cache_position=torch.tensor([t])).logits[0, -1] for t in range(P, P + 8)]
+        b = [model(ids[:, t:t + 1], past_key_values=ours).logits[0, -1] for t in range(P, P + 8)]
+    assert float((torch.stack(a) - torch.stack(b)).abs().max()) <= 1e-5
+
+
+def test_prefill_only_knorm_equals_kvpress_knorm():
+    """kvevict's key norm with no recent window keeps, per KV head, the k keys of smallest L2 norm: kvpress's
+    KnormPress (score -||k||). The same logits afterwards (the kept sets the same in every layer and head)."""
+    import kvpress
+    model = tiny_model("llama", seed=8)
+    ids = prompt(12, n=P + 8)
+    press = kvpress.KnormPress(compression_ratio=0.5)
+    theirs = DynamicCache(config=model.config)
+    ours = KVEvictCache(model, policy="knorm", budget=0.5, recent=0, evict="prefill")
     with torch.no_grad():
         with press(model):
             model(ids[:, :P], past_key_values=theirs)

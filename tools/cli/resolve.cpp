@@ -53,7 +53,7 @@ Resolved resolve(const EvictionFlags& f, std::size_t prompt_len, const std::stri
     return r;
   }
   if (policy == "tova") return r;  // w = 0
-  // keyformer, h2o, snapkv
+  // keyformer, h2o, snapkv, knorm
   const Amount recent = f.recent ? *f.recent : parse_amount(defaults::kRecent, "--recent", AmountKind::recent);
   if (recent.is_ratio) {
     r.w = static_cast<std::size_t>(std::floor(recent.ratio * static_cast<double>(r.k)));
@@ -88,7 +88,8 @@ kvevict::PolicyParams policy_params(const EvictionFlags& f, const Resolved& r) {
 }
 
 kvevict::RecentWindow recent_for(const EvictionFlags& f, const Resolved& r, const std::string& policy) {
-  if (policy != "keyformer" && policy != "h2o" && policy != "snapkv") return kvevict::RecentWindow::tokens(0);
+  if (!is_eviction_policy(policy) || !kvevict::takes_recent_window(kvevict::parse_policy(policy)))
+    return kvevict::RecentWindow::tokens(0);
   const bool per_layer = f.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform;
   if (per_layer && (!f.recent || f.recent->is_ratio))
     return kvevict::RecentWindow::ratio(f.recent ? f.recent->ratio : 0.3);

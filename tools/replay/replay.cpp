@@ -41,6 +41,9 @@ Plan make_plan(const Trace& trace, const Options& o) {
     throw InputError("--policy",
                      "unknown policy '" + o.policy + "' (expected keyformer, h2o, streaming, window, tova or snapkv)");
   }
+  if (plan.policy == kvevict::Policy::knorm)
+    throw InputError("--policy", "knorm scores each token from its key, which a trace of logits does not hold "
+                                 "(expected keyformer, h2o, streaming, window, tova or snapkv)");
   const std::size_t P = trace.P(), N = trace.n_tokens;
 
   // Budget k (library: Budget::resolve at prefill).

@@ -8,10 +8,14 @@
 // ranks (`selection_scores`), a budget check (`validate_budget`), or a score
 // from each token's key alone instead of the logits (`key_score`; then no
 // logits are needed at all). SnapKVScore (snapkv_score.hpp) is built on them;
-// examples/custom_score.cpp is a key-norm score in 40 lines. The contract a
+// KeyNormScore (below) is a key score;
+// examples/custom_score.cpp writes one in 40 lines. The contract a
 // custom score policy (and a custom temperature schedule) implements, hooks
 // included, is written, and checked, in kvevict/concepts.hpp.
 #pragma once
+
+#include <cmath>
+#include <cstddef>
 
 namespace kvevict {
 
@@ -64,6 +68,29 @@ struct NoScore {
   static constexpr bool kUsesTemperature = false;
   static constexpr bool kPrefillLastRow = false;
   bool noisy() const { return false; }
+};
+
+/// Key-norm score (Devoto et al., EMNLP 2024, arXiv 2406.11430, §3; kvpress's KnormPress): a key with a
+/// small L2 norm draws much attention, so a token's score is `1 / (1 + ||k||)`, `||k||` the L2 norm of its
+/// K row on each KV head (`head_dim` floats, summed in order, then `sqrt`), set once when the token enters
+/// the cache and never changed. No logits are read (`nullptr` is accepted; given logits are ignored), so it
+/// runs where attention is fused and never forms them. The ranking is kvpress's (`-||k||`, highest kept),
+/// up to float rounding of `1 / (1 + ||k||)` (norms within one ulp tie). A key with a NaN element scores
+/// NaN: the cache throws `std::invalid_argument` naming the KV head and slot (state unchanged); an
+/// infinite one scores 0. O(head_dim) per token and KV head.
+struct KeyNormScore {
+  static constexpr const char* kName = "KeyNorm";
+  static constexpr bool kUsesLogits = false;
+  static constexpr bool kAccumulates = false;
+  static constexpr bool kUsesTemperature = false;
+  static constexpr bool kPrefillLastRow = false;
+  bool noisy() const { return false; }
+  /// `1 / (1 + sqrt(key[0]² + … + key[head_dim − 1]²))`, in (0, 1] for finite keys.
+  float key_score(const float* key, std::size_t head_dim) const noexcept {
+    float sq = 0.0f;
+    for (std::size_t i = 0; i < head_dim; ++i) sq += key[i] * key[i];
+    return 1.0f / (1.0f + std::sqrt(sq));
+  }
 };
 
 }  // namespace kvevict
