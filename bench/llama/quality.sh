@@ -6,7 +6,8 @@
 # window and tova at r = 0.1, 0.2, 0.5 (k = floor(r * PROMPT), the tools' default recent window, 4 sinks),
 # each `kvevict-llama --teacher-force PREDICT` (model-wide selection, eviction at every step).
 # Resumable: one CSV line per run in bench/llama/results/quality_p2048.csv; a run already there is skipped.
-# WINDOWS (default 12), THREADS (default 1), JOBS (runs at once, default 1), BUILD_DIR (default build-llama).
+# WINDOWS (default 12), THREADS (default 1), JOBS (runs at once, default 1), BUILD_DIR (default build-llama),
+# EXTRA (more rows after those, e.g. "knorm h2o+mean": the key norm, and h2o with --mean-attention).
 # A run killed midway leaves its lock folder in $out.locks: remove that folder before resuming. At the end, prints the NLL
 # increase over the full cache per row, mean ± standard error over the windows run so far, beside kvevict's own
 # engine (per-KV-head selection) on the same windows from the committed report (summary.py).
@@ -44,7 +45,8 @@ run() {  # window doc offset policy ratio
   local key="$1,${docs[$2]},$3,$4,$5,"
   grep -qF "$key" "$out" && return 0
   mkdir "$locks/${key//\//_}" 2>/dev/null || return 0
-  local args=(--policy "$4")
+  local args=(--policy "${4%+mean}")
+  [ "$4" != "${4%+mean}" ] && args+=(--mean-attention)
   [ "$4" != full ] && args+=(--budget "$5")
   local json
   json=$("$kvl" --model "$model" --prompt-file "$data/${docs[$2]}" --skip-tokens "$3" --prompt-tokens "$prompt" \
@@ -62,7 +64,7 @@ sweep() {
     off=${wins[$w]##*:}
     run "$w" "$doc" "$off" full 1
     for r in 0.1 0.2 0.5; do
-      for p in keyformer h2o streaming window tova; do run "$w" "$doc" "$off" "$p" "$r"; done
+      for p in keyformer h2o streaming window tova ${EXTRA:-}; do run "$w" "$doc" "$off" "$p" "$r"; done
     done
   done
 }

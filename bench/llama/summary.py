@@ -12,6 +12,7 @@ import sys
 from collections import defaultdict
 
 POLICIES = ["window", "streaming", "h2o", "keyformer", "tova"]
+EXTRA = ["knorm", "h2o+mean"]  # quality.sh's EXTRA rows: shown over the windows they were run on (their n)
 RATIOS = ["0.1", "0.2", "0.5"]
 
 
@@ -30,7 +31,7 @@ def increases(rows, key):
     full = {key(r): float(r["nll"]) for r in rows if r["policy"] == "full"}
     out = defaultdict(dict)
     for r in rows:
-        if r["policy"] in POLICIES and key(r) in full:
+        if r["policy"] in POLICIES + EXTRA and key(r) in full:
             out[(r["policy"], f"{float(r['ratio']):g}")][key(r)] = float(r["nll"]) - full[key(r)]
     return out, full
 
@@ -39,13 +40,14 @@ def table(title, cells):
     print(title + "\n")
     print("| row | " + " | ".join(f"r = {r}" for r in RATIOS) + " |")
     print("|---|" + "---|" * len(RATIOS))
-    for p in POLICIES:
+    for p in POLICIES + [e for e in EXTRA if any((e, r) in cells for r in RATIOS)]:
         print(f"| {p} | " + " | ".join(stats(list(cells.get((p, r), {}).values())) for r in RATIOS) + " |")
     print()
 
 
 ours, full = increases(list(csv.DictReader(open(sys.argv[1]))), lambda r: (r["doc"], r["offset"]))
-# Only complete windows (the full cache and all 15 rows) count, so that every cell is over the same windows.
+# Only complete windows (the full cache and all 15 rows) count, so that every cell is over the same windows (the
+# EXTRA rows: those of the complete windows they were run on).
 complete = {w for w in full if all(w in ours.get((p, r), {}) for p in POLICIES for r in RATIOS)}
 full = {w: v for w, v in full.items() if w in complete}
 ours = {c: {w: v for w, v in m.items() if w in complete} for c, m in ours.items()}

@@ -8,6 +8,10 @@
 //     layer's attention probabilities `kq_soft_max-<layer>` (flash attention must be off) and the mask the
 //     softmax was given; log(p) is the logit row (softmax is shift-invariant, so every kvevict score of
 //     softmax((x + ζ) / τ) is the same as from the model's q·kᵀ/√d);
+//   * keys (`--policy knorm`, a score from the keys alone): the callback reads every layer's `Kcur-<layer>`
+//     (the batch's keys after RoPE, `[head_dim][n_head_kv][n_tokens]`, the last tensor of that name in the
+//     layer), which llama.cpp computes with flash attention on or off; the evictor's cache then has
+//     n_layer · n_head_kv KV heads of head_dim = n_embd / n_head and one shared selection over them;
 //   * cells: llama.cpp puts each token into a KV cell of its choosing and may reuse a freed cell; the
 //     mask row of the batch's token r shows exactly one column that row r − 1 did not: that is its cell.
 //     The map is checked against the mask on every batch (the known cells must all be visible, exactly one
@@ -102,17 +106,34 @@ class Evictor {
     if (n_layer_ == 0 || n_head_ == 0) throw std::invalid_argument("the model has no attention layers");
     config_.n_q_heads = n_layer_ * n_head_;
     config_.shared_heads = false;
+    if (evict_ && needs_keys(policy_)) {
+      // One KV head per layer and llama.cpp KV head, [layer · n_head_kv + h][slot][head_dim], one selection.
+      n_head_kv_ = static_cast<std::size_t>(llama_model_n_head_kv(model));
+      const std::size_t n_embd = static_cast<std::size_t>(llama_model_n_embd(model));
+      if (n_head_kv_ == 0 || n_embd % n_head_ != 0)
+        throw std::invalid_argument("the model's attention shape (n_embd " + std::to_string(n_embd) + ", n_head " +
+                                    std::to_string(n_head_) + ", n_head_kv " + std::to_string(n_head_kv_) +
+                                    ") has no head size n_embd / n_head for the keys");
+      head_dim_ = n_embd / n_head_;
+      config_.n_q_heads = n_layer_ * n_head_kv_;
+      config_.shared_heads = true;
+      store_ = kvevict::KVBuffer<float>(config_.n_q_heads, view_capacity(config_.budget, capacity_), head_dim_);
+      kv_ = store_.view();
+    }
     if (evict_) cache_ = kvevict::make_cache(policy_, config_, kv_, params_);
     cell_pos_.clear();
     pos_cell_.assign(capacity_, -1);
     evicted_.assign(capacity_, false);
   }
 
-  /// Whether `policy` scores tokens from attention (every policy but streaming and window): these need
-  /// the callback's `kq_soft_max`, which llama.cpp computes only with flash attention off.
+  /// Whether `policy` scores tokens from attention (keyformer, h2o, tova, snapkv): these need the
+  /// callback's `kq_soft_max`, which llama.cpp computes only with flash attention off.
   static bool needs_scores(kvevict::Policy policy) {
-    return policy != kvevict::Policy::streaming_llm && policy != kvevict::Policy::window;
+    return policy != kvevict::Policy::streaming_llm && policy != kvevict::Policy::window && !needs_keys(policy);
   }
+  /// Whether `policy` scores each token from its keys (knorm): the callback reads `Kcur-<layer>`, with flash
+  /// attention on or off.
+  static bool needs_keys(kvevict::Policy policy) { return policy == kvevict::Policy::knorm; }
 
   /// Reserves the next `n` positions (one batch, `1 <= n`, `n == 1` after `end_prompt`) and returns the
   /// first; the caller decodes its tokens at positions first .. first + n − 1, in order.
@@ -127,9 +148,12 @@ class Evictor {
     batch_n_ = n;
     batch_rows_seen_ = 0;
     layers_seen_ = 0;
-    const float zero = 0.0f;
+    key_layers_.assign(n_layer_, false);
+    if (cache_ && needs_keys(policy_) && keys_.size() < n_layer_ * n * n_head_kv_ * head_dim_)
+      keys_.resize(n_layer_ * n * n_head_kv_ * head_dim_);  // the staging grows to the largest batch, once
+    const std::vector<float> zero(kv_.n_kv_heads * kv_.head_dim, 0.0f);
     if (cache_)
-      for (std::size_t i = 0; i < n; ++i) kv_.append(static_cast<std::int64_t>(next_ + i), &zero, &zero);
+      for (std::size_t i = 0; i < n; ++i) kv_.append(static_cast<std::int64_t>(next_ + i), zero.data(), zero.data());
     if (cache_ && needs_scores(policy_)) {
       const std::size_t rows = n, cols = cache_->length(0);
       x_.assign(config_.n_q_heads * rows * cols, -std::numeric_limits<float>::infinity());
@@ -154,6 +178,14 @@ class Evictor {
       throw std::runtime_error("kvevict_llama::Evictor::end: the eval callback saw kq_soft_max of " +
                                std::to_string(layers_seen_) + " of " + std::to_string(n_layer_) +
                                " layers (flash attention must be off)");
+    if (cache_ && needs_keys(policy_)) {
+      const std::size_t seen = static_cast<std::size_t>(std::count(key_layers_.begin(), key_layers_.end(), true));
+      if (seen != n_layer_)
+        throw std::runtime_error("kvevict_llama::Evictor::end: the eval callback saw Kcur of " + std::to_string(seen) +
+                                 " of " + std::to_string(n_layer_) + " layers (a model whose graph names its keys "
+                                 "otherwise is not supported by key scores)");
+      store_keys(batch_n_);
+    }
     const std::size_t n = batch_n_;
     batch_n_ = 0;
     max_cells_ = std::max(max_cells_, last_visible_);
@@ -165,6 +197,7 @@ class Evictor {
       return;
     }
     cache_->decode_step(x, cache_->length(0));
+    require_newest_kept();
     drop_evicted();
   }
 
@@ -176,6 +209,7 @@ class Evictor {
     prompt_len_ = next_;
     if (!cache_) return;
     cache_->finish_prefill();
+    require_newest_kept();
     drop_evicted();
   }
 
@@ -212,9 +246,32 @@ class Evictor {
   /// Prompt length (after `end_prompt`).
   std::size_t prompt_len() const { return prompt_len_; }
 
+  /// The keys the cache was given, `[layer · n_head_kv + h][position][head_dim]` (knorm; empty otherwise):
+  /// positions not yet seen are 0. For `--keys-out` and the tests' reference.
+  std::vector<float> recorded_keys() const {
+    if (!cache_ || !needs_keys(policy_)) return {};
+    const std::size_t H = kv_.n_kv_heads, d = head_dim_;
+    std::vector<float> out(H * capacity_ * d, 0.0f);
+    for (std::size_t p = 0; p < key_log_.size() / (H * d); ++p)
+      for (std::size_t j = 0; j < H; ++j)
+        std::copy_n(key_log_.data() + (p * H + j) * d, d, out.data() + (j * capacity_ + p) * d);
+    return out;
+  }
+  /// Head size of the recorded keys (knorm; 0 otherwise).
+  std::size_t head_dim() const { return head_dim_; }
+  /// KV heads of the evictor's cache: n_layer · n_head_kv for knorm, 1 otherwise.
+  std::size_t n_kv_heads() const { return kv_.n_kv_heads; }
+  /// Keeps every key the cache is given, for `recorded_keys` (knorm). Call before the first `begin`.
+  void record_keys() { record_keys_ = true; }
+
   /// The eval callback's work (see `eval_callback`).
   bool on_tensor(ggml_tensor* t, bool ask) {
     const char* name = ggml_get_name(t);
+    if (std::strncmp(name, "Kcur-", 5) == 0 && cache_ && needs_keys(policy_)) {
+      if (ask) return true;
+      if (batch_n_ != 0) copy_keys(t, std::atoi(name + 5));
+      return true;
+    }
     if (std::strncmp(name, "kq_soft_max-", 12) != 0) return !ask;  // ask: not wanted; eval: keep going
     if (ask) return true;
     if (batch_n_ == 0) return true;  // a decode the evictor did not begin (e.g. a warm-up): ignore
@@ -308,6 +365,51 @@ class Evictor {
       }
   }
 
+  // One layer's Kcur (F32; [head_dim][n_head_kv][n_tokens], or [n_head_kv · head_dim][n_tokens] before the
+  // reshape): the batch's keys into the staging buffer. Every tensor of the name overwrites the last, so the
+  // layer's last one (after RoPE, the one stored in the cache) stays.
+  void copy_keys(const ggml_tensor* t, int layer) {
+    const std::size_t per_token = n_head_kv_ * head_dim_, n = batch_n_;
+    if (layer < 0 || static_cast<std::size_t>(layer) >= n_layer_)
+      throw_in_callback("Kcur of layer " + std::to_string(layer) + " in a model of " + std::to_string(n_layer_) +
+                        " layers");
+    if (t->type != GGML_TYPE_F32) throw_in_callback("Kcur of layer " + std::to_string(layer) + " is not F32");
+    const bool three_d = t->ne[2] == static_cast<int64_t>(n) && t->ne[3] == 1 &&
+                         static_cast<std::size_t>(t->ne[0] * t->ne[1]) == per_token;
+    const bool two_d = t->ne[1] == static_cast<int64_t>(n) && t->ne[2] == 1 && t->ne[3] == 1 &&
+                       static_cast<std::size_t>(t->ne[0]) == per_token;
+    if (!three_d && !two_d)
+      throw_in_callback("Kcur of layer " + std::to_string(layer) + " has shape [" + std::to_string(t->ne[0]) + ", " +
+                        std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) + "]; key scores need " +
+                        std::to_string(per_token) + " floats (n_head_kv · n_embd / n_head) per token of a batch of " +
+                        std::to_string(n));
+    const std::size_t ne0 = static_cast<std::size_t>(t->ne[0]);
+    float* out = keys_.data() + static_cast<std::size_t>(layer) * n * per_token;  // staging [layer][token][.]
+    for (std::size_t r = 0; r < n; ++r)
+      for (std::size_t i = 0; i < per_token; ++i) {
+        const std::size_t i0 = i % ne0, i1 = i / ne0;
+        const char* e = static_cast<const char*>(t->data) + i0 * t->nb[0] +
+                        (three_d ? i1 * t->nb[1] + r * t->nb[2] : r * t->nb[1]);
+        out[r * per_token + i] = *reinterpret_cast<const float*>(e);
+      }
+    key_layers_[static_cast<std::size_t>(layer)] = true;
+  }
+
+  // The staged keys of the batch's n tokens into the cache's K rows (the last n slots, appended by `begin`),
+  // and into key_log_ ([position][layer · n_head_kv + h][head_dim]) when recording.
+  void store_keys(std::size_t n) {
+    const std::size_t per_token = n_head_kv_ * head_dim_, first_slot = kv_.length(0) - n, H = n_layer_ * n_head_kv_;
+    if (record_keys_) key_log_.resize((batch_first_ + n) * H * head_dim_, 0.0f);
+    for (std::size_t l = 0; l < n_layer_; ++l)
+      for (std::size_t r = 0; r < n; ++r)
+        for (std::size_t h = 0; h < n_head_kv_; ++h) {
+          const float* in = keys_.data() + (l * n + r) * per_token + h * head_dim_;
+          const std::size_t j = l * n_head_kv_ + h;
+          std::copy_n(in, head_dim_, kv_.k_row(j, first_slot + r));
+          if (record_keys_) std::copy_n(in, head_dim_, key_log_.data() + ((batch_first_ + r) * H + j) * head_dim_);
+        }
+  }
+
   void record_rows(std::size_t rows) {
     const std::size_t n = cache_->length(0), N = capacity_;
     const std::int64_t* pos = cache_->positions(0);
@@ -319,6 +421,17 @@ class Evictor {
         for (std::size_t s = 0; s < n; ++s)
           if (static_cast<std::size_t>(pos[s]) <= batch_first_ + r) out[static_cast<std::size_t>(pos[s])] = in ? in[s] : 0.0f;
       }
+  }
+
+  // llama.cpp decodes a sequence's next token only at the position after the last one it holds
+  // (llama_memory_seq_pos_max + 1): the newest position must stay. A recent window w >= 1 keeps it; TOVA (no
+  // window) and w = 0 could drop it, and then nothing is dropped and the run stops with this error.
+  void require_newest_kept() const {
+    const std::vector<std::int64_t> kept = cache_->retained_positions(0);
+    if (!kept.empty() && static_cast<std::size_t>(kept.back()) + 1 == next_) return;
+    throw std::runtime_error("the policy evicted the newest position " + std::to_string(next_ - 1) +
+                             ": llama.cpp decodes the next token only right after the last position a sequence "
+                             "holds, so the newest must stay (a recent window w >= 1 keeps it)");
   }
 
   // Drops from llama.cpp's memory every position the cache no longer holds.
@@ -349,7 +462,7 @@ class Evictor {
   kvevict::PolicyParams params_;
   std::size_t capacity_;
   bool evict_;
-  kvevict::KVBuffer<float> store_;  // one KV head, head_dim 1: only positions and scores matter
+  kvevict::KVBuffer<float> store_;  // one KV head, head_dim 1: only positions and scores matter (knorm: the keys)
   kvevict::KVView<float> kv_ = store_.view();
   std::unique_ptr<kvevict::CacheInterface> cache_;
   llama_context* ctx_ = nullptr;
@@ -361,7 +474,10 @@ class Evictor {
   std::vector<std::int64_t> pos_cell_;  // position -> cell (-1: not held)
   std::vector<bool> evicted_;
   std::vector<float> x_, trace_;
-  bool record_ = false, prompt_done_ = false;
+  std::vector<float> keys_, key_log_;  // knorm: the batch's keys per layer; every key given (record_keys)
+  std::vector<bool> key_layers_;       // knorm: layers whose Kcur the callback saw in this batch
+  std::size_t n_head_kv_ = 0, head_dim_ = 0;
+  bool record_ = false, record_keys_ = false, prompt_done_ = false;
   std::size_t next_ = 0, batch_first_ = 0, batch_n_ = 0, batch_rows_seen_ = 0, layers_seen_ = 0;
   std::size_t last_visible_ = 0, max_cells_ = 0, reused_ = 0, dropped_ = 0, prompt_len_ = 0;
 };

@@ -34,6 +34,7 @@
 
 #include "cli/kvevict_cli.hpp"
 #include "kvevict_llama.hpp"
+#include "npy.hpp"
 #include "trace.hpp"
 
 namespace {
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
                "which KV positions to drop."};
   std::string model_path, prompt, prompt_file, prompt_tokens_text, skip_text, steps_text = "32", teacher_text, ctx_text,
                                                                     batch_text = "64", threads_text, fa = "off",
-                                                                    kept_out, trace_out;
+                                                                    kept_out, trace_out, keys_out;
   bool no_kvevict = false, ignore_eos = false, count_only = false;
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
@@ -162,6 +163,8 @@ int main(int argc, char** argv) {
                                          "JSON Lines)");
   app.add_option("--trace-out", trace_out, "write the model-wide logits the cache was given as float32 .npy "
                                            "[n_layer*n_head, N, N] for kvevict-replay");
+  app.add_option("--keys-out", keys_out, "--policy knorm: write the keys the cache was given as float32 .npy "
+                                         "[n_layer*n_head_kv, N, n_embd/n_head] (after RoPE)");
   app.add_flag("--verbose", g_verbose, "show llama.cpp's log");
   app.add_flag("--count-tokens", count_only, "print the text's token count (llama.cpp's tokenizer, with BOS) and exit");
   kvcli::ToolSpec spec;
@@ -186,7 +189,7 @@ int main(int argc, char** argv) {
       throw kvcli::UsageError("--flash-attn", "on: --policy " + flags.policy +
                                                   " scores tokens from attention probabilities, which llama.cpp "
                                                   "does not compute with flash attention; use --flash-attn off, or "
-                                                  "--policy streaming, window or full");
+                                                  "--policy streaming, window, knorm or full");
     const bool teacher = !teacher_text.empty();
     const std::size_t T = teacher ? kvcli::parse_count(teacher_text, "--teacher-force", 1)
                                   : kvcli::parse_count(steps_text, "--steps", 0);
@@ -196,6 +199,12 @@ int main(int argc, char** argv) {
                             : static_cast<int>(kvcli::parse_count(threads_text, "--threads", 1, 1024));
     if (!trace_out.empty() && full) throw kvcli::UsageError("--trace-out", "needs an evicting --policy");
     if (!kept_out.empty() && full) throw kvcli::UsageError("--kept-out", "needs an evicting --policy");
+    if (!trace_out.empty() && kvevict_llama::Evictor::needs_keys(policy))
+      throw kvcli::UsageError("--trace-out", "--policy " + flags.policy + " scores each token from its keys, not from "
+                                             "logits; record the keys with --keys-out");
+    if (!keys_out.empty() && (full || !kvevict_llama::Evictor::needs_keys(policy)))
+      throw kvcli::UsageError("--keys-out", "records the keys a key score is given: it needs --policy knorm (got " +
+                                                flags.policy + ")");
 
     if (model_path.empty()) model_path = kvcli::shared_dir() + "/models/stories260K/stories260K.gguf";
     {
@@ -259,6 +268,11 @@ int main(int argc, char** argv) {
       params.gumbel_noise = true;
       config.budget = kvevict::Budget::tokens(r.k);
       config.recent = kvcli::recent_for(flags, r, flags.policy);
+      if (kvevict::takes_recent_window(policy) && r.w == 0)
+        throw kvcli::UsageError(flags.recent ? flags.recent_flag : "--budget",
+                                "w = 0: llama.cpp decodes each new token at the position right after the last one "
+                                "the sequence holds, so the newest token must be kept; give a recent window w >= 1 "
+                                "(--recent 1, or a ratio with k >= 2)");
       config.seed = flags.seed;
     }
     const std::size_t n_ctx = ctx_text.empty() ? N : kvcli::parse_count(ctx_text, "--ctx-size", 1, 1u << 24);
@@ -302,6 +316,7 @@ int main(int argc, char** argv) {
         throw kvcli::UsageError("--model", e.what());
       }
       if (!trace_out.empty()) ev->record_trace();
+      if (!keys_out.empty()) ev->record_keys();
     }
     std::ofstream kept_file;
     if (!kept_out.empty()) {
@@ -409,6 +424,8 @@ int main(int argc, char** argv) {
       tr.logits = ev->trace();
       replay::save_trace_npy(tr, trace_out);
     }
+    if (!keys_out.empty())
+      replay::write_npy_f32(keys_out, {ev->n_kv_heads(), N, ev->head_dim()}, ev->recorded_keys().data());
     if (kept_file && !kept_file.flush()) throw std::runtime_error("--kept-out: write error");
     std::fprintf(stderr,
                  "kvevict-llama: [%s k=%zu] prompt %zu tok in %.3f s, %zu decode steps in %.3f s (%.2f tok/s; "
@@ -416,9 +433,11 @@ int main(int argc, char** argv) {
                  flags.policy.c_str(), k, P, prefill_s, steps_done, decode_s,
                  decode_s > 0 ? static_cast<double>(steps_done) / decode_s : 0.0, decode_cpu,
                  decode_cpu > 0 ? static_cast<double>(steps_done) / decode_cpu : 0.0);
-    if (ev)
+    if (ev && !flash)
       std::fprintf(stderr, "; most cells seen %zu, dropped %zu, cells reused %zu", ev->max_visible_cells(),
                    ev->dropped(), ev->cells_reused());
+    if (ev && flash)  // no kq_soft_max, so no mask: the cells are not tracked
+      std::fprintf(stderr, "; dropped %zu (flash attention: cells not tracked)", ev->dropped());
     if (!trace_out.empty())
       std::fprintf(stderr, "; replay: kvevict-replay --logits %s --prompt-len %zu --q-heads-per-kv %zu --gen-steps %zu",
                    trace_out.c_str(), P, ev->n_q_heads(), std::max<std::size_t>(decode_steps, 1));

@@ -64,6 +64,21 @@ PY
   grep -q "most cells seen 1000, dropped 76[89]" "$w/summary.txt" || fail "unexpected summary"
 }
 
+# The key norm (--policy knorm, a score from the keys alone, so flash attention may be on): k = 256 (w = 76, the
+# default 30 %) on a 1000-token prompt, 24 steps; the tool checks its per-step invariants as in k256 (with flash
+# attention off also llama.cpp's mask), and check_key_norm.py recomputes every kept set from the recorded keys.
+knorm() {  # model text flash-attn
+  "$KVL" --model "$1" --prompt-file "$2" --prompt-tokens 1000 --steps 24 --ignore-eos --threads 1 --policy knorm \
+    --budget 256 --flash-attn "$3" --kept-out "$w/kept.jsonl" --keys-out "$w/keys.npy" \
+    >"$w/ids.txt" 2>"$w/summary.txt" || { cat "$w/summary.txt" >&2; fail "kvevict-llama failed"; }
+  cat "$w/summary.txt"
+  python3 "$(dirname "$0")/check_key_norm.py" "$w/keys.npy" "$w/kept.jsonl" 1000 256 76
+  grep -q "dropped 768[, ]" "$w/summary.txt" || fail "unexpected summary"
+  if [ "$3" = off ]; then
+    grep -q "most cells seen 1000, dropped 768, cells reused [1-9]" "$w/summary.txt" || fail "unexpected summary"
+  fi
+}
+
 # A refusal: exit 2 and exactly this line on stderr.
 refuses() {  # expected-line args...
   local expected=$1
@@ -111,6 +126,12 @@ case "$case_name" in
   k256_tova) k256 tova ;;
   k256_streaming) k256 streaming ;;
   k256_window) k256 window ;;
+  knorm_stories260K) knorm "$MODEL" "$TEXT" off ;;
+  knorm_flash_attn_stories260K) knorm "$MODEL" "$TEXT" on ;;
+  knorm_flash_attn_smollm2)
+    [ -n "${SMOLLM2:-}" ] || { echo "SmolLM2 GGUF not given (KVEVICT_SMOLLM2_GGUF)"; exit 77; }
+    knorm "$SMOLLM2" "$HOWTO" on
+    ;;
   example)
     "$EXAMPLE" "$MODEL" | tee "$w/example.txt"
     grep -q "^kept 64 positions, last 231$" "$w/example.txt" || fail "the example's last line changed"
@@ -120,8 +141,16 @@ case "$case_name" in
       --model "$TEXT" --prompt hi
     ;;
   refuse_flash_attn)
-    refuses "kvevict-llama: --flash-attn: on: --policy h2o scores tokens from attention probabilities, which llama.cpp does not compute with flash attention; use --flash-attn off, or --policy streaming, window or full" \
+    refuses "kvevict-llama: --flash-attn: on: --policy h2o scores tokens from attention probabilities, which llama.cpp does not compute with flash attention; use --flash-attn off, or --policy streaming, window, knorm or full" \
       --model "$MODEL" --prompt hi --policy h2o --flash-attn on
+    ;;
+  refuse_key_flags)
+    refuses "kvevict-llama: --trace-out: --policy knorm scores each token from its keys, not from logits; record the keys with --keys-out" \
+      --model "$MODEL" --prompt hi --policy knorm --trace-out "$w/t.npy"
+    refuses "kvevict-llama: --keys-out: records the keys a key score is given: it needs --policy knorm (got h2o)" \
+      --model "$MODEL" --prompt hi --policy h2o --keys-out "$w/k.npy"
+    refuses "kvevict-llama: --recent: w = 0: llama.cpp decodes each new token at the position right after the last one the sequence holds, so the newest token must be kept; give a recent window w >= 1 (--recent 1, or a ratio with k >= 2)" \
+      --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --policy knorm --budget 64 --recent 0
     ;;
   refuse_budget_over_context)
     refuses "kvevict-llama: --budget: k = 600 exceeds the context: --ctx-size 512 holds at most 511 kept positions besides the token being decoded; lower --budget or raise --ctx-size" \
