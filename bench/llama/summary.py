@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """NLL increase over the full cache per policy and ratio, from bench/llama/quality.sh's CSV.
 
-Usage: summary.py QUALITY_CSV [REPORT_DIR]
+Usage: summary.py QUALITY_CSV [REPORT_DIR [MORE ...]]
 Only complete windows count (the full cache and every row at every ratio), so that all cells are over the same
 windows; a cell gives its mean increase ± the standard error over them and how many. With REPORT_DIR (kvevict-quality's SmolLM2 report, bench/quality/results/smollm2),
 a second table puts kvevict's own engine (per-KV-head selection) on the same windows (matched by document
-and offset), and a third the model-wide minus per-head increase, paired by window. Prints Markdown."""
+and offset), and a third the model-wide minus per-head increase, paired by window. MORE: other kvevict-quality runs
+on the same windows (a path without .csv, e.g. bench/quality/results/field/knorm), whose EXTRA rows join the second
+and third tables. Prints Markdown."""
 import csv
 import math
 import sys
@@ -40,7 +42,7 @@ def table(title, cells):
     print(title + "\n")
     print("| row | " + " | ".join(f"r = {r}" for r in RATIOS) + " |")
     print("|---|" + "---|" * len(RATIOS))
-    for p in POLICIES + [e for e in EXTRA if any((e, r) in cells for r in RATIOS)]:
+    for p in POLICIES + [e for e in EXTRA if any(cells.get((e, r)) for r in RATIOS)]:
         print(f"| {p} | " + " | ".join(stats(list(cells.get((p, r), {}).values())) for r in RATIOS) + " |")
     print()
 
@@ -58,6 +60,12 @@ if len(sys.argv) > 2:
     d = sys.argv[2]
     wins = {r["window"]: (r["document"], r["offset"]) for r in csv.DictReader(open(f"{d}/smollm2_windows.csv"))}
     theirs, tfull = increases(list(csv.DictReader(open(f"{d}/smollm2.csv"))), lambda r: wins[r["window"]])
+    for more in sys.argv[3:]:
+        mwins = {r["window"]: (r["document"], r["offset"]) for r in csv.DictReader(open(f"{more}_windows.csv"))}
+        extra, _ = increases(list(csv.DictReader(open(f"{more}.csv"))), lambda r: mwins[r["window"]])
+        for cell, by_window in extra.items():
+            if cell[0] in EXTRA:
+                theirs.setdefault(cell, {}).update(by_window)
     same = set(full) & set(tfull)
     print(f"kvevict's engine, full cache on the same {len(same)} window(s): "
           f"{sum(tfull[w] for w in same) / max(len(same), 1):.3f} nats/token (llama.cpp: "
