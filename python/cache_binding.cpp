@@ -50,6 +50,7 @@ struct StreamingCache : PyCache { using PyCache::PyCache; };
 struct WindowCache : PyCache { using PyCache::PyCache; };
 struct TOVACache : PyCache { using PyCache::PyCache; };
 struct SnapKVCache : PyCache { using PyCache::PyCache; };
+struct KeyNormCache : PyCache { using PyCache::PyCache; };
 
 /// Binds the subclass `Sub` of Cache for policy `policy`: the same options, without `policy`.
 template <class Sub>
@@ -128,6 +129,10 @@ void bind_cache(py::module_& m) {
   bind_preset<TOVACache>(m, "TOVA", "tova",
                          "Cache('tova', ...): the top-k of the current step's attention (recent must be 0).");
   bind_preset<SnapKVCache>(m, "SnapKV", "snapkv", doc::kSnapKV);
+  bind_preset<KeyNormCache>(m, "KeyNorm", "knorm",
+                            "Cache('knorm', ...): the key norm (Devoto et al. 2024; kvpress's Knorm): each token's "
+                            "score is 1 / (1 + ||k||) of its key, set when it enters; no logits (prefill() and "
+                            "decode_step() take None); recent window + the smallest norms.");
 
   m.def("attention_logits",
         [](PyCache& cache, py::handle q, py::handle scale, py::handle bias, py::handle out) {

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -51,6 +52,13 @@ double cpu_seconds() {
 void log_callback(ggml_log_level level, const char* text, void* /*user*/) {
   (void)level;
   if (g_verbose) std::fputs(text, stderr);
+}
+
+// Whether two output paths name the same file (after resolving ".", "..", and links of what exists).
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ea, eb;
+  const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
+  return ea || eb ? a == b : ca == cb;
 }
 
 std::string read_file(const std::string& path, const std::string& flag) {
@@ -204,7 +212,21 @@ int main(int argc, char** argv) {
                                              "logits; record the keys with --keys-out");
     if (!keys_out.empty() && (full || !kvevict_llama::Evictor::needs_keys(policy)))
       throw kvcli::UsageError("--keys-out", "records the keys a key score is given: it needs --policy knorm (got " +
-                                                flags.policy + ")");
+                                                (no_kvevict ? std::string("--no-kvevict") : flags.policy) + ")");
+    // The output files, before any work: each writable, and no two the same path.
+    {
+      const std::pair<const std::string*, const char*> outs[] = {
+          {&kept_out, "--kept-out"}, {&trace_out, "--trace-out"}, {&keys_out, "--keys-out"}};
+      for (std::size_t i = 0; i < 3; ++i) {
+        const std::string& path = *outs[i].first;
+        if (outs[i].first->empty()) continue;
+        for (std::size_t j = 0; j < i; ++j)
+          if (!outs[j].first->empty() && same_file(*outs[j].first, path))
+            throw kvcli::UsageError(outs[i].second, "'" + path + "' is also " + outs[j].second + "'s file");
+        std::ofstream probe(path, std::ios::binary | std::ios::app);
+        if (!probe) throw kvcli::UsageError(outs[i].second, "cannot write '" + path + "'");
+      }
+    }
 
     if (model_path.empty()) model_path = kvcli::shared_dir() + "/models/stories260K/stories260K.gguf";
     {
@@ -269,8 +291,12 @@ int main(int argc, char** argv) {
       config.budget = kvevict::Budget::tokens(r.k);
       config.recent = kvcli::recent_for(flags, r, flags.policy);
       if (kvevict::takes_recent_window(policy) && r.w == 0)
-        throw kvcli::UsageError(flags.recent ? flags.recent_flag : "--budget",
-                                "w = 0: llama.cpp decodes each new token at the position right after the last one "
+        throw kvcli::UsageError(flags.recent ? flags.recent_flag
+                                : flags.budget_given ? flags.budget_flag
+                                : prompt_tokens_text.empty() ? (prompt_file.empty() ? "--prompt" : "--prompt-file")
+                                                             : "--prompt-tokens",
+                                "w = 0 (k = " + std::to_string(r.k) + "): llama.cpp decodes each new token at the "
+                                "position right after the last one "
                                 "the sequence holds, so the newest token must be kept; give a recent window w >= 1 "
                                 "(--recent 1, or a ratio with k >= 2)");
       config.seed = flags.seed;

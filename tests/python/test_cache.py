@@ -183,7 +183,7 @@ def test_injected_gumbel_equals_shifted_logits():
 
 def test_subclasses_and_factory():
     for cls, name in [(kvevict.H2O, "h2o"), (kvevict.StreamingLLM, "streaming"), (kvevict.Window, "window"),
-                      (kvevict.TOVA, "tova")]:
+                      (kvevict.TOVA, "tova"), (kvevict.KeyNorm, "knorm")]:
         extra = dict(sinks=1) if cls is kvevict.StreamingLLM else {}
         c = cls(n_q_heads=2, n_kv_heads=1, capacity=4, head_dim=2, budget=2, **extra)
         assert isinstance(c, kvevict.Cache) and c.policy == name
@@ -295,8 +295,13 @@ def test_knorm_keeps_the_smallest_key_norms_without_logits():
         c.decode_step()
     assert c.retained_positions(0) == [0, 2, 6, 7]
     assert sorted(c.scores(0).tolist()) == sorted(np.float32([0.5, 1 / 3, 1 / 1.5, 1 / 9]).tolist())
-    assert repr(kvevict.Cache("knorm", n_q_heads=1, n_kv_heads=1, capacity=4, head_dim=1, budget=2).recent_window) == \
-        repr(kvevict.Cache("h2o", n_q_heads=1, n_kv_heads=1, capacity=4, head_dim=1, budget=2).recent_window)  # the tools' default
+    # The tools' default window, 30 % of k with H2O's floor of 1 when k >= 2 (kvevict-generate: w = 1 at k = 3).
+    for policy in ("knorm", "h2o"):
+        c = kvevict.Cache(policy, n_q_heads=1, n_kv_heads=1, capacity=8, head_dim=1, budget=3)
+        for p in range(6):
+            c.append(p, np.ones((1, 1), np.float32), np.zeros((1, 1), np.float32))
+        c.prefill(None if policy == "knorm" else np.zeros((1, 6, 6), np.float32))
+        assert c.recent_window == 1, policy
 
 
 def test_budget_resolved_and_repr_before_prefill():

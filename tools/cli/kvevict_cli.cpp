@@ -246,7 +246,7 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
   flags.seed_keyformer_only = !spec.seed_sampler;
   if (spec.policy)
     app.add_option("--policy", flags.policy_text,
-                   std::string("KV-cache policy: keyformer, h2o, streaming, window, tova, snapkv") +
+                   std::string("KV-cache policy: keyformer, h2o, streaming, window, tova, snapkv, knorm") +
                        (spec.allow_full ? ", or full (no eviction)" : "") + " (default " + spec.default_policy + ")")
         ->type_name("NAME");
   if (spec.budget) {
@@ -260,7 +260,7 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
         ->excludes(budget);
   }
   auto* recent = app.add_option("--recent", flags.recent_text,
-                                "recent window w (keyformer, h2o, snapkv): tokens (8), or a fraction (0.3) or percent "
+                                "recent window w (keyformer, h2o, snapkv, knorm): tokens (8), or a fraction (0.3) or percent "
                                 "(30%) of k, at most 100%: w = floor(0.3 k), at least 1 when k >= 2; default 30%; "
                                 "tova: 0; streaming/window have none")
                      ->type_name("INT|FLOAT|N%");

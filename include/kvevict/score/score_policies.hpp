@@ -81,7 +81,9 @@ struct NoScore {
 struct KeyNormScore {
   static constexpr const char* kName = "KeyNorm";
   static constexpr bool kUsesLogits = false;
-  static constexpr bool kAccumulates = false;
+  /// Scores persist (set once, never replaced); for a key score this flag only gives a ratio recent window
+  /// H2O's floor of 1 token when k >= 2 (detail/budget_rule.hpp), as the tools resolve it.
+  static constexpr bool kAccumulates = true;
   static constexpr bool kUsesTemperature = false;
   static constexpr bool kPrefillLastRow = false;
   bool noisy() const { return false; }

@@ -149,8 +149,18 @@ case "$case_name" in
       --model "$MODEL" --prompt hi --policy knorm --trace-out "$w/t.npy"
     refuses "kvevict-llama: --keys-out: records the keys a key score is given: it needs --policy knorm (got h2o)" \
       --model "$MODEL" --prompt hi --policy h2o --keys-out "$w/k.npy"
-    refuses "kvevict-llama: --recent: w = 0: llama.cpp decodes each new token at the position right after the last one the sequence holds, so the newest token must be kept; give a recent window w >= 1 (--recent 1, or a ratio with k >= 2)" \
+    refuses "kvevict-llama: --recent: w = 0 (k = 64): llama.cpp decodes each new token at the position right after the last one the sequence holds, so the newest token must be kept; give a recent window w >= 1 (--recent 1, or a ratio with k >= 2)" \
       --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --policy knorm --budget 64 --recent 0
+    # The default budget (50 %) of a 3-token prompt: k = 1, w = 0; the flag named is the one that made it so.
+    refuses "kvevict-llama: --prompt-tokens: w = 0 (k = 1): llama.cpp decodes each new token at the position right after the last one the sequence holds, so the newest token must be kept; give a recent window w >= 1 (--recent 1, or a ratio with k >= 2)" \
+      --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 3 --policy knorm
+    # Output files are checked before any work: writable, and not one path for two outputs.
+    refuses "kvevict-llama: --keys-out: cannot write '/proc/kvevict-no/k.npy'" \
+      --model "$MODEL" --prompt hi --policy knorm --keys-out /proc/kvevict-no/k.npy
+    refuses "kvevict-llama: --keys-out: '$w/./same' is also --kept-out's file" \
+      --model "$MODEL" --prompt hi --policy knorm --kept-out "$w/same" --keys-out "$w/./same"
+    refuses "kvevict-llama: --keys-out: records the keys a key score is given: it needs --policy knorm (got --no-kvevict)" \
+      --model "$MODEL" --prompt hi --no-kvevict --keys-out "$w/k.npy"
     ;;
   refuse_budget_over_context)
     refuses "kvevict-llama: --budget: k = 600 exceeds the context: --ctx-size 512 holds at most 511 kept positions besides the token being decoded; lower --budget or raise --ctx-size" \
