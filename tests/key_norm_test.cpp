@@ -17,16 +17,14 @@
 
 #include <kvevict/kvevict.hpp>
 
+#include "test_util.hpp"
+
 namespace {
 
 using Positions = std::vector<std::int64_t>;
 
 kvevict::CacheConfig config(std::size_t k, std::size_t w, std::size_t n_q = 1) {
-  kvevict::CacheConfig c;
-  c.n_q_heads = n_q;
-  c.budget = kvevict::Budget::tokens(k);
-  c.recent = kvevict::RecentWindow::tokens(w);
-  return c;
+  return kvtest::token_config(k, w, n_q);
 }
 
 /// One KV head, head_dim 2, capacity 9: token p's key is (norm[p], 0).
@@ -158,32 +156,18 @@ TEST(KeyNorm, NoRecentWindowKeepsTheKSmallestNorms) {
   }
 }
 
-/// One paged sequence over its own pool: 8 pages of 2 slots, 1 KV head, head_dim 2.
-struct PagedLayer {
-  static constexpr std::size_t kPages = 8, kPageSize = 2;
-  std::vector<float> k = std::vector<float>(kPages * kPageSize * 2), v = std::vector<float>(k.size());
-  kvevict::PagePool pool{kPages};
-  std::vector<std::int32_t> table = std::vector<std::int32_t>(kPages, kvevict::kNoPage);
-  std::vector<std::int64_t> positions = std::vector<std::int64_t>(kPages * kPageSize);
-  std::size_t length = 0;
-  kvevict::PagedKVView<float> view{k.data(), v.data(), kPages, kPageSize, 1, 2, kvevict::PageLayout::NHD,
-                                   table.data(), kPages, &length, positions.data()};
-  void append(std::int64_t p) {
-    const float kk[2] = {kNorm[p], 0.0f}, vv[2] = {};
-    pool.append(view, p, kk, vv);
-  }
-};
+using kvtest::PagedLayer;
 
 TEST(KeyNorm, PagedTwinKeepsTheSamePositions) {
   kvevict::CacheConfig cfg = config(4, 1);
   cfg.shared_heads = true;
   PagedLayer pl;
   auto c = kvevict::make_paged_cache(kvevict::Policy::knorm, cfg, kvevict::PagedEvictionConfig{}, pl.view, pl.pool);
-  for (std::int64_t p = 0; p < 6; ++p) pl.append(p);
+  for (std::int64_t p = 0; p < 6; ++p) pl.append(p, kNorm[p], 0.0f);
   c->prefill(nullptr, 6);
   EXPECT_EQ(c->retained_positions(0), (Positions{0, 2, 4, 5}));
   for (std::int64_t p = 6; p < 8; ++p) {
-    pl.append(p);
+    pl.append(p, kNorm[p], 0.0f);
     c->decode_step(nullptr, pl.length);
   }
   EXPECT_EQ(c->retained_positions(0), (Positions{0, 2, 6, 7}));

@@ -21,11 +21,7 @@ using Positions = std::vector<std::int64_t>;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 kvevict::CacheConfig config(std::size_t k, std::size_t w, std::size_t n_q = 1) {
-  kvevict::CacheConfig c;
-  c.n_q_heads = n_q;
-  c.budget = kvevict::Budget::tokens(k);
-  c.recent = kvevict::RecentWindow::tokens(w);
-  return c;
+  return kvtest::token_config(k, w, n_q);
 }
 
 /// P = 4, one query head: row r has logit 0 at the listed slots only, so it adds 1 / |set| to each:
@@ -233,21 +229,7 @@ TEST(MeanAttention, KeyformerMeanWithoutNoiseAtTauOneIsH2OMean) {
   EXPECT_EQ(scores_of(*b), scores_of(*a));
 }
 
-/// One paged sequence over its own pool: 8 pages of 2 slots, 1 KV head, head_dim 2.
-struct PagedLayer {
-  static constexpr std::size_t kPages = 8, kPageSize = 2;
-  std::vector<float> k = std::vector<float>(kPages * kPageSize * 2), v = std::vector<float>(k.size());
-  kvevict::PagePool pool{kPages};
-  std::vector<std::int32_t> table = std::vector<std::int32_t>(kPages, kvevict::kNoPage);
-  std::vector<std::int64_t> positions = std::vector<std::int64_t>(kPages * kPageSize);
-  std::size_t length = 0;
-  kvevict::PagedKVView<float> view{k.data(), v.data(), kPages, kPageSize, 1, 2, kvevict::PageLayout::NHD,
-                                   table.data(), kPages, &length, positions.data()};
-  void append(std::int64_t p) {
-    const float kk[2] = {kvtest::k_value(p, 0, 0), kvtest::k_value(p, 0, 1)}, vv[2] = {-kk[0], -kk[1]};
-    pool.append(view, p, kk, vv);
-  }
-};
+using kvtest::PagedLayer;
 
 TEST(MeanAttention, PagedTokenUnitEqualsTheSharedCache) {
   const auto x = prompt_logits();

@@ -85,4 +85,31 @@ inline CacheSnapshot snapshot(const kvevict::CacheInterface& c, std::size_t n_kv
   return s;
 }
 
+/// A cache configuration with a budget of `k` tokens, a recent window of `w` tokens and `n_q` query heads.
+inline kvevict::CacheConfig token_config(std::size_t k, std::size_t w, std::size_t n_q = 1) {
+  kvevict::CacheConfig c;
+  c.n_q_heads = n_q;
+  c.budget = kvevict::Budget::tokens(k);
+  c.recent = kvevict::RecentWindow::tokens(w);
+  return c;
+}
+
+/// One paged sequence over its own pool: 8 pages of 2 slots, 1 KV head, head_dim 2 (float, NHD).
+/// `append(p)` writes K = (k_value(p, 0, 0), k_value(p, 0, 1)), `append(p, k0)` writes K = (k0, 0); V = -K.
+struct PagedLayer {
+  static constexpr std::size_t kPages = 8, kPageSize = 2;
+  std::vector<float> k = std::vector<float>(kPages * kPageSize * 2), v = std::vector<float>(k.size());
+  kvevict::PagePool pool{kPages};
+  std::vector<std::int32_t> table = std::vector<std::int32_t>(kPages, kvevict::kNoPage);
+  std::vector<std::int64_t> positions = std::vector<std::int64_t>(kPages * kPageSize);
+  std::size_t length = 0;
+  kvevict::PagedKVView<float> view{k.data(), v.data(), kPages, kPageSize, 1, 2, kvevict::PageLayout::NHD,
+                                   table.data(), kPages, &length, positions.data()};
+  void append(std::int64_t p, float k0, float k1) {
+    const float kk[2] = {k0, k1}, vv[2] = {-k0, -k1};
+    pool.append(view, p, kk, vv);
+  }
+  void append(std::int64_t p) { append(p, k_value(p, 0, 0), k_value(p, 0, 1)); }
+};
+
 }  // namespace kvtest

@@ -319,15 +319,14 @@ def test_import_error_says_what_to_install():
             "scripts/get-hf-venv.sh makes a venv with the tested versions: torch 2.10.0, transformers 5.2.0)") in r.stderr
 
 
-def test_prefill_only_streaming_equals_kvpress_streaming_llm():
-    """The same kept set (4 sinks + the most recent) through kvpress's StreamingLLMPress and KVEvictCache: the
-    same logits afterwards, kvpress's forwards given the original positions, KVEvictCache's numbering them."""
-    import kvpress
-    model = tiny_model("llama", seed=6)
-    ids = prompt(10, n=P + 8)
-    press = kvpress.StreamingLLMPress(compression_ratio=0.5, n_sink=4)
+def prefill_only_against_kvpress(press, policy, model_seed, prompt_seed, **options):
+    """Prefill-only compression of the same prompt by the kvpress `press` and by KVEvictCache(policy, budget 0.5,
+    **options), then 8 decode steps each (kvpress's forwards given the original positions, KVEvictCache's numbering
+    them): the largest logit difference."""
+    model = tiny_model("llama", seed=model_seed)
+    ids = prompt(prompt_seed, n=P + 8)
     theirs = DynamicCache(config=model.config)
-    ours = KVEvictCache(model, policy="streaming", budget=0.5, sinks=4, evict="prefill")
+    ours = KVEvictCache(model, policy=policy, budget=0.5, evict="prefill", **options)
     with torch.no_grad():
         with press(model):
             model(ids[:, :P], past_key_values=theirs)
@@ -336,27 +335,21 @@ def test_prefill_only_streaming_equals_kvpress_streaming_llm():
         a = [model(ids[:, t:t + 1], past_key_values=theirs, position_ids=torch.tensor([[t]]),
                    cache_position=torch.tensor([t])).logits[0, -1] for t in range(P, P + 8)]
         b = [model(ids[:, t:t + 1], past_key_values=ours).logits[0, -1] for t in range(P, P + 8)]
-    assert float((torch.stack(a) - torch.stack(b)).abs().max()) <= 1e-5
+    return float((torch.stack(a) - torch.stack(b)).abs().max())
+
+
+def test_prefill_only_streaming_equals_kvpress_streaming_llm():
+    """The same kept set (4 sinks + the most recent) through kvpress's StreamingLLMPress and KVEvictCache."""
+    import kvpress
+    assert prefill_only_against_kvpress(kvpress.StreamingLLMPress(compression_ratio=0.5, n_sink=4), "streaming",
+                                        6, 10, sinks=4) <= 1e-5
 
 
 def test_prefill_only_knorm_equals_kvpress_knorm():
     """kvevict's key norm with no recent window keeps, per KV head, the k keys of smallest L2 norm: kvpress's
     KnormPress (score -||k||). The same logits afterwards (the kept sets the same in every layer and head)."""
     import kvpress
-    model = tiny_model("llama", seed=8)
-    ids = prompt(12, n=P + 8)
-    press = kvpress.KnormPress(compression_ratio=0.5)
-    theirs = DynamicCache(config=model.config)
-    ours = KVEvictCache(model, policy="knorm", budget=0.5, recent=0, evict="prefill")
-    with torch.no_grad():
-        with press(model):
-            model(ids[:, :P], past_key_values=theirs)
-        model(ids[:, :P], past_key_values=ours)
-        assert theirs.get_seq_length() == ours.kept_length(0) == P // 2
-        a = [model(ids[:, t:t + 1], past_key_values=theirs, position_ids=torch.tensor([[t]]),
-                   cache_position=torch.tensor([t])).logits[0, -1] for t in range(P, P + 8)]
-        b = [model(ids[:, t:t + 1], past_key_values=ours).logits[0, -1] for t in range(P, P + 8)]
-    assert float((torch.stack(a) - torch.stack(b)).abs().max()) <= 1e-5
+    assert prefill_only_against_kvpress(kvpress.KnormPress(compression_ratio=0.5), "knorm", 8, 12, recent=0) <= 1e-5
 
 
 def test_layer_seeds_are_the_engines():
