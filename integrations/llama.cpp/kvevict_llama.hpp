@@ -151,9 +151,10 @@ class Evictor {
     key_layers_.assign(n_layer_, false);
     if (cache_ && needs_keys(policy_) && keys_.size() < n_layer_ * n * n_head_kv_ * head_dim_)
       keys_.resize(n_layer_ * n * n_head_kv_ * head_dim_);  // the staging grows to the largest batch, once
-    const std::vector<float> zero(kv_.n_kv_heads * kv_.head_dim, 0.0f);
-    if (cache_)
-      for (std::size_t i = 0; i < n; ++i) kv_.append(static_cast<std::int64_t>(next_ + i), zero.data(), zero.data());
+    if (zero_row_.size() != kv_.n_kv_heads * kv_.head_dim) zero_row_.assign(kv_.n_kv_heads * kv_.head_dim, 0.0f);
+    if (cache_)  // K rows of a key score are written by `end` (store_keys); V is never read
+      for (std::size_t i = 0; i < n; ++i)
+        kv_.append(static_cast<std::int64_t>(next_ + i), zero_row_.data(), zero_row_.data());
     if (cache_ && needs_scores(policy_)) {
       const std::size_t rows = n, cols = cache_->length(0);
       x_.assign(config_.n_q_heads * rows * cols, -std::numeric_limits<float>::infinity());
@@ -474,6 +475,7 @@ class Evictor {
   std::vector<std::int64_t> pos_cell_;  // position -> cell (-1: not held)
   std::vector<bool> evicted_;
   std::vector<float> x_, trace_;
+  std::vector<float> zero_row_;        // one token's K/V rows of zeros, appended by `begin` (no allocation per step)
   std::vector<float> keys_, key_log_;  // knorm: the batch's keys per layer; every key given (record_keys)
   std::vector<bool> key_layers_;       // knorm: layers whose Kcur the callback saw in this batch
   std::size_t n_head_kv_ = 0, head_dim_ = 0;
