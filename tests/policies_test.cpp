@@ -111,7 +111,7 @@ TEST(TOVA, KeepsTopKOfTheCurrentStepsAttentionOnly) {
 }
 
 TEST(MakeCache, BuildsEveryPolicyAndValidates) {
-  for (const char* name : {"keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm"}) {
+  for (const char* name : {"keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff"}) {
     kvevict::KVBuffer<float> buf(2, 16, 4);
     auto kv = buf.view();
     kvevict::PolicyParams params;
@@ -140,7 +140,7 @@ TEST(MakeCache, BuildsEveryPolicyAndValidates) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(),
                  "kvevict::parse_policy: unknown policy 'h20' (expected keyformer, h2o, streaming, window, tova, "
-                 "snapkv or knorm)");
+                 "snapkv, knorm or keydiff)");
   }
 }
 

@@ -397,6 +397,46 @@ struct NameNotAPointer : kvevict::NoScore {
   static constexpr int kName = 1;
 };
 
+// The anchor hooks (KeyDiffScore's): the three together, typed as documented, and only without logits.
+struct AnchorAddOnly : kvevict::NoScore {
+  void anchor_add(const float*, std::size_t, float*) const noexcept {}
+};
+struct AnchorScoreReturnsDouble : kvevict::NoScore {
+  void anchor_add(const float*, std::size_t, float*) const noexcept {}
+  void anchor_finish(float*, std::size_t, std::size_t) const noexcept {}
+  double anchor_score(const float*, std::size_t, const float*) const noexcept { return 1.0; }
+};
+struct AnchorFinishThrows : kvevict::KeyDiffScore {
+  void anchor_finish(float*, std::size_t, std::size_t) const {}
+};
+struct AnchorWithLogits : kvevict::KeyDiffScore {
+  static constexpr bool kUsesLogits = true;
+};
+struct AnchorAndKeyScore : kvevict::KeyDiffScore {
+  float key_score(const float*, std::size_t) const noexcept { return 1.0f; }
+};
+struct AnchorWithSelectionScores : kvevict::KeyDiffScore {
+  void selection_scores(const float*, std::size_t, float*) const noexcept {}
+};
+
+TEST(ScoreHooks, AnchorHooksAreDetectedAndCombined) {
+  namespace d = kvevict::detail;
+  static_assert(d::has_anchor_score<kvevict::KeyDiffScore> && d::reads_keys<kvevict::KeyDiffScore> &&
+                !d::declares_key_score<kvevict::KeyDiffScore>);
+  static_assert(!d::declares_anchor_score<kvevict::KeyNormScore> && d::reads_keys<kvevict::KeyNormScore> &&
+                !d::reads_keys<kvevict::AccumulatedAttentionScore>);
+  EXPECT_TRUE(kvevict::is_score_policy<kvevict::KeyDiffScore>::value);
+  static_assert(d::declares_anchor_score<AnchorAddOnly> && !d::has_anchor_score<AnchorAddOnly>);
+  static_assert(d::declares_anchor_score<AnchorScoreReturnsDouble> && !d::has_anchor_score<AnchorScoreReturnsDouble>);
+  static_assert(d::declares_anchor_score<AnchorFinishThrows> && !d::has_anchor_score<AnchorFinishThrows>);
+  for (bool ok : {kvevict::is_score_policy<AnchorAddOnly>::value,
+                  kvevict::is_score_policy<AnchorScoreReturnsDouble>::value,
+                  kvevict::is_score_policy<AnchorFinishThrows>::value, kvevict::is_score_policy<AnchorWithLogits>::value,
+                  kvevict::is_score_policy<AnchorAndKeyScore>::value,
+                  kvevict::is_score_policy<AnchorWithSelectionScores>::value})
+    EXPECT_FALSE(ok);
+}
+
 TEST(ScoreHooks, EachHookIsDetected) {
   namespace d = kvevict::detail;
   using kvevict::SnapKVScore;

@@ -141,6 +141,7 @@ class Cache final
     } else if constexpr (detail::has_key_score<Score>) {
       this->score_prompt_keys(0, P, "prefill");
     }
+    this->score_held_keys(P, "prefill");  // the anchor hooks (KeyDiff); no-op otherwise
     scorer_.check_selection(P, config_.shared_heads, "prefill");
 
     // ---- nothing below can throw ----
@@ -197,6 +198,7 @@ class Cache final
     const float tau = checked_tau(0, "prefill_chunk");
     if constexpr (Score::kUsesLogits) scorer_.score_chunk(rows, n_, C, 1.0f / tau, "prefill_chunk", prompt_len_);
     if constexpr (detail::has_key_score<Score>) this->score_prompt_keys(n_, n_ + C, "prefill_chunk");
+    this->score_held_keys(n_ + C, "prefill_chunk");  // the anchor hooks: every held key against the new anchor
     if (bounded && n_ + C > k) scorer_.check_selection(n_ + C, config_.shared_heads, "prefill_chunk");
     // ---- nothing below can throw ----
     take_chunk(C, tau);
@@ -217,7 +219,10 @@ class Cache final
     detail::require(!prefilled_, "kvevict::Cache::finish_prefill: the prompt is already finished; call reset()");
     detail::require(chunking_, "kvevict::Cache::finish_prefill: no chunk was passed (call prefill_chunk first)");
     const auto [k, w] = resolve_budget(config_.budget.resolve(prompt_len_), "kvevict::Cache::finish_prefill");
+    this->score_held_keys(n_, "finish_prefill");  // the anchor hooks: a bounded cut changed the held keys
     scorer_.check_selection(n_, config_.shared_heads, "finish_prefill");
+    // ---- nothing below can throw ----
+    scorer_.take_anchor(slots_.all_scores(), slots_.capacity(), n_);
     finish(k, w);
   }
 
@@ -417,11 +422,12 @@ class Cache final
 
  private:
   /// Books a scored chunk of `C` tokens (slots `[n_, n_ + C)`): scores = the accumulators' fold (0 for
-  /// `NoScore`; a key score's values). The chunk's newest position is recorded before any cut can
+  /// `NoScore`; a key score's values), or for the anchor hooks every held slot's score of `score_held_keys`. The chunk's newest position is recorded before any cut can
   /// evict it: a decode step's token must come after every prompt position, kept or not. Cannot throw.
   void take_chunk(std::size_t C, float tau) noexcept {
     const std::size_t n = n_ + C;
     scorer_.fold(slots_.all_scores(), slots_.capacity(), n);
+    scorer_.take_anchor(slots_.all_scores(), slots_.capacity(), n);  // the anchor hooks' scores, if any
     last_position_ = kv().pos(0)[n - 1];
     prompt_len_ += C;
     n_ = n;

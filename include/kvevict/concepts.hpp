@@ -7,7 +7,8 @@
 // ---- Score policy (what a token's score is; e.g. GumbelLogitScore) -----------
 //   static constexpr bool kUsesLogits;       reads the attention logits at all (false:
 //                                            logits may be nullptr, scores stay 0, or
-//                                            are the `key_score` hook's, see below);
+//                                            come from the keys: the `key_score` or
+//                                            anchor hooks, see below);
 //   static constexpr bool kAccumulates;      scores persist and grow over steps
 //                                            (false: each step replaces them, TOVA);
 //   static constexpr bool kUsesTemperature;  divide by the schedule's τ (false: τ = 1,
@@ -65,6 +66,21 @@
 //       +0.0 (the victim search ranks by bits, where -0.0 would sort above every positive score). The view's element
 //       type must convert to float (float, Eigen::half, Eigen::bfloat16). Called serially, once per
 //       token and KV head: O(head_dim) each.
+//   void anchor_add(const float* key, std::size_t head_dim, float* anchor) const noexcept;
+//   void anchor_finish(float* anchor, std::size_t head_dim, std::size_t n) const noexcept;
+//   float anchor_score(const float* key, std::size_t head_dim, const float* anchor) const noexcept;
+//       A score from every key a KV head holds (KeyDiff's: a key against the mean of the held keys); the three
+//       come together. Whenever the cache takes new tokens (prefill, each prefill_chunk, finish_prefill, each
+//       decode step: before the step's selection), each KV head h rebuilds its anchor — `head_dim` floats set
+//       to 0, `anchor_add` of each of its `n` held K rows in slot order (converted to float), then
+//       `anchor_finish(anchor, head_dim, n)` — and every held token's score on h becomes
+//       `anchor_score(its K row, head_dim, anchor)`. So scores are recomputed, not accumulated: after an
+//       eviction they belong to the anchor of the keys held before it. No logits are read (the rules of
+//       key_score: kUsesLogits, kPrefillLastRow, kUsesTemperature false, noisy() false; not combined with
+//       key_score, selection_scores or kRanksMean; static_assert). Each score must be finite and >= 0, else
+//       the call throws `std::invalid_argument` "<cache>::<method>: anchor_score of KV head j, slot s is v
+//       (must be finite and >= 0)", state unchanged; -0.0 is stored as +0.0. Serial: O(n_kv_heads · n ·
+//       head_dim) per call, no allocation (the scores go to scratch first, for all-or-nothing).
 //   static constexpr bool kRanksMean;
 //       Present and true: every selection (prefill cuts, decode-step victims) ranks each token's score
 //       divided by the number of queries that scored it, `s / (float(newest − position) + 1)` (`newest` =
@@ -182,6 +198,28 @@ template <class S>
 using key_score_noexcept_t =
     std::enable_if_t<noexcept(std::declval<const S&>().key_score(std::declval<const float*>(), std::size_t{}))>;
 
+template <class S> using anchor_add_ptr_t = decltype(&S::anchor_add);
+template <class S> using anchor_finish_ptr_t = decltype(&S::anchor_finish);
+template <class S> using anchor_score_ptr_t = decltype(&S::anchor_score);
+template <class S>
+using anchor_add_t = decltype(std::declval<const S&>().anchor_add(std::declval<const float*>(), std::size_t{},
+                                                                  std::declval<float*>()));
+template <class S>
+using anchor_add_noexcept_t = std::enable_if_t<noexcept(
+    std::declval<const S&>().anchor_add(std::declval<const float*>(), std::size_t{}, std::declval<float*>()))>;
+template <class S>
+using anchor_finish_t =
+    decltype(std::declval<const S&>().anchor_finish(std::declval<float*>(), std::size_t{}, std::size_t{}));
+template <class S>
+using anchor_finish_noexcept_t = std::enable_if_t<noexcept(
+    std::declval<const S&>().anchor_finish(std::declval<float*>(), std::size_t{}, std::size_t{}))>;
+template <class S>
+using anchor_score_t = decltype(std::declval<const S&>().anchor_score(std::declval<const float*>(), std::size_t{},
+                                                                      std::declval<const float*>()));
+template <class S>
+using anchor_score_noexcept_t = std::enable_if_t<noexcept(std::declval<const S&>().anchor_score(
+    std::declval<const float*>(), std::size_t{}, std::declval<const float*>()))>;
+
 template <class S> using ranks_mean_t = decltype(S::kRanksMean);
 
 /// `declares_*`: the score has a member of the hook's name (in any form); `has_*`: it has the hook
@@ -213,6 +251,19 @@ constexpr bool declares_key_score =
 template <class S>
 constexpr bool has_key_score =
     is_detected_exact<float, key_score_t, S>::value && is_detected_v<key_score_noexcept_t, S>;
+
+template <class S>
+constexpr bool declares_anchor_score = is_detected_v<anchor_add_ptr_t, S> || is_detected_v<anchor_add_t, S> ||
+                                       is_detected_v<anchor_finish_ptr_t, S> || is_detected_v<anchor_finish_t, S> ||
+                                       is_detected_v<anchor_score_ptr_t, S> || is_detected_v<anchor_score_t, S>;
+/// The anchor hooks, all three with their documented signatures (`anchor_add`, `anchor_finish`, `anchor_score`).
+template <class S>
+constexpr bool has_anchor_score =
+    is_detected_exact<void, anchor_add_t, S>::value && is_detected_v<anchor_add_noexcept_t, S> &&
+    is_detected_exact<void, anchor_finish_t, S>::value && is_detected_v<anchor_finish_noexcept_t, S> &&
+    is_detected_exact<float, anchor_score_t, S>::value && is_detected_v<anchor_score_noexcept_t, S>;
+/// Whether the cache reads `S`'s K rows (a `key_score` or the anchor hooks).
+template <class S> constexpr bool reads_keys = has_key_score<S> || has_anchor_score<S>;
 
 template <class S> constexpr bool declares_ranks_mean = is_detected_v<ranks_mean_t, S>;
 template <class S>
@@ -253,11 +304,17 @@ constexpr bool score_hooks_typed = (!declares_name<S> || has_name<S>) &&
                                    (!declares_selection_scores<S> || has_selection_scores<S>) &&
                                    (!declares_validate_budget<S> || has_validate_budget<S>) &&
                                    (!declares_key_score<S> || has_key_score<S>) &&
+                                   (!declares_anchor_score<S> || has_anchor_score<S>) &&
                                    (!declares_ranks_mean<S> || has_ranks_mean<S>);
 template <class S>
 constexpr bool key_score_combined = !has_key_score<S> || (!score_flags<S>::uses_logits &&
                                                           !score_flags<S>::prefill_last_row &&
                                                           !score_flags<S>::uses_temperature);
+template <class S>
+constexpr bool anchor_score_combined = !has_anchor_score<S> || (!score_flags<S>::uses_logits &&
+                                                                !score_flags<S>::prefill_last_row &&
+                                                                !score_flags<S>::uses_temperature &&
+                                                                !has_key_score<S> && !has_selection_scores<S>);
 template <class S>
 constexpr bool first_scored_row_combined =
     !has_first_scored_row<S> || !score_flags<S>::known ||
@@ -276,7 +333,8 @@ constexpr bool ranks_mean_combined =
     (score_flags<S>::uses_logits && !score_flags<S>::prefill_last_row && accumulates_flag<S>::value &&
      !has_first_scored_row<S> && !has_selection_scores<S> && !has_key_score<S>);
 template <class S>
-constexpr bool score_hooks_valid = score_hooks_typed<S> && key_score_combined<S> && first_scored_row_combined<S> &&
+constexpr bool score_hooks_valid = score_hooks_typed<S> && key_score_combined<S> && anchor_score_combined<S> &&
+                                   first_scored_row_combined<S> &&
                                    (!has_first_scored_row<S> || has_whole_prompt<S>) && ranks_mean_combined<S>;
 
 }  // namespace detail
@@ -345,6 +403,15 @@ struct score_policy_static_asserts {
                 "kvevict: a Score policy with `key_score` must set `kUsesLogits = false`, `kPrefillLastRow = "
                 "false` and `kUsesTemperature = false` (the key score is the token's whole score: no logits, rows "
                 "or temperature are used)");
+  static_assert(!declares_anchor_score<Score> || has_anchor_score<Score>,
+                "kvevict: Score policy's optional anchor hooks must be all three of `void anchor_add(const float* "
+                "key, std::size_t head_dim, float* anchor) const noexcept`, `void anchor_finish(float* anchor, "
+                "std::size_t head_dim, std::size_t n) const noexcept` and `float anchor_score(const float* key, "
+                "std::size_t head_dim, const float* anchor) const noexcept`");
+  static_assert(anchor_score_combined<Score>,
+                "kvevict: a Score policy with the anchor hooks must set `kUsesLogits = false`, `kPrefillLastRow = "
+                "false` and `kUsesTemperature = false`, with no key_score or selection_scores hook (the anchor "
+                "score is the token's whole score, recomputed from the held keys)");
   static_assert(first_scored_row_combined<Score>,
                 "kvevict: a Score policy with `first_scored_row` must set `kUsesLogits = true` and "
                 "`kPrefillLastRow = false`");

@@ -1,11 +1,11 @@
-// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, window, TOVA, SnapKV, key norm, PyramidKV).
+// kvevict — header-only KV-cache eviction (Keyformer, H2O, StreamingLLM, window, TOVA, SnapKV, key norm, KeyDiff, PyramidKV).
 // SPDX-License-Identifier: Apache-2.0
 //
 // kvevict.hpp — umbrella header: includes the whole library.
 //
 // Architecture (one concept per folder). Every public name of the library is reachable through this
 // header alone (tests/umbrella_test.cpp); `namespace detail` is internal and may change in any release.
-//   presets.hpp   Keyformer, H2O, StreamingLLM, TOVA, SnapKV, H2OMean, KeyformerMean, KeyNorm aliases; Policy,
+//   presets.hpp   Keyformer, H2O, StreamingLLM, TOVA, SnapKV, H2OMean, KeyformerMean, KeyNorm, KeyDiff aliases; Policy,
 //                 parse_policy, make_cache
 //   layer_budgets.hpp  per-layer budgets over a model: uniform, PyramidKV, or weights
 //   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache (orchestration);
@@ -15,7 +15,7 @@
 //                 static_asserts
 //   budget.hpp    k and w as a token count, a fraction, or none
 //   score/        what a token's score is: GumbelLogitScore (Keyformer), AccumulatedAttentionScore
-//                 (H2O), CurrentAttentionScore (TOVA), SnapKVScore, MeanAttention<Base>, KeyNormScore, NoScore; the Gumbel sampler;
+//                 (H2O), CurrentAttentionScore (TOVA), SnapKVScore, MeanAttention<Base>, KeyNormScore, KeyDiffScore, NoScore; the Gumbel sampler;
 //                 the softmax kernel;
 //                 ChunkRows (a prefill chunk's logits) and the chunked-prefill semantics
 //   temperature/  τ per step: LinearTemperature, ConstantTemperature, IncrementTemperature

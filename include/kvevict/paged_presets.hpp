@@ -37,6 +37,7 @@ using PagedSnapKV = detail::PagedTwin<SnapKV>;
 using PagedSnapKVWindow = detail::PagedTwin<SnapKVWindow>;
 using PagedSnapKVKeyformer = detail::PagedTwin<SnapKVKeyformer>;
 using PagedKeyNorm = detail::PagedTwin<KeyNorm>;
+using PagedKeyDiff = detail::PagedTwin<KeyDiff>;
 /// The mean-attention twins (token unit only: the page unit refuses them at construction).
 using PagedH2OMean = detail::PagedTwin<H2OMean>;
 using PagedKeyformerMean = detail::PagedTwin<KeyformerMean>;

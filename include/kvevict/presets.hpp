@@ -37,6 +37,7 @@ struct PolicyTypes {
   using h2o_mean = C<MeanAttention<AccumulatedAttentionScore>, ConstantTemperature, RecentTopKSelection>;
   using keyformer_mean = C<MeanAttention<GumbelLogitScore>, LinearTemperature, RecentTopKSelection>;
   using knorm = C<KeyNormScore, ConstantTemperature, RecentTopKSelection>;
+  using keydiff = C<KeyDiffScore, ConstantTemperature, RecentTopKSelection>;
 };
 /// A type passed as a value (`make_policy` hands the cache type to its builder this way).
 template <class T>
@@ -85,9 +86,13 @@ using KeyformerMean = detail::PolicyTypes<Cache>::keyformer_mean;
 /// token's score from its key alone when it enters (`KeyNormScore`). Reads no logits: it runs with fused attention.
 /// `w = 0` is kvpress's KnormPress (the smallest key norms kept).
 using KeyNorm = detail::PolicyTypes<Cache>::knorm;
+/// KeyDiff (Park et al. 2025, kvpress's KeyDiffPress): recent window `w` + the top `k − w` of `1 − cos(k, anchor)`,
+/// the anchor the mean unit key each KV head holds, every held token rescored whenever tokens enter
+/// (`KeyDiffScore`; O(n · head_dim) per KV head and step). Reads no logits. `w = 0` is kvpress's KeyDiffPress.
+using KeyDiff = detail::PolicyTypes<Cache>::keydiff;
 
 /// The policies `make_cache` builds.
-enum class Policy { keyformer, h2o, streaming_llm, window, tova, snapkv, knorm };
+enum class Policy { keyformer, h2o, streaming_llm, window, tova, snapkv, knorm, keydiff };
 
 /// SnapKV's decode rule (`PolicyParams::snap_decode`).
 enum class SnapDecode {
@@ -109,7 +114,7 @@ inline const char* snap_decode_name(SnapDecode d) {
 }
 
 /// Parses "keyformer", "h2o", "streaming" (or "streamingllm"), "window",
-/// "tova", "snapkv", "knorm". Throws `std::invalid_argument` naming the bad value otherwise.
+/// "tova", "snapkv", "knorm", "keydiff". Throws `std::invalid_argument` naming the bad value otherwise.
 inline Policy parse_policy(const std::string& name) {
   if (name == "keyformer") return Policy::keyformer;
   if (name == "h2o") return Policy::h2o;
@@ -118,19 +123,22 @@ inline Policy parse_policy(const std::string& name) {
   if (name == "tova") return Policy::tova;
   if (name == "snapkv") return Policy::snapkv;
   if (name == "knorm") return Policy::knorm;
+  if (name == "keydiff") return Policy::keydiff;
   throw std::invalid_argument(detail::concat("kvevict::parse_policy: unknown policy '", name,
-                                             "' (expected keyformer, h2o, streaming, window, tova, snapkv or knorm)"));
+                                             "' (expected keyformer, h2o, streaming, window, tova, snapkv, knorm or "
+                                             "keydiff)"));
 }
 
 /// Whether policy `p` takes a configured recent window `w` (`CacheConfig::recent`): Keyformer,
-/// H2O, key norm and SnapKV (its decode window; the observation window `L` is `PolicyParams::snap_window`) do. TOVA has none, and
+/// H2O, key norm, KeyDiff and SnapKV (its decode window; the observation window `L` is `PolicyParams::snap_window`) do. TOVA has none, and
 /// StreamingLLM / window derive theirs from the budget (`k − sinks`), so for them the configured window must be 0 (else
 /// the cache throws `std::invalid_argument`). O(1).
 constexpr bool takes_recent_window(Policy p) {
-  return p == Policy::keyformer || p == Policy::h2o || p == Policy::snapkv || p == Policy::knorm;
+  return p == Policy::keyformer || p == Policy::h2o || p == Policy::snapkv || p == Policy::knorm ||
+         p == Policy::keydiff;
 }
 
-/// Canonical name of a policy ("keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm").
+/// Canonical name of a policy ("keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff").
 inline const char* policy_name(Policy p) {
   switch (p) {
     case Policy::keyformer: return "keyformer";
@@ -140,6 +148,7 @@ inline const char* policy_name(Policy p) {
     case Policy::tova: return "tova";
     case Policy::snapkv: return "snapkv";
     case Policy::knorm: return "knorm";
+    case Policy::keydiff: return "keydiff";
   }
   return "?";
 }
@@ -227,6 +236,8 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
       return build(TypeTag<typename Types::snapkv>{}, make_snapkv_score(params));
     case Policy::knorm:
       return build(TypeTag<typename Types::knorm>{});
+    case Policy::keydiff:
+      return build(TypeTag<typename Types::keydiff>{});
   }
   throw std::invalid_argument(concat(who, ": unknown policy"));
 }
@@ -240,7 +251,8 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
 ///  - streaming: `StreamingLLM` with `params.sinks`; window: `StreamingLLM` with 0 sinks;
 ///  - snapkv: `SnapKV` (decode h2o), `SnapKVWindow` (decode window) or `SnapKVKeyformer` (decode keyformer:
 ///    `LinearTemperature(tau_init, tau_end, horizon)`, noise as `gumbel_noise`) with `make_snapkv_score(params)`;
-///  - knorm: `KeyNorm` (scores from the keys alone: the logits may be `nullptr`).
+///  - knorm: `KeyNorm` (scores from the keys alone: the logits may be `nullptr`);
+///  - keydiff: `KeyDiff` (every held key against their mean: the logits may be `nullptr`).
 /// Throws `std::invalid_argument` as the constructors do (`noise_scale` outside (0, 1]), for `noise_scale`
 /// other than 1 with a policy without Keyformer's score, for `mean_attention` with a policy other than h2o and
 /// keyformer, for `horizon == 0`

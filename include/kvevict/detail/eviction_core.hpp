@@ -135,7 +135,9 @@ class EvictionCore : public Interface {
   /// `new_pos`: each query head's row of `logits` (`[q_head][n]`, `gumbel` optional, same layout)
   /// adds `softmax((x + ζ) / tau)` into its KV head's scores (`Scorer::score_step`, with
   /// rollback); a key score (`key_score`) gives the new slot its key's score on each KV head
-  /// (`Scorer::score_key_step`, O(n_kv_heads · head_dim)); any other score without logits gives it 0.
+  /// (`Scorer::score_key_step`, O(n_kv_heads · head_dim)); the anchor hooks rescore every held slot against the
+  /// anchor of the `n` held keys (`score_held_keys`, O(n_kv_heads · n · head_dim)); any other score without logits
+  /// gives it 0.
   /// O(n_q_heads · n), no allocation. Throws `std::invalid_argument` (scores unchanged) if `logits`
   /// is null when needed, a logit is NaN / `+inf`, or a key score is not finite and >= 0.
   void score_step(const float* logits, const float* gumbel, std::size_t n, float tau, std::int64_t new_pos) {
@@ -146,6 +148,9 @@ class EvictionCore : public Interface {
     } else if constexpr (has_key_score<Score>) {
       scorer_.score_key_step([this](std::size_t j, std::size_t s) { return kv().k_row(j, s); }, n,
                              slots_.all_scores(), slots_.capacity());
+    } else if constexpr (has_anchor_score<Score>) {
+      score_held_keys(n, "decode_step");
+      scorer_.take_anchor(slots_.all_scores(), slots_.capacity(), n);
     } else {
       for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.scores(j)[n - 1] = 0.0f;
     }
@@ -157,6 +162,14 @@ class EvictionCore : public Interface {
   /// head_dim).
   void score_prompt_keys(std::size_t s0, std::size_t s1, const char* method) {
     scorer_.score_keys([this](std::size_t j, std::size_t s) { return kv().k_row(j, s); }, s0, s1, method);
+  }
+
+  /// The anchor hooks' scores of slots `[0, n)` on every KV head, against each head's anchor of those `n` keys,
+  /// into the scorer's scratch (`Scorer::score_anchor`; `Scorer::take_anchor` makes them the scores). Throws
+  /// `std::invalid_argument` "<name>::<method>: anchor_score of KV head j, slot s is v …" (state unchanged).
+  /// O(n_kv_heads · n · head_dim); no-op for another score.
+  void score_held_keys(std::size_t n, const char* method) {
+    scorer_.score_anchor([this](std::size_t j, std::size_t s) { return kv().k_row(j, s); }, n, method);
   }
 
   /// The per-layer scores summed over KV heads (head 0 first), `[n]`: the row a shared selection

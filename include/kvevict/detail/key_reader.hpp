@@ -17,7 +17,8 @@ namespace detail {
 /// How a cache reads one K row (`head_dim` elements of the view's element type, as bytes) as
 /// `head_dim` floats: what a key score (`key_score`, concepts.hpp) is given. Made at construction,
 /// where the element type is known, so that the storage stays type-erased (detail/erased_kv.hpp).
-/// Empty (`read == nullptr`, `head_dim == 0`) for a score without `key_score`.
+/// Also what the anchor hooks (`anchor_add`, `anchor_score`) read. Empty (`read == nullptr`, `head_dim == 0`)
+/// for a score that reads no keys.
 struct KeyReader {
   void (*read)(const unsigned char* row, std::size_t head_dim, float* out) noexcept = nullptr;
   std::size_t head_dim = 0;  ///< elements per K row
@@ -33,14 +34,15 @@ void read_key_row(const unsigned char* row, std::size_t head_dim, float* out) no
   }
 }
 
-/// The reader of `T` rows of `head_dim` elements for a score with `key_score`, else the empty one.
-/// A key score needs a `T` convertible to float (float, Eigen::half, Eigen::bfloat16): checked by
-/// `static_assert`. O(1).
+/// The reader of `T` rows of `head_dim` elements for a score that reads keys (`key_score` or the anchor
+/// hooks, `reads_keys`), else the empty one. Such a score needs a `T` convertible to float (float,
+/// Eigen::half, Eigen::bfloat16): checked by `static_assert`. O(1).
 template <class Score, class T>
 KeyReader key_reader(std::size_t head_dim) {
-  if constexpr (has_key_score<Score>) {
+  if constexpr (reads_keys<Score>) {
     static_assert(std::is_constructible<float, const T&>::value,
-                  "kvevict: a key score (`key_score`) needs a KV element type convertible to float");
+                  "kvevict: a key score (`key_score` or the anchor hooks) needs a KV element type convertible to "
+                  "float");
     return KeyReader{&read_key_row<std::remove_const_t<T>>, head_dim};
   } else {
     (void)head_dim;
@@ -56,14 +58,15 @@ KeyReader checked_key_reader(const Score& score, KeyReader keys, const char* who
   if constexpr (!Score::kUsesLogits)
     require(!score.noisy(), who, ": a score that reads no logits (kUsesLogits = false) cannot add Gumbel noise; ",
             "its noisy() must return false");
-  if constexpr (has_key_score<Score>)
+  if constexpr (reads_keys<Score>)
     require(keys.read != nullptr && keys.head_dim >= 1, who, ": a key score needs the view's K reader "
             "(detail::key_reader<Score, T>(head_dim))");
   return keys;
 }
 
-/// The part of `Scorer` that only a key score has: the reader and `head_dim + n_kv_heads` floats of
-/// scratch (one K row, then a decode step's per-head scores). Empty for any other score, as
+/// The part of `Scorer` that only a score reading keys has: the reader and `2 · head_dim + n_kv_heads`
+/// floats of scratch (one K row, then a decode step's per-head scores; the anchor hooks' anchor in the last
+/// `head_dim`). Empty for any other score, as
 /// `Scorer`'s base (empty-base optimisation), so that their scorer is laid out as without key scores.
 template <bool kKeyScore>
 struct KeyScratch {
@@ -71,10 +74,11 @@ struct KeyScratch {
 };
 template <>
 struct KeyScratch<true> {
-  /// Allocates `keys.head_dim + n_kv_heads` floats.
-  KeyScratch(KeyReader keys, std::size_t n_kv_heads) : keys_(keys), key_(keys.head_dim + n_kv_heads, 0.0f) {}
+  /// Allocates `2 · keys.head_dim + n_kv_heads` floats.
+  KeyScratch(KeyReader keys, std::size_t n_kv_heads)
+      : keys_(keys), key_(2 * keys.head_dim + n_kv_heads, 0.0f) {}
   KeyReader keys_;          // reads a K row as floats
-  std::vector<float> key_;  // [head_dim + n_kv_heads]: one K row, then a step's per-head scores
+  std::vector<float> key_;  // [head_dim | n_kv_heads | head_dim]: one K row, a step's per-head scores, an anchor
 };
 
 }  // namespace detail

@@ -76,17 +76,19 @@ const Score& checked_noise_scale(const Score& score, const char* who) {
 /// with the scores exactly as before.
 ///
 /// The score's optional hooks (concepts.hpp) are called here only: `first_scored_row` (`first_row`),
-/// `selection_scores`, `validate_budget` (`check_budget`), `key_score` (`score_keys`, `score_key_step`).
+/// `selection_scores`, `validate_budget` (`check_budget`), `key_score` (`score_keys`, `score_key_step`), the anchor
+/// hooks (`score_anchor`, `take_anchor`).
 template <class Score>
-class Scorer : private KeyScratch<has_key_score<Score>> {
-  using Keys = KeyScratch<has_key_score<Score>>;
+class Scorer : private KeyScratch<reads_keys<Score>> {
+  using Keys = KeyScratch<reads_keys<Score>>;
 
  public:
   /// Scratch for rows of up to `capacity` slots; `n_kv_heads` heads of `group`
   /// query heads each. `who` names the owning cache class in error messages
   /// (a string literal, e.g. "kvevict::Cache"); `keys` reads the view's K rows for a key score
   /// (`detail::key_reader`; empty otherwise). Allocates O(n_q_heads · capacity) floats, once
-  /// (+ `capacity` for `selection_scores`, + `head_dim + n_kv_heads` for `key_score`).
+  /// (+ `capacity` for `selection_scores`, + `2 · head_dim + n_kv_heads` for a score reading keys, + `n_kv_heads ·
+  /// capacity` for the anchor hooks).
   Scorer(Score score, std::size_t n_kv_heads, std::size_t group, std::size_t capacity, std::uint64_t seed,
          const char* who = "kvevict::Cache", KeyReader keys = KeyReader{})
       : Keys(checked_key_reader(checked_noise_scale(score, who), keys, who), n_kv_heads),
@@ -104,7 +106,8 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
         bad_(n_kv_heads * group, 0),
         errors_(n_kv_heads * group),
         pooled_(has_selection_scores<Score> ? capacity : 0, 0.0f),
-        mean_(ranks_mean<Score>() ? n_kv_heads * capacity : 0, 0.0f) {}
+        mean_(ranks_mean<Score>() ? n_kv_heads * capacity : 0, 0.0f),
+        anchored_(has_anchor_score<Score> ? n_kv_heads * capacity : 0, 0.0f) {}
 
   const Score& policy() const { return score_; }
   /// Sets the seed of the drawn noise.
@@ -447,6 +450,48 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
     for (std::size_t j = 0; j < n_kv_heads_; ++j) scores[j * stride + n - 1] = v[j];
   }
 
+  /// The anchor hooks (concepts.hpp), over slots `[0, n)` of every KV head `j`: the anchor is 0, then
+  /// `anchor_add` of the K rows `k_row(j, 0), …, k_row(j, n − 1)` (as floats), then `anchor_finish(anchor,
+  /// head_dim, n)`; slot `s`'s score is `anchor_score(k_row(j, s), head_dim, anchor)`, into scratch (the
+  /// scores are unchanged until `take_anchor`). Throws `std::invalid_argument` "<who>::<method>: anchor_score
+  /// of KV head j, slot s is v (must be finite and >= 0)" at the first bad value. Serial; O(n_kv_heads · n ·
+  /// head_dim), two reads of every K row; no allocation.
+  template <class KRow>
+  void score_anchor(KRow k_row, std::size_t n, const char* method) {
+    if constexpr (has_anchor_score<Score>) {
+      const std::size_t d = this->keys_.head_dim;
+      float* key = this->key_.data();
+      float* anchor = this->key_.data() + d + n_kv_heads_;
+      for (std::size_t j = 0; j < n_kv_heads_; ++j) {
+        std::fill_n(anchor, d, 0.0f);
+        for (std::size_t s = 0; s < n; ++s) {
+          this->keys_.read(k_row(j, s), d, key);
+          score_.anchor_add(key, d, anchor);
+        }
+        score_.anchor_finish(anchor, d, n);
+        float* out = anchored_.data() + j * stride_;
+        for (std::size_t s = 0; s < n; ++s) {
+          this->keys_.read(k_row(j, s), d, key);
+          const float v = score_.anchor_score(key, d, anchor);
+          require(std::isfinite(v) && v >= 0.0f, who_, "::", method, ": anchor_score of KV head ", j, ", slot ", s,
+                  " is ", v, " (must be finite and >= 0)");
+          out[s] = v + 0.0f;  // -0.0 becomes +0.0: the victim search ranks scores by their bits
+        }
+      }
+    } else {
+      (void)k_row, (void)n, (void)method;
+    }
+  }
+  /// `scores[j][0, n) = ` the scores of the last `score_anchor` over `n` slots, every KV head. O(n_kv_heads · n);
+  /// no throw.
+  void take_anchor(float* scores, std::size_t stride, std::size_t n) const noexcept {
+    if constexpr (has_anchor_score<Score>) {
+      for (std::size_t j = 0; j < n_kv_heads_; ++j) std::copy_n(anchored_.data() + j * stride_, n, scores + j * stride);
+    } else {
+      (void)scores, (void)stride, (void)n;
+    }
+  }
+
  private:
   /// `key_score` of the K row at `row` (KV head `j`, slot `s`), checked finite and >= 0, a -0.0 returned
   /// as +0.0 (-0.0's bits sort above every positive float's in the victim search). Throws
@@ -520,6 +565,7 @@ class Scorer : private KeyScratch<has_key_score<Score>> {
   std::vector<std::exception_ptr> errors_;    // [q_head]: what `rows` threw, if anything
   std::vector<float> pooled_;   // [capacity] (`selection_scores` only, else empty): the selection scores
   std::vector<float> mean_;     // [kv_head][stride] (`kRanksMean` only, else empty): the ranked means
+  std::vector<float> anchored_;  // [kv_head][stride] (anchor hooks only, else empty): scores before take_anchor
 };
 
 }  // namespace detail

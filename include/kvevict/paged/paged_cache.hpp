@@ -153,6 +153,7 @@ class PagedCache final
     } else if constexpr (detail::has_key_score<Score>) {
       this->score_prompt_keys(0, P, "prefill");
     }
+    this->score_held_keys(P, "prefill");  // the anchor hooks (KeyDiff); no-op otherwise
     if (paged_.unit == EvictUnit::token) scorer_.check_selection(P, true, "prefill");
     // The newest prompt position, before compaction may evict it (w = 0): a decode step's token
     // must come after every position of the prompt, kept or not (as in Cache).
@@ -160,6 +161,8 @@ class PagedCache final
     // ---- nothing below can throw ----
     if constexpr (Score::kUsesLogits || detail::has_key_score<Score>)
       scorer_.fold(slots_.all_scores(), slots_.capacity(), P);
+    else if constexpr (detail::has_anchor_score<Score>)
+      scorer_.take_anchor(slots_.all_scores(), slots_.capacity(), P);
     else
       slots_.clear_scores();
     const float* summed = this->summed_scores(P);

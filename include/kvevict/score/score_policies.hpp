@@ -7,13 +7,15 @@
 // needs the whole prompt at once (`kWholePrompt`), the scores a prefill cut
 // ranks (`selection_scores`), a budget check (`validate_budget`), or a score
 // from each token's key alone instead of the logits (`key_score`; then no
-// logits are needed at all). SnapKVScore (snapkv_score.hpp) is built on them;
-// KeyNormScore (below) is a key score;
+// logits are needed at all), or from every key held (`anchor_add`, `anchor_finish`,
+// `anchor_score`). SnapKVScore (snapkv_score.hpp) is built on them;
+// KeyNormScore (below) is a key score, KeyDiffScore an anchor score;
 // examples/custom_score.cpp writes one in 40 lines. The contract a
 // custom score policy (and a custom temperature schedule) implements, hooks
 // included, is written, and checked, in kvevict/concepts.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -92,6 +94,54 @@ struct KeyNormScore {
     float sq = 0.0f;
     for (std::size_t i = 0; i < head_dim; ++i) sq += key[i] * key[i];
     return 1.0f / (1.0f + std::sqrt(sq));
+  }
+};
+
+/// KeyDiff's score (Park et al., 2025, arXiv 2504.15364, §3; kvpress's KeyDiffPress): keys that differ from the
+/// others carry what the rest does not, so a token's score on a KV head is how far its key points from the
+/// *anchor*, the mean of the unit-normalized keys the head holds: `1 − cos(k, a)`, in [0, 2], higher kept.
+/// `a = (1/n) Σ k_i / max(||k_i||, 1e-12)` over the `n` held keys; `cos(k, a) = Σ (k / max(||k||, 1e-8)) ·
+/// (a / max(||a||, 1e-8))` (torch's `F.normalize` and `F.cosine_similarity` epsilons); a value below 0 from
+/// rounding is stored as 0. Recomputed for every held token whenever tokens enter (the anchor hooks,
+/// concepts.hpp), so it reads no logits (`nullptr` accepted). The ranking is kvpress's (`−cos`, highest kept) up
+/// to float rounding. A key with a NaN or infinite element makes its head's anchor (or its own score) NaN: the
+/// cache throws `std::invalid_argument` naming the KV head and the first slot whose score is NaN (state
+/// unchanged). O(n · head_dim) per KV head per call.
+struct KeyDiffScore {
+  static constexpr const char* kName = "KeyDiff";
+  static constexpr bool kUsesLogits = false;
+  /// For an anchor score this flag only gives a ratio recent window H2O's floor of 1 token when k >= 2
+  /// (detail/budget_rule.hpp), as for KeyNormScore.
+  static constexpr bool kAccumulates = true;
+  static constexpr bool kUsesTemperature = false;
+  static constexpr bool kPrefillLastRow = false;
+  bool noisy() const { return false; }
+  /// `anchor += key / max(||key||, 1e-12)` (the norm summed in order, then `sqrt`). O(head_dim).
+  void anchor_add(const float* key, std::size_t head_dim, float* anchor) const noexcept {
+    const float inv = 1.0f / std::max(norm(key, head_dim), 1e-12f);
+    for (std::size_t i = 0; i < head_dim; ++i) anchor[i] += key[i] * inv;
+  }
+  /// The mean `a = anchor / n`, then `a / max(||a||, 1e-8)`, in place. O(head_dim).
+  void anchor_finish(float* anchor, std::size_t head_dim, std::size_t n) const noexcept {
+    const float inv_n = 1.0f / static_cast<float>(n);
+    for (std::size_t i = 0; i < head_dim; ++i) anchor[i] *= inv_n;
+    const float inv = 1.0f / std::max(norm(anchor, head_dim), 1e-8f);
+    for (std::size_t i = 0; i < head_dim; ++i) anchor[i] *= inv;
+  }
+  /// `max(0, 1 − Σ key[i] / max(||key||, 1e-8) · anchor[i])` against the finished anchor. O(head_dim).
+  float anchor_score(const float* key, std::size_t head_dim, const float* anchor) const noexcept {
+    const float inv = 1.0f / std::max(norm(key, head_dim), 1e-8f);
+    float dot = 0.0f;
+    for (std::size_t i = 0; i < head_dim; ++i) dot += key[i] * inv * anchor[i];
+    const float v = 1.0f - dot;
+    return v > 0.0f ? v : (v == v ? 0.0f : v);  // rounding below 0 stored as 0; NaN passed on (the cache throws)
+  }
+
+ private:
+  static float norm(const float* x, std::size_t d) noexcept {
+    float sq = 0.0f;
+    for (std::size_t i = 0; i < d; ++i) sq += x[i] * x[i];
+    return std::sqrt(sq);
   }
 };
 
