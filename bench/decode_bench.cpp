@@ -331,6 +331,7 @@ const char* bench_name(kvevict::Policy p) {
     case kvevict::Policy::tova: return "TOVADecodeStep";
     case kvevict::Policy::snapkv: return "SnapKVDecodeStep";
     case kvevict::Policy::knorm: return "KeyNormDecodeStep";
+    case kvevict::Policy::keydiff: return "KeyDiffDecodeStep";
   }
   return "?";
 }

@@ -229,6 +229,7 @@ const char* policy_label(kvevict::Policy p) {
     case kvevict::Policy::tova: return "TOVA";
     case kvevict::Policy::snapkv: return "SnapKV";
     case kvevict::Policy::knorm: return "KeyNorm";
+    case kvevict::Policy::keydiff: return "KeyDiff";
   }
   return "?";
 }

@@ -301,7 +301,7 @@ Subject make_subject(FuzzedDataProvider& in, const CacheConfig& config, const KV
       break;
     default: {
       static const Policy policies[] = {Policy::keyformer, Policy::h2o, Policy::streaming_llm, Policy::window,
-                                        Policy::tova, Policy::snapkv, Policy::knorm};
+                                        Policy::tova, Policy::snapkv, Policy::knorm, Policy::keydiff};
       const Policy p = in.PickValueInArray(policies);
       PolicyParams params;
       params.tau_init = pick_tau(in);

@@ -443,7 +443,7 @@ void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, Pag
   params.gumbel_noise = in.ConsumeBool();
   params.sinks = in.ConsumeIntegralInRange<std::size_t>(0, 5);
   static const Policy policies[] = {Policy::keyformer, Policy::h2o, Policy::streaming_llm, Policy::window,
-                                    Policy::tova, Policy::snapkv, Policy::knorm};
+                                    Policy::tova, Policy::snapkv, Policy::knorm, Policy::keydiff};
   const Policy p = in.PickValueInArray(policies);
   if (p == Policy::snapkv) {  // L and K including 0, even K and L > k (rejected); the three decode rules
     params.snap_window = in.ConsumeIntegralInRange<std::size_t>(0, 8);

@@ -51,6 +51,7 @@ struct WindowCache : PyCache { using PyCache::PyCache; };
 struct TOVACache : PyCache { using PyCache::PyCache; };
 struct SnapKVCache : PyCache { using PyCache::PyCache; };
 struct KeyNormCache : PyCache { using PyCache::PyCache; };
+struct KeyDiffCache : PyCache { using PyCache::PyCache; };
 
 /// Binds the subclass `Sub` of Cache for policy `policy`: the same options, without `policy`.
 template <class Sub>
@@ -133,6 +134,11 @@ void bind_cache(py::module_& m) {
                             "Cache('knorm', ...): the key norm (Devoto et al. 2024; kvpress's Knorm): each token's "
                             "score is 1 / (1 + ||k||) of its key, set when it enters; no logits (prefill() and "
                             "decode_step() take None); recent window + the smallest norms.");
+  bind_preset<KeyDiffCache>(m, "KeyDiff", "keydiff",
+                            "Cache('keydiff', ...): KeyDiff (Park et al. 2025; kvpress's KeyDiff): each held token's "
+                            "score is 1 - cos(k, a), a the mean unit key the KV head holds, recomputed whenever "
+                            "tokens enter; no logits (prefill() and decode_step() take None); recent window + the "
+                            "keys least like the rest.");
 
   m.def("attention_logits",
         [](PyCache& cache, py::handle q, py::handle scale, py::handle bias, py::handle out) {

@@ -33,15 +33,16 @@ Cache(policy, *, n_q_heads, budget='50%', recent=None, n_kv_heads=None, capacity
       noise=None, seed=None, shared_heads=False, snap_window=None, snap_kernel=None,
       snap_pooling=None, snap_decode=None, mean_attention=None)
 
-policy      'keyformer', 'h2o', 'streaming', 'window', 'tova', 'snapkv' or 'knorm' (key norm: each
-            token scored 1 / (1 + ||k||) from its key when appended, no logits) (or use the subclasses
-            kvevict.Keyformer, H2O, StreamingLLM, Window, TOVA, SnapKV, KeyNorm).
+policy      'keyformer', 'h2o', 'streaming', 'window', 'tova', 'snapkv', 'knorm' (key norm: each
+            token scored 1 / (1 + ||k||) from its key when appended, no logits) or 'keydiff' (every
+            held token scored 1 - cos(k, mean unit key) whenever tokens enter, no logits) (or use the
+            subclasses kvevict.Keyformer, H2O, StreamingLLM, Window, TOVA, SnapKV, KeyNorm, KeyDiff).
 n_q_heads   query heads of the layer, a positive multiple g * n_kv_heads (GQA: query head h
             reads KV head h // g). Required.
 budget      k, tokens kept per KV head: an int (tokens), a float r (k = floor(r * P) at
             prefill) or a percentage string ('50%', the default).
 recent      w, the recent window always kept: an int (tokens), a float q (w = floor(q * k)) or
-            '30%' (the default for 'keyformer', 'h2o', 'snapkv' and 'knorm'). Must resolve to <= k; must be 0
+            '30%' (the default for 'keyformer', 'h2o', 'snapkv', 'knorm' and 'keydiff'). Must resolve to <= k; must be 0
             for 'tova', 'streaming' and 'window' (the last two keep the most recent k - sinks tokens).
 Storage     owned: n_kv_heads, capacity (slots per KV head; at least max(P, k + 1)), head_dim
             and dtype ('float32', the default, or 'float16'), zero-initialised; or wrapped: k and v,
@@ -89,8 +90,8 @@ constexpr const char* kPrefill =
     R"doc(Scores the prompt and evicts every KV head to min(k, P) tokens (Keyformer Algorithm 1,
 prompt phase). Every KV head must hold the P prompt tokens (positions strictly ascending).
 logits: float32 [n_q_heads, P, P], x[h, r, c] = logit of query r against slot c (only c <= r
-is read; -inf = masked); may be None for 'streaming', 'window' (no score) and 'knorm' (scored from
-the keys); ignored by them when given.
+is read; -inf = masked); may be None for 'streaming', 'window' (no score), 'knorm' and 'keydiff' (scored
+from the keys); ignored by them when given.
 gumbel: optional pre-drawn noise, same shape ('keyformer' with noise=True only).
 The GIL is released while it runs. O(n_q_heads * P^2). ValueError (the library's message) on a
 second prefill, a budget resolving to 0, w > k, NaN / +inf logits, ...; the cache is then unchanged.)doc";
@@ -98,7 +99,7 @@ second prefill, a budget resolving to 0, w > k, NaN / +inf logits, ...; the cach
 constexpr const char* kDecodeStep =
     R"doc(One decode step after appending the new token (every head holds n = previous length + 1
 slots): logits float32 [n_q_heads, n] by slot (as kvevict.attention_logits returns them;
-None allowed for 'streaming' / 'window' / 'knorm'); gumbel optional, same shape. Scores the step at tau_t
+None allowed for 'streaming' / 'window' / 'knorm' / 'keydiff'); gumbel optional, same shape. Scores the step at tau_t
 and, if n > k, evicts one slot per KV head by moving slot n - 1 into it (slot order is then
 not position order). No allocation in C++; the GIL is released. O(n_q_heads * n).
 ValueError (the library's message) if called before prefill, on a wrong n, NaN / +inf logits, ...;

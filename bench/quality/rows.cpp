@@ -12,7 +12,7 @@ namespace kvquality {
 namespace {
 
 const std::vector<std::string> kBases{"keyformer", "keyformer-nonoise", "h2o",    "streaming", "window",
-                                      "tova",      "snapkv",            "knorm", "oracle"};
+                                      "tova",      "snapkv",            "knorm", "keydiff", "oracle"};
 
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw kvcli::UsageError("--policies", "row '" + spec + "': " + why + " (see --help for the row syntax)");
@@ -27,12 +27,12 @@ bool all_digits(const std::string& s) {
 std::string row_spec_help() {
   return "rows to run, comma-separated specs BASE[+MOD]...[@KEY=VALUE]... (default: keyformer,keyformer-nonoise,"
          "h2o,streaming,window,tova,snapkv). BASE: keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, knorm "
-         "(key norm: 1 / (1 + ||k||), no logits), oracle (the "
+         "(key norm: 1 / (1 + ||k||), no logits), keydiff (1 - cos(k, mean unit key), no logits), oracle (the "
          "reference bound: evicts the token the full cache attends least over the rest of the window; not a "
          "policy). MOD: +shared (one selection per layer), +reindexed (positions re-indexed after each eviction), "
          "+pyramid (PyramidKV per-layer budgets, beta 20), +mean (h2o/keyformer: rank the accumulated score divided by "
          "the number of queries that scored each token, kvevict::H2OMean / KeyformerMean), "
-         "+boundedC (bounded prefill in chunks of C). KEY: @recent=Q (w = floor(Q k), keyformer/h2o/snapkv/knorm/oracle), "
+         "+boundedC (bounded prefill in chunks of C). KEY: @recent=Q (w = floor(Q k), keyformer/h2o/snapkv/knorm/keydiff/oracle), "
          "@seeds=N (Keyformer with noise), @noise=S (Keyformer's noise scaled by S in (0, 1]), @kernel=K (snapkv pooling kernel, odd), @decode=h2o|window|keyformer "
          "(snapkv decode rule; keyformer: Gumbel noise and the tau schedule). E.g. keyformer@recent=0.5,h2o+shared,"
          "keyformer+bounded32@seeds=3,snapkv@kernel=11@decode=keyformer,oracle";
@@ -61,7 +61,8 @@ RowSpec parse_row_spec(const std::string& text) {
   const std::string& base = parts[0];
   if (std::find(kBases.begin(), kBases.end(), base) == kBases.end())
     bad(text, "unknown base '" + base +
-                  "'; expected keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, knorm or oracle");
+                  "'; expected keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, knorm, keydiff or "
+                  "oracle");
   row.policy = base == "keyformer-nonoise" ? "keyformer" : base;
   row.noise = base != "keyformer-nonoise";
   const bool oracle = row.policy == "oracle";
@@ -106,8 +107,9 @@ RowSpec parse_row_spec(const std::string& text) {
     if (eq == std::string::npos || value.empty()) bad(text, "'@" + kv + "' needs a value, e.g. @recent=0.5 or @seeds=3");
     if (key == "recent") {
       if (row.recent) bad(text, "@recent given twice");
-      if (row.policy != "keyformer" && row.policy != "h2o" && row.policy != "snapkv" && row.policy != "knorm" && !oracle)
-        bad(text, "@recent needs keyformer, keyformer-nonoise, h2o, snapkv, knorm or oracle (" + base +
+      if (row.policy != "keyformer" && row.policy != "h2o" && row.policy != "snapkv" && row.policy != "knorm" &&
+          row.policy != "keydiff" && !oracle)
+        bad(text, "@recent needs keyformer, keyformer-nonoise, h2o, snapkv, knorm, keydiff or oracle (" + base +
                       " has no separate recent window)");
       char* end = nullptr;
       const double q = std::strtod(value.c_str(), &end);

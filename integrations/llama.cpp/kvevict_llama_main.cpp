@@ -193,6 +193,10 @@ int main(int argc, char** argv) {
     if (fa != "on" && fa != "off") throw kvcli::UsageError("--flash-attn", "expected on or off, got '" + fa + "'");
     const bool flash = fa == "on";
     const kvevict::Policy policy = full ? kvevict::Policy::h2o : kvevict::parse_policy(flags.policy);
+    if (policy == kvevict::Policy::keydiff)
+      throw kvcli::UsageError("--policy", "keydiff rescores every held key of every layer at each step; kvevict-llama "
+                                          "does not run it (it runs knorm, the other key score; keydiff runs in "
+                                          "kvevict-generate, Python and KVEvictCache)");
     if (flash && !full && kvevict_llama::Evictor::needs_scores(policy))
       throw kvcli::UsageError("--flash-attn", "on: --policy " + flags.policy +
                                                   " scores tokens from attention probabilities, which llama.cpp "

@@ -54,7 +54,7 @@ __all__ = ["KVEvictCache", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ATTENTION"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 SUPPORTED_ATTENTION = ("sdpa", "eager")
-POLICIES = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm")
+POLICIES = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff")
 _EVICT = ("step", "prefill")
 _OPTION_NAMES = ("recent", "sinks", "tau_init", "tau_end", "horizon", "noise", "seed", "shared_heads",
                  "snap_window", "snap_kernel", "snap_pooling", "snap_decode", "mean_attention")
@@ -225,7 +225,7 @@ class KVEvictLayer(CacheLayerMixin):
             if not self.prefilled:
                 self.prefilled = True
             return
-        needs_logits = o.policy not in ("streaming", "window", "knorm")  # knorm: scored from the keys alone
+        needs_logits = o.policy not in ("streaming", "window", "knorm", "keydiff")  # knorm, keydiff: from the keys
         if not self.prefilled:
             logits = self._prompt_logits(module, kwargs) if needs_logits else None
             self.kv.prefill(logits)
@@ -319,7 +319,8 @@ class KVEvictCache(Cache):
     KVEvictCache(model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False, **options)
 
     model     a Llama / Mistral / Qwen2 / Qwen3 causal LM (float32, CPU, attn_implementation 'sdpa' or 'eager').
-    policy    'keyformer', 'h2o', 'streaming', 'window', 'tova', 'snapkv', 'knorm' (key norm: no logits) or 'full' (no eviction).
+    policy    'keyformer', 'h2o', 'streaming', 'window', 'tova', 'snapkv', 'knorm' (key norm: no logits), 'keydiff'
+              (KeyDiff: no logits) or 'full' (no eviction).
     budget    k per KV head: an int (tokens, at most the prompt's length), a float in (0, 1] (k = floor(r P)) or
               a string ('64', '0.5', '50%'), as kvevict.Cache and the command-line tools take it.
     recent    the recent window w, as kvevict.Cache (default 30% of k for keyformer, h2o, snapkv).

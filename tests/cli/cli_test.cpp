@@ -296,6 +296,11 @@ std::vector<Case> cases() {
        "1,2,3,4,5,6,7,8 --print-ids --steps 2", 0, {"[keyformer k=4 w=1 sinks=0]"}},
       {"GenKeyNorm", G, kTiny + "--policy knorm --budget 4 --prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0,
        {"[knorm k=4 w=1 sinks=0]"}},
+      {"GenKeyDiff", G, kTiny + "--policy keydiff --budget 4 --prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0,
+       {"[keydiff k=4 w=1 sinks=0]"}},
+      {"GenKeyDiffTau", G, kTiny + "--policy keydiff --tau-init 1.5 --prompt-ids 1", 2,
+       {"--tau-init: only --policy keyformer (or snapkv with --snap-decode keyformer) has a temperature schedule (the "
+        "policy is keydiff); drop --tau-init"}},
       {"GenKeyNormMeanAttention", G, kTiny + "--policy knorm --mean-attention --prompt-ids 1", 2,
        {"--mean-attention: only --policy h2o or keyformer accumulates a score over every query (the policy is "
         "knorm); drop --mean-attention"}},

@@ -183,7 +183,7 @@ def test_injected_gumbel_equals_shifted_logits():
 
 def test_subclasses_and_factory():
     for cls, name in [(kvevict.H2O, "h2o"), (kvevict.StreamingLLM, "streaming"), (kvevict.Window, "window"),
-                      (kvevict.TOVA, "tova"), (kvevict.KeyNorm, "knorm")]:
+                      (kvevict.TOVA, "tova"), (kvevict.KeyNorm, "knorm"), (kvevict.KeyDiff, "keydiff")]:
         extra = dict(sinks=1) if cls is kvevict.StreamingLLM else {}
         c = cls(n_q_heads=2, n_kv_heads=1, capacity=4, head_dim=2, budget=2, **extra)
         assert isinstance(c, kvevict.Cache) and c.policy == name
@@ -302,6 +302,29 @@ def test_knorm_keeps_the_smallest_key_norms_without_logits():
             c.append(p, np.ones((1, 1), np.float32), np.zeros((1, 1), np.float32))
         c.prefill(None if policy == "knorm" else np.zeros((1, 6, 6), np.float32))
         assert c.recent_window == 1, policy
+
+
+def test_keydiff_keeps_the_keys_least_like_the_rest_without_logits():
+    # tests/key_diff_test.cpp's hand example: k = 3, w = 1; kept {1, 3, 4}, then {3, 4, 5}, {3, 4, 6}, {4, 6, 7}.
+    keys = [(1, 0), (0, 1), (1, 0.1), (-1, 0), (2, 0.5), (0, 1), (1, 2), (-1, -1)]
+    c = kvevict.Cache("keydiff", n_q_heads=1, n_kv_heads=1, capacity=9, head_dim=2, budget=3, recent=1)
+    assert c.policy == "keydiff"
+    for p in range(5):
+        c.append(p, np.array([keys[p]], np.float32), np.zeros((1, 2), np.float32))
+    c.prefill()  # no logits
+    assert c.retained_positions(0) == [1, 3, 4]
+    for p, kept in ((5, [3, 4, 5]), (6, [3, 4, 6]), (7, [4, 6, 7])):
+        c.append(p, np.array([keys[p]], np.float32), np.zeros((1, 2), np.float32))
+        c.decode_step()
+        assert c.retained_positions(0) == kept
+    # The last step's scores against the anchor of 3, 4, 6, 7 (double precision, within float rounding).
+    held = np.array([keys[p] for p in (3, 4, 6, 7)], np.float64)
+    unit = held / np.linalg.norm(held, axis=1, keepdims=True)
+    anchor = unit.mean(axis=0) / np.linalg.norm(unit.mean(axis=0))
+    want = dict(zip((3, 4, 6, 7), 1 - unit @ anchor))
+    got = dict(zip(c.positions(0).tolist(), c.scores(0)[:3].tolist()))
+    for p in (4, 6, 7):
+        assert abs(got[p] - want[p]) < 1e-5, (p, got[p], want[p])
 
 
 def test_budget_resolved_and_repr_before_prefill():

@@ -109,6 +109,8 @@ std::vector<Case> cases() {
       {"UnknownPolicy", good_json("--policy lru"), "--policy: unknown policy 'lru'"},
       {"KeyNormNeedsKeys", good_json("--policy knorm"),
        "--policy: knorm scores each token from its key, which a trace of logits does not hold"},
+      {"KeyDiffNeedsKeys", good_json("--policy keydiff"),
+       "--policy: keydiff scores each token from its key, which a trace of logits does not hold"},
       {"RecentLargerThanBudget", good_json("--budget 2 --recent 3"), "--recent: w = 3 exceeds the budget k = 2"},
       {"BudgetZero", good_json("--budget 0"), "--budget: must be >= 1 (got 0)"},
       {"BudgetNegative", good_json("--budget -1"),

@@ -283,7 +283,7 @@ def test_refuses_bad_options(llama):
                                          r"which its temperature rises from tau_init to tau_end"):
         KVEvictCache(llama, policy="keyformer")
     with pytest.raises(ValueError, match=r"^KVEvictCache: unknown policy 'lru'; expected one of full, keyformer, "
-                                         r"h2o, streaming, window, tova, snapkv, knorm$"):
+                                         r"h2o, streaming, window, tova, snapkv, knorm, keydiff$"):
         KVEvictCache(llama, policy="lru")
     with pytest.raises(ValueError, match="sinks"):  # kvevict's own check: an option the policy does not use
         KVEvictCache(llama, policy="h2o", sinks=2)
@@ -350,6 +350,15 @@ def test_prefill_only_knorm_equals_kvpress_knorm():
     KnormPress (score -||k||). The same logits afterwards (the kept sets the same in every layer and head)."""
     import kvpress
     assert prefill_only_against_kvpress(kvpress.KnormPress(compression_ratio=0.5), "knorm", 8, 12, recent=0) <= 1e-5
+
+
+def test_prefill_only_keydiff_equals_kvpress_keydiff():
+    """kvevict's KeyDiff with no recent window keeps, per KV head, the k keys least like the mean unit key (highest
+    1 - cos): kvpress's KeyDiffPress (score -cos). The same logits afterwards; and at every step the cache computes
+    no attention logits for it (a key score)."""
+    import kvpress
+    assert prefill_only_against_kvpress(kvpress.KeyDiffPress(compression_ratio=0.5), "keydiff", 8, 12,
+                                        recent=0) <= 1e-5
 
 
 def test_layer_seeds_are_the_engines():

@@ -10,7 +10,7 @@ namespace kvcli::detail {
 
 inline bool is_eviction_policy(const std::string& p) {
   return p == "keyformer" || p == "h2o" || p == "streaming" || p == "window" || p == "tova" || p == "snapkv" ||
-         p == "knorm";
+         p == "knorm" || p == "keydiff";
 }
 
 // "--budget 50%" / "--budget-ratio 0.5" as the user typed it, for messages.

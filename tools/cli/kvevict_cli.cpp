@@ -57,11 +57,11 @@ void EvictionFlags::validate() {
   if (!policy_text.empty()) {
     if (policy_text != "full" && !is_eviction_policy(policy_text) && policy_text != "streamingllm")
       throw UsageError("--policy", "unknown policy '" + policy_text +
-                                       "' (expected keyformer, h2o, streaming, window, tova, snapkv or knorm" +
+                                       "' (expected keyformer, h2o, streaming, window, tova, snapkv, knorm or keydiff" +
                                        (allow_full ? std::string(", or full") : std::string()) + ")");
     if (policy_text == "full" && !allow_full)
       throw UsageError("--policy", "'full' keeps every token; this tool replays an eviction policy (expected "
-                                   "keyformer, h2o, streaming, window, tova, snapkv or knorm)");
+                                   "keyformer, h2o, streaming, window, tova, snapkv, knorm or keydiff)");
     policy = policy_text == "streamingllm" ? "streaming" : policy_text;
   }
   const bool any = sweep;  // the tool runs every policy: policy-specific flags all apply

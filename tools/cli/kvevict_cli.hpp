@@ -92,7 +92,7 @@ struct EvictionFlags {
   bool mean_attention = false;     ///< --mean-attention (h2o, keyformer: PolicyParams::mean_attention)
 
   // ---- validated by validate() ----
-  std::string policy = "full";     ///< full, keyformer, h2o, streaming, window, tova, snapkv, knorm
+  std::string policy = "full";     ///< full, keyformer, h2o, streaming, window, tova, snapkv, knorm, keydiff
   Amount budget;                   ///< --budget; default 50% of the prompt
   bool budget_given = false;       ///< the user typed --budget / --budget-ratio
   std::string budget_flag = "--budget";  ///< the flag the user typed for the budget

@@ -53,7 +53,7 @@ Resolved resolve(const EvictionFlags& f, std::size_t prompt_len, const std::stri
     return r;
   }
   if (policy == "tova") return r;  // w = 0
-  // keyformer, h2o, snapkv, knorm
+  // keyformer, h2o, snapkv, knorm, keydiff
   const Amount recent = f.recent ? *f.recent : parse_amount(defaults::kRecent, "--recent", AmountKind::recent);
   if (recent.is_ratio) {
     r.w = static_cast<std::size_t>(std::floor(recent.ratio * static_cast<double>(r.k)));

@@ -41,8 +41,8 @@ Plan make_plan(const Trace& trace, const Options& o) {
     throw InputError("--policy",
                      "unknown policy '" + o.policy + "' (expected keyformer, h2o, streaming, window, tova or snapkv)");
   }
-  if (plan.policy == kvevict::Policy::knorm)
-    throw InputError("--policy", "knorm scores each token from its key, which a trace of logits does not hold "
+  if (plan.policy == kvevict::Policy::knorm || plan.policy == kvevict::Policy::keydiff)
+    throw InputError("--policy", o.policy + " scores each token from its key, which a trace of logits does not hold "
                                  "(expected keyformer, h2o, streaming, window, tova or snapkv)");
   const std::size_t P = trace.P(), N = trace.n_tokens;
 

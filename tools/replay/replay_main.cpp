@@ -75,9 +75,10 @@ int main(int argc, char** argv) {
   return kvcli::run_tool("kvevict-replay", app, argc, argv, [&]() -> int {
     try {
       // Every flag first, before any file is read; a policy the replay cannot run before its options.
-      if (flags.policy_text == "knorm")
-        throw kvcli::UsageError("--policy", "knorm scores each token from its key, which a trace of logits does not "
-                                            "hold (expected keyformer, h2o, streaming, window, tova or snapkv)");
+      if (flags.policy_text == "knorm" || flags.policy_text == "keydiff")
+        throw kvcli::UsageError("--policy", flags.policy_text + " scores each token from its key, which a trace of "
+                                            "logits does not hold (expected keyformer, h2o, streaming, window, tova "
+                                            "or snapkv)");
       flags.validate();
       // Keyformer's own flags with another policy: an error, as every unused flag (the default is accepted).
       if (flags.policy != "keyformer" &&

@@ -201,12 +201,12 @@ def kvevict_row(name):
             sys.exit(f"side_by_side.py: --rows kvevict:{name}: unknown modifier '+{mod}' (keyformer, h2o take +mean)")
     for kv in keys:
         key, _, value = kv.partition("=")
-        if key == "recent" and value and policy in ("keyformer", "h2o", "snapkv", "knorm"):
+        if key == "recent" and value and policy in ("keyformer", "h2o", "snapkv", "knorm", "keydiff"):
             opts["recent"] = f"{float(value) * 100:g}%"
         elif policy == "snapkv" and key in ("kernel", "decode") and value:
             opts["snap_kernel" if key == "kernel" else "snap_decode"] = int(value) if key == "kernel" else value
         else:
-            sys.exit(f"side_by_side.py: --rows kvevict:{name}: unknown key '@{kv}' (keyformer, h2o, snapkv, knorm take "
+            sys.exit(f"side_by_side.py: --rows kvevict:{name}: unknown key '@{kv}' (keyformer, h2o, snapkv, knorm, keydiff take "
                      "@recent=Q; snapkv @kernel=K, @decode=D)")
     return policy, opts
 

@@ -149,6 +149,8 @@ case "$case_name" in
       --model "$MODEL" --prompt hi --policy knorm --trace-out "$w/t.npy"
     refuses "kvevict-llama: --keys-out: records the keys a key score is given: it needs --policy knorm (got h2o)" \
       --model "$MODEL" --prompt hi --policy h2o --keys-out "$w/k.npy"
+    refuses "kvevict-llama: --policy: keydiff rescores every held key of every layer at each step; kvevict-llama does not run it (it runs knorm, the other key score; keydiff runs in kvevict-generate, Python and KVEvictCache)" \
+      --model "$MODEL" --prompt hi --policy keydiff
     refuses "kvevict-llama: --recent: w = 0 (k = 64): llama.cpp decodes each new token at the position right after the last one the sequence holds, so the newest token must be kept; give a recent window w >= 1 (--recent 1, or a ratio with k >= 2)" \
       --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --policy knorm --budget 64 --recent 0
     # The default budget (50 %) of a 3-token prompt: k = 1, w = 0; the flag named is the one that made it so.
