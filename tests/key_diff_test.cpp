@@ -37,15 +37,7 @@ struct Layer {
   }
 };
 
-/// KV head j's scores by position (slots are not in position order after an eviction).
-std::vector<float> scores_by_position(const kvevict::CacheInterface& c, std::size_t j = 0) {
-  std::vector<std::size_t> slot(c.length(j));
-  std::iota(slot.begin(), slot.end(), std::size_t{0});
-  std::sort(slot.begin(), slot.end(), [&](std::size_t a, std::size_t b) { return c.positions(j)[a] < c.positions(j)[b]; });
-  std::vector<float> out;
-  for (std::size_t s : slot) out.push_back(c.scores(j)[s]);
-  return out;
-}
+using kvtest::scores_by_position;
 
 /// The score of each of `keys` (`[n][d]`) against their own anchor, in double: the closed form.
 std::vector<double> closed_form(const std::vector<std::vector<double>>& keys) {
@@ -134,29 +126,12 @@ TEST(KeyDiff, FactoryIgnoresLogitsAndChunksEqualOneShot) {
   EXPECT_EQ(kvevict::parse_policy("keydiff"), kvevict::Policy::keydiff);
   EXPECT_STREQ(kvevict::policy_name(kvevict::Policy::keydiff), "keydiff");
   EXPECT_TRUE(kvevict::takes_recent_window(kvevict::Policy::keydiff));
-  Layer a, b;
-  kvevict::KeyDiff preset(config(3, 1), a.kv);
-  auto made = kvevict::make_cache(kvevict::Policy::keydiff, config(3, 1), b.kv);
-  std::vector<float> x(5 * 5, 0.0f);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.0f;  // anything: never read
-  for (std::int64_t p = 0; p < 5; ++p) a.append(p);
-  preset.prefill(nullptr, 5);
-  b.append(0), b.append(1);
-  made->prefill_chunk(x.data(), 2, 2);
-  // Between chunks every held key is scored against the anchor of the keys so far: (1, 0) and (0, 1), 1 - cos 45°.
-  EXPECT_NEAR(made->scores(0)[0], 1.0 - std::sqrt(0.5), 1e-5);
-  EXPECT_NEAR(made->scores(0)[1], 1.0 - std::sqrt(0.5), 1e-5);
-  for (std::int64_t p = 2; p < 5; ++p) b.append(p);
-  made->prefill_chunk(x.data(), 3, 5);
-  made->finish_prefill();
-  EXPECT_EQ(made->retained_positions(0), preset.retained_positions(0));
-  EXPECT_EQ(scores_by_position(*made), scores_by_position(preset));
-  for (std::int64_t p = 5; p < 8; ++p) {
-    a.append(p), b.append(p);
-    preset.decode_step(nullptr, a.kv.length(0));
-    made->decode_step(x.data(), b.kv.length(0));
-    EXPECT_EQ(made->retained_positions(0), preset.retained_positions(0)) << p;
-  }
+  kvtest::expect_factory_and_chunks_equal_preset<kvevict::KeyDiff, Layer>(
+      kvevict::Policy::keydiff, config(3, 1), 5, 8, [](const kvevict::CacheInterface& made) {
+        // Between chunks every held key is scored against the anchor of the keys so far: (1, 0) and (0, 1), 1 - cos 45°.
+        EXPECT_NEAR(made.scores(0)[0], 1.0 - std::sqrt(0.5), 1e-5);
+        EXPECT_NEAR(made.scores(0)[1], 1.0 - std::sqrt(0.5), 1e-5);
+      });
 }
 
 // The reference: kept positions of every KV head after a prefill of P tokens and then each decode step, from the
@@ -357,12 +332,7 @@ TEST(KeyDiff, RatioRecentWindowHasH2OsFloor) {
 
 TEST(KeyDiff, ParamsOfOtherPoliciesAreRefused) {
   Layer l;
-  kvevict::PolicyParams p;
-  p.mean_attention = true;
-  EXPECT_THROW((void)kvevict::make_cache(kvevict::Policy::keydiff, config(3, 1), l.kv, p), std::invalid_argument);
-  p = kvevict::PolicyParams();
-  p.noise_scale = 0.5f;
-  EXPECT_THROW((void)kvevict::make_cache(kvevict::Policy::keydiff, config(3, 1), l.kv, p), std::invalid_argument);
+  kvtest::expect_refuses_other_policies_params(kvevict::Policy::keydiff, config(3, 1), l.kv);
 }
 
 }  // namespace

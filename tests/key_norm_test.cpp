@@ -38,15 +38,7 @@ struct Layer {
   }
 };
 
-/// KV head j's scores in position order (the slots are not kept sorted after an eviction).
-std::vector<float> scores_of(const kvevict::CacheInterface& c, std::size_t j = 0) {
-  std::vector<std::size_t> slot(c.length(j));
-  std::iota(slot.begin(), slot.end(), std::size_t{0});
-  std::sort(slot.begin(), slot.end(), [&](std::size_t a, std::size_t b) { return c.positions(j)[a] < c.positions(j)[b]; });
-  std::vector<float> out;
-  for (std::size_t s : slot) out.push_back(c.scores(j)[s]);
-  return out;
-}
+using kvtest::scores_by_position;
 
 TEST(KeyNorm, ScoreIsOneOverOnePlusTheNorm) {
   const kvevict::KeyNormScore s;
@@ -65,14 +57,14 @@ TEST(KeyNorm, KeepsTheSmallestNormsBesideTheRecentWindow) {
   for (std::int64_t p = 0; p < 6; ++p) l.append(p);
   cache.prefill(nullptr, 6);
   EXPECT_EQ(cache.retained_positions(0), (Positions{0, 2, 4, 5}));
-  EXPECT_EQ(scores_of(cache), (std::vector<float>{0.5f, 1.0f / 3.0f, 0.25f, 0.125f}));
+  EXPECT_EQ(scores_by_position(cache), (std::vector<float>{0.5f, 1.0f / 3.0f, 0.25f, 0.125f}));
   l.append(6);
   cache.decode_step(nullptr, l.kv.length(0));
   EXPECT_EQ(cache.retained_positions(0), (Positions{0, 2, 4, 6}));
   l.append(7);
   cache.decode_step(nullptr, l.kv.length(0));
   EXPECT_EQ(cache.retained_positions(0), (Positions{0, 2, 6, 7}));
-  EXPECT_EQ(scores_of(cache), (std::vector<float>{0.5f, 1.0f / 3.0f, 1.0f / 1.5f, 1.0f / 9.0f}));
+  EXPECT_EQ(scores_by_position(cache), (std::vector<float>{0.5f, 1.0f / 3.0f, 1.0f / 1.5f, 1.0f / 9.0f}));
 }
 
 // make_cache(Policy::knorm) is the preset; logits, when given, are ignored; chunked prefill equals one-shot.
@@ -80,26 +72,8 @@ TEST(KeyNorm, FactoryIgnoresLogitsAndChunksEqualOneShot) {
   EXPECT_EQ(kvevict::parse_policy("knorm"), kvevict::Policy::knorm);
   EXPECT_STREQ(kvevict::policy_name(kvevict::Policy::knorm), "knorm");
   EXPECT_TRUE(kvevict::takes_recent_window(kvevict::Policy::knorm));
-  Layer a, b;
-  kvevict::KeyNorm preset(config(4, 1), a.kv);
-  auto made = kvevict::make_cache(kvevict::Policy::knorm, config(4, 1), b.kv);
-  std::vector<float> x(6 * 6, 0.0f);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.0f;  // anything: never read
-  for (std::int64_t p = 0; p < 6; ++p) a.append(p);
-  preset.prefill(nullptr, 6);
-  b.append(0), b.append(1);
-  made->prefill_chunk(x.data(), 2, 2);
-  for (std::int64_t p = 2; p < 6; ++p) b.append(p);
-  made->prefill_chunk(x.data(), 4, 6);
-  made->finish_prefill();
-  EXPECT_EQ(made->retained_positions(0), preset.retained_positions(0));
-  EXPECT_EQ(scores_of(*made), scores_of(preset));
-  for (std::int64_t p = 6; p < 8; ++p) {
-    a.append(p), b.append(p);
-    preset.decode_step(nullptr, a.kv.length(0));
-    made->decode_step(x.data(), b.kv.length(0));
-    EXPECT_EQ(made->retained_positions(0), preset.retained_positions(0)) << p;
-  }
+  kvtest::expect_factory_and_chunks_equal_preset<kvevict::KeyNorm, Layer>(kvevict::Policy::knorm, config(4, 1), 6, 8,
+                                                                           [](const kvevict::CacheInterface&) {});
 }
 
 // Two KV heads: per head each keeps its own smallest norms; shared, the sum of the two heads' scores ranks.
@@ -208,12 +182,7 @@ TEST(KeyNorm, RatioRecentWindowHasH2OsFloor) {
 
 TEST(KeyNorm, ParamsOfOtherPoliciesAreRefused) {
   Layer l;
-  kvevict::PolicyParams p;
-  p.mean_attention = true;
-  EXPECT_THROW((void)kvevict::make_cache(kvevict::Policy::knorm, config(4, 1), l.kv, p), std::invalid_argument);
-  p = kvevict::PolicyParams();
-  p.noise_scale = 0.5f;
-  EXPECT_THROW((void)kvevict::make_cache(kvevict::Policy::knorm, config(4, 1), l.kv, p), std::invalid_argument);
+  kvtest::expect_refuses_other_policies_params(kvevict::Policy::knorm, config(4, 1), l.kv);
 }
 
 }  // namespace

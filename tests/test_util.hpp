@@ -1,8 +1,10 @@
 // Helpers shared by the cache tests: a layer whose K/V rows encode their token.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -96,6 +98,59 @@ inline kvevict::CacheConfig token_config(std::size_t k, std::size_t w, std::size
 
 /// One paged sequence over its own pool: 8 pages of 2 slots, 1 KV head, head_dim 2 (float, NHD).
 /// `append(p)` writes K = (k_value(p, 0, 0), k_value(p, 0, 1)), `append(p, k0)` writes K = (k0, 0); V = -K.
+/// KV head j's scores in position order (the slots are not kept sorted after an eviction). O(n log n).
+inline std::vector<float> scores_by_position(const kvevict::CacheInterface& c, std::size_t j = 0) {
+  std::vector<std::size_t> slot(c.length(j));
+  for (std::size_t s = 0; s < slot.size(); ++s) slot[s] = s;
+  std::sort(slot.begin(), slot.end(), [&](std::size_t a, std::size_t b) { return c.positions(j)[a] < c.positions(j)[b]; });
+  std::vector<float> out;
+  for (std::size_t s : slot) out.push_back(c.scores(j)[s]);
+  return out;
+}
+
+/// A policy scored from the keys (no logits): `make_cache(policy, cfg)` over layer `b` runs as the preset `Preset` over
+/// layer `a` (both `Layer`s with `kv` and `append(position)`), logits given to it are ignored, and two prompt chunks
+/// (2 tokens, then `P − 2`) end as the preset's one-shot prefill of `P` (same kept positions and scores), then
+/// decode steps for positions `P .. total − 1` keep the same positions. `between(cache)` runs after the first chunk.
+template <class Preset, class Layer, class Between>
+void expect_factory_and_chunks_equal_preset(kvevict::Policy policy, const kvevict::CacheConfig& cfg, std::int64_t P,
+                                            std::int64_t total, Between between) {
+  Layer a, b;
+  Preset preset(cfg, a.kv);
+  auto made = kvevict::make_cache(policy, cfg, b.kv);
+  std::vector<float> x(static_cast<std::size_t>(P * P), 0.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.0f;  // anything: never read
+  for (std::int64_t p = 0; p < P; ++p) a.append(p);
+  preset.prefill(nullptr, static_cast<std::size_t>(P));
+  b.append(0), b.append(1);
+  made->prefill_chunk(x.data(), 2, 2);
+  between(*made);
+  for (std::int64_t p = 2; p < P; ++p) b.append(p);
+  made->prefill_chunk(x.data(), static_cast<std::size_t>(P - 2), static_cast<std::size_t>(P));
+  made->finish_prefill();
+  EXPECT_EQ(made->retained_positions(0), preset.retained_positions(0));
+  EXPECT_EQ(scores_by_position(*made), scores_by_position(preset));
+  for (std::int64_t p = P; p < total; ++p) {
+    a.append(p), b.append(p);
+    preset.decode_step(nullptr, a.kv.length(0));
+    made->decode_step(x.data(), b.kv.length(0));
+    EXPECT_EQ(made->retained_positions(0), preset.retained_positions(0)) << p;
+  }
+}
+
+/// A policy without Keyformer's or H2O's options refuses them at construction: `mean_attention` and a
+/// `noise_scale` other than 1 each throw `std::invalid_argument` from `make_cache(policy, cfg, kv, params)`.
+template <class T>
+void expect_refuses_other_policies_params(kvevict::Policy policy, const kvevict::CacheConfig& cfg,
+                                          kvevict::KVView<T> kv) {
+  kvevict::PolicyParams p;
+  p.mean_attention = true;
+  EXPECT_THROW((void)kvevict::make_cache(policy, cfg, kv, p), std::invalid_argument);
+  p = kvevict::PolicyParams();
+  p.noise_scale = 0.5f;
+  EXPECT_THROW((void)kvevict::make_cache(policy, cfg, kv, p), std::invalid_argument);
+}
+
 struct PagedLayer {
   static constexpr std::size_t kPages = 8, kPageSize = 2;
   std::vector<float> k = std::vector<float>(kPages * kPageSize * 2), v = std::vector<float>(k.size());
