@@ -231,7 +231,8 @@ class Cache final
   /// (slot `n − 1`, same position on every head, larger than any position seen
   /// before), so every head holds `n = previous length + 1` slots. `logits`: `[q_head][n]` row-major, by slot as the
   /// engine's attention reads the view (may be `nullptr` for a score without logits; a key score gives the new token
-  /// its key's score on each KV head). `gumbel`: optional injected ζ,
+  /// its key's score on each KV head; the anchor hooks rescore every held token, O(n_kv_heads · n · head_dim)).
+  /// `gumbel`: optional injected ζ,
   /// `[q_head][n]`, used as in `prefill` (only by a noisy score policy). Each query head's row adds `softmax((x + ζ) /
   /// τ_t)` into its KV head's scores (TOVA: replaces them), `τ_t = temperature(step + 1)`; the new token thereby gets
   /// the score of its own step. If `n > k`, each KV head (or the layer, with `shared_heads`) evicts
@@ -422,8 +423,9 @@ class Cache final
 
  private:
   /// Books a scored chunk of `C` tokens (slots `[n_, n_ + C)`): scores = the accumulators' fold (0 for
-  /// `NoScore`; a key score's values), or for the anchor hooks every held slot's score of `score_held_keys`. The chunk's newest position is recorded before any cut can
-  /// evict it: a decode step's token must come after every prompt position, kept or not. Cannot throw.
+  /// `NoScore`; a key score's values), or for the anchor hooks every held slot's score of `score_held_keys`.
+  /// The chunk's newest position is recorded before any cut can evict it: a decode step's token must come
+  /// after every prompt position, kept or not. Cannot throw.
   void take_chunk(std::size_t C, float tau) noexcept {
     const std::size_t n = n_ + C;
     scorer_.fold(slots_.all_scores(), slots_.capacity(), n);

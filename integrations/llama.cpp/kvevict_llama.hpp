@@ -8,7 +8,7 @@
 //     layer's attention probabilities `kq_soft_max-<layer>` (flash attention must be off) and the mask the
 //     softmax was given; log(p) is the logit row (softmax is shift-invariant, so every kvevict score of
 //     softmax((x + ζ) / τ) is the same as from the model's q·kᵀ/√d);
-//   * keys (`--policy knorm`, a score from the keys alone): the callback reads every layer's `Kcur-<layer>`
+//   * keys (`--policy knorm` or `keydiff`, scores from the keys alone): the callback reads every layer's `Kcur-<layer>`
 //     (the batch's keys after RoPE, `[head_dim][n_head_kv][n_tokens]`, the last tensor of that name in the
 //     layer), which llama.cpp computes with flash attention on or off; the evictor's cache then has
 //     n_layer · n_head_kv KV heads of head_dim = n_embd / n_head and one shared selection over them;
@@ -131,9 +131,11 @@ class Evictor {
   static bool needs_scores(kvevict::Policy policy) {
     return policy != kvevict::Policy::streaming_llm && policy != kvevict::Policy::window && !needs_keys(policy);
   }
-  /// Whether `policy` scores each token from its keys (knorm): the callback reads `Kcur-<layer>`, with flash
-  /// attention on or off.
-  static bool needs_keys(kvevict::Policy policy) { return policy == kvevict::Policy::knorm; }
+  /// Whether `policy` scores each token from its keys (knorm; keydiff, every held key against their mean): the
+  /// callback reads `Kcur-<layer>`, with flash attention on or off.
+  static bool needs_keys(kvevict::Policy policy) {
+    return policy == kvevict::Policy::knorm || policy == kvevict::Policy::keydiff;
+  }
 
   /// Reserves the next `n` positions (one batch, `1 <= n`, `n == 1` after `end_prompt`) and returns the
   /// first; the caller decodes its tokens at positions first .. first + n − 1, in order.
@@ -247,7 +249,7 @@ class Evictor {
   /// Prompt length (after `end_prompt`).
   std::size_t prompt_len() const { return prompt_len_; }
 
-  /// The keys the cache was given, `[layer · n_head_kv + h][position][head_dim]` (knorm; empty otherwise):
+  /// The keys the cache was given, `[layer · n_head_kv + h][position][head_dim]` (knorm, keydiff; empty otherwise):
   /// positions not yet seen are 0. For `--keys-out` and the tests' reference.
   std::vector<float> recorded_keys() const {
     if (!cache_ || !needs_keys(policy_)) return {};
@@ -258,11 +260,11 @@ class Evictor {
         std::copy_n(key_log_.data() + (p * H + j) * d, d, out.data() + (j * capacity_ + p) * d);
     return out;
   }
-  /// Head size of the recorded keys (knorm; 0 otherwise).
+  /// Head size of the recorded keys (knorm, keydiff; 0 otherwise).
   std::size_t head_dim() const { return head_dim_; }
-  /// KV heads of the evictor's cache: n_layer · n_head_kv for knorm, 1 otherwise.
+  /// KV heads of the evictor's cache: n_layer · n_head_kv for knorm and keydiff, 1 otherwise.
   std::size_t n_kv_heads() const { return kv_.n_kv_heads; }
-  /// Keeps every key the cache is given, for `recorded_keys` (knorm). Call before the first `begin`.
+  /// Keeps every key the cache is given, for `recorded_keys` (knorm, keydiff). Call before the first `begin`.
   void record_keys() { record_keys_ = true; }
 
   /// The eval callback's work (see `eval_callback`).
@@ -463,7 +465,7 @@ class Evictor {
   kvevict::PolicyParams params_;
   std::size_t capacity_;
   bool evict_;
-  kvevict::KVBuffer<float> store_;  // one KV head, head_dim 1: only positions and scores matter (knorm: the keys)
+  kvevict::KVBuffer<float> store_;  // one KV head, head_dim 1: only positions and scores matter (knorm, keydiff: the keys)
   kvevict::KVView<float> kv_ = store_.view();
   std::unique_ptr<kvevict::CacheInterface> cache_;
   llama_context* ctx_ = nullptr;
@@ -476,8 +478,8 @@ class Evictor {
   std::vector<bool> evicted_;
   std::vector<float> x_, trace_;
   std::vector<float> zero_row_;        // one token's K/V rows of zeros, appended by `begin` (no allocation per step)
-  std::vector<float> keys_, key_log_;  // knorm: the batch's keys per layer; every key given (record_keys)
-  std::vector<bool> key_layers_;       // knorm: layers whose Kcur the callback saw in this batch
+  std::vector<float> keys_, key_log_;  // knorm, keydiff: the batch's keys per layer; every key given (record_keys)
+  std::vector<bool> key_layers_;       // knorm, keydiff: layers whose Kcur the callback saw in this batch
   std::size_t n_head_kv_ = 0, head_dim_ = 0;
   bool record_ = false, record_keys_ = false, prompt_done_ = false;
   std::size_t next_ = 0, batch_first_ = 0, batch_n_ = 0, batch_rows_seen_ = 0, layers_seen_ = 0;

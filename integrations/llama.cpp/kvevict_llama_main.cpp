@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
                                          "JSON Lines)");
   app.add_option("--trace-out", trace_out, "write the model-wide logits the cache was given as float32 .npy "
                                            "[n_layer*n_head, N, N] for kvevict-replay");
-  app.add_option("--keys-out", keys_out, "--policy knorm: write the keys the cache was given as float32 .npy "
+  app.add_option("--keys-out", keys_out, "--policy knorm or keydiff: write the keys the cache was given as float32 .npy "
                                          "[n_layer*n_head_kv, N, n_embd/n_head] (after RoPE)");
   app.add_flag("--verbose", g_verbose, "show llama.cpp's log");
   app.add_flag("--count-tokens", count_only, "print the text's token count (llama.cpp's tokenizer, with BOS) and exit");
@@ -193,15 +193,11 @@ int main(int argc, char** argv) {
     if (fa != "on" && fa != "off") throw kvcli::UsageError("--flash-attn", "expected on or off, got '" + fa + "'");
     const bool flash = fa == "on";
     const kvevict::Policy policy = full ? kvevict::Policy::h2o : kvevict::parse_policy(flags.policy);
-    if (policy == kvevict::Policy::keydiff)
-      throw kvcli::UsageError("--policy", "keydiff rescores every held key of every layer at each step; kvevict-llama "
-                                          "does not run it (it runs knorm, the other key score; keydiff runs in "
-                                          "kvevict-generate, Python and KVEvictCache)");
     if (flash && !full && kvevict_llama::Evictor::needs_scores(policy))
       throw kvcli::UsageError("--flash-attn", "on: --policy " + flags.policy +
                                                   " scores tokens from attention probabilities, which llama.cpp "
                                                   "does not compute with flash attention; use --flash-attn off, or "
-                                                  "--policy streaming, window, knorm or full");
+                                                  "--policy streaming, window, knorm, keydiff or full");
     const bool teacher = !teacher_text.empty();
     const std::size_t T = teacher ? kvcli::parse_count(teacher_text, "--teacher-force", 1)
                                   : kvcli::parse_count(steps_text, "--steps", 0);
@@ -215,7 +211,7 @@ int main(int argc, char** argv) {
       throw kvcli::UsageError("--trace-out", "--policy " + flags.policy + " scores each token from its keys, not from "
                                              "logits; record the keys with --keys-out");
     if (!keys_out.empty() && (full || !kvevict_llama::Evictor::needs_keys(policy)))
-      throw kvcli::UsageError("--keys-out", "records the keys a key score is given: it needs --policy knorm (got " +
+      throw kvcli::UsageError("--keys-out", "records the keys a key score is given: it needs --policy knorm or keydiff (got " +
                                                 (no_kvevict ? std::string("--no-kvevict") : flags.policy) + ")");
     // The output files, before any work: each writable, and no two the same path.
     {

@@ -139,7 +139,7 @@ class EvictionCore : public Interface {
   /// anchor of the `n` held keys (`score_held_keys`, O(n_kv_heads · n · head_dim)); any other score without logits
   /// gives it 0.
   /// O(n_q_heads · n), no allocation. Throws `std::invalid_argument` (scores unchanged) if `logits`
-  /// is null when needed, a logit is NaN / `+inf`, or a key score is not finite and >= 0.
+  /// is null when needed, a logit is NaN / `+inf`, or a key or anchor score is not finite and >= 0.
   void score_step(const float* logits, const float* gumbel, std::size_t n, float tau, std::int64_t new_pos) {
     if constexpr (Score::kUsesLogits) {
       require(logits != nullptr, name_, "::decode_step: logits must be non-null");

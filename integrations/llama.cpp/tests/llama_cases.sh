@@ -79,6 +79,17 @@ knorm() {  # model text flash-attn
   fi
 }
 
+# KeyDiff (--policy keydiff: every held key against their mean unit key, so flash attention may be on), as knorm:
+# k = 256 (w = 76) on a 1000-token prompt, 24 steps; check_key_diff.py recomputes every cut from the recorded keys.
+keydiff() {  # model text flash-attn
+  "$KVL" --model "$1" --prompt-file "$2" --prompt-tokens 1000 --steps 24 --ignore-eos --threads 1 --policy keydiff \
+    --budget 256 --flash-attn "$3" --kept-out "$w/kept.jsonl" --keys-out "$w/keys.npy" \
+    >"$w/ids.txt" 2>"$w/summary.txt" || { cat "$w/summary.txt" >&2; fail "kvevict-llama failed"; }
+  cat "$w/summary.txt"
+  python3 "$(dirname "$0")/check_key_diff.py" "$w/keys.npy" "$w/kept.jsonl" 1000 256 76
+  grep -q "dropped 768[, ]" "$w/summary.txt" || fail "unexpected summary"
+}
+
 # A refusal: exit 2 and exactly this line on stderr.
 refuses() {  # expected-line args...
   local expected=$1
@@ -128,6 +139,7 @@ case "$case_name" in
   k256_window) k256 window ;;
   knorm_stories260K) knorm "$MODEL" "$TEXT" off ;;
   knorm_flash_attn_stories260K) knorm "$MODEL" "$TEXT" on ;;
+  keydiff_flash_attn_stories260K) keydiff "$MODEL" "$TEXT" on ;;
   knorm_flash_attn_smollm2)
     [ -n "${SMOLLM2:-}" ] || { echo "SmolLM2 GGUF not given (KVEVICT_SMOLLM2_GGUF)"; exit 77; }
     knorm "$SMOLLM2" "$HOWTO" on
@@ -141,16 +153,14 @@ case "$case_name" in
       --model "$TEXT" --prompt hi
     ;;
   refuse_flash_attn)
-    refuses "kvevict-llama: --flash-attn: on: --policy h2o scores tokens from attention probabilities, which llama.cpp does not compute with flash attention; use --flash-attn off, or --policy streaming, window, knorm or full" \
+    refuses "kvevict-llama: --flash-attn: on: --policy h2o scores tokens from attention probabilities, which llama.cpp does not compute with flash attention; use --flash-attn off, or --policy streaming, window, knorm, keydiff or full" \
       --model "$MODEL" --prompt hi --policy h2o --flash-attn on
     ;;
   refuse_key_flags)
     refuses "kvevict-llama: --trace-out: --policy knorm scores each token from its keys, not from logits; record the keys with --keys-out" \
       --model "$MODEL" --prompt hi --policy knorm --trace-out "$w/t.npy"
-    refuses "kvevict-llama: --keys-out: records the keys a key score is given: it needs --policy knorm (got h2o)" \
+    refuses "kvevict-llama: --keys-out: records the keys a key score is given: it needs --policy knorm or keydiff (got h2o)" \
       --model "$MODEL" --prompt hi --policy h2o --keys-out "$w/k.npy"
-    refuses "kvevict-llama: --policy: keydiff rescores every held key of every layer at each step; kvevict-llama does not run it (it runs knorm, the other key score; keydiff runs in kvevict-generate, Python and KVEvictCache)" \
-      --model "$MODEL" --prompt hi --policy keydiff
     refuses "kvevict-llama: --recent: w = 0 (k = 64): llama.cpp decodes each new token at the position right after the last one the sequence holds, so the newest token must be kept; give a recent window w >= 1 (--recent 1, or a ratio with k >= 2)" \
       --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --policy knorm --budget 64 --recent 0
     # The default budget (50 %) of a 3-token prompt: k = 1, w = 0; the flag named is the one that made it so.
@@ -161,7 +171,7 @@ case "$case_name" in
       --model "$MODEL" --prompt hi --policy knorm --keys-out /proc/kvevict-no/k.npy
     refuses "kvevict-llama: --keys-out: '$w/./same' is also --kept-out's file" \
       --model "$MODEL" --prompt hi --policy knorm --kept-out "$w/same" --keys-out "$w/./same"
-    refuses "kvevict-llama: --keys-out: records the keys a key score is given: it needs --policy knorm (got --no-kvevict)" \
+    refuses "kvevict-llama: --keys-out: records the keys a key score is given: it needs --policy knorm or keydiff (got --no-kvevict)" \
       --model "$MODEL" --prompt hi --no-kvevict --keys-out "$w/k.npy"
     ;;
   refuse_budget_over_context)
