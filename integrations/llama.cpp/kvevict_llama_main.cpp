@@ -154,8 +154,9 @@ int main(int argc, char** argv) {
       ->type_name("INT");
   app.add_option("--skip-tokens", skip_text, "drop the text's first N tokens (a window further into a document)")
       ->type_name("INT");
-  app.add_option("--steps", steps_text, "generate: tokens to generate (greedy), each one decoded (default 32)")
-      ->type_name("INT");
+  auto* steps_opt = app.add_option("--steps", steps_text, "generate: tokens to generate (greedy), each one decoded "
+                                                          "(default 32)")
+                        ->type_name("INT");
   app.add_option("--teacher-force", teacher_text,
                  "scoring mode: T teacher-forced decode steps after the P prompt tokens, each predicting the "
                  "text's next token; prints the mean NLL")
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads_text, "llama.cpp threads (default: the hardware's)")->type_name("INT");
   app.add_option("--flash-attn", fa, "on or off (default off; policies that score need off)")->type_name("on|off");
   app.add_flag("--no-kvevict", no_kvevict, "llama.cpp alone: the same loop without the callback or kvevict");
-  app.add_flag("--ignore-eos", ignore_eos, "generate: do not stop at an end-of-generation token");
+  auto* ignore_eos_opt = app.add_flag("--ignore-eos", ignore_eos, "generate: do not stop at an end-of-generation token");
   app.add_option("--kept-out", kept_out, "write the kept positions after the prompt and every step (kvevict-replay's "
                                          "JSON Lines)");
   app.add_option("--trace-out", trace_out, "write the model-wide logits the cache was given as float32 .npy "
@@ -199,6 +200,13 @@ int main(int argc, char** argv) {
                                                   "does not compute with flash attention; use --flash-attn off, or "
                                                   "--policy streaming, window, knorm, keydiff or full");
     const bool teacher = !teacher_text.empty();
+    // The generate-only flags with --teacher-force: an error, not an option silently ignored.
+    if (teacher && steps_opt->count() > 0)
+      throw kvcli::UsageError("--steps", "generates tokens; --teacher-force scores the text's own tokens instead (give "
+                                         "one of the two)");
+    if (teacher && ignore_eos_opt->count() > 0)
+      throw kvcli::UsageError("--ignore-eos", "applies to generation; --teacher-force scores the text's own tokens and "
+                                              "never stops early (drop --ignore-eos)");
     const std::size_t T = teacher ? kvcli::parse_count(teacher_text, "--teacher-force", 1)
                                   : kvcli::parse_count(steps_text, "--steps", 0);
     const std::size_t C = kvcli::parse_count(batch_text, "--batch", 1, 1u << 16);

@@ -174,6 +174,12 @@ case "$case_name" in
     refuses "kvevict-llama: --keys-out: records the keys a key score is given: it needs --policy knorm or keydiff (got --no-kvevict)" \
       --model "$MODEL" --prompt hi --no-kvevict --keys-out "$w/k.npy"
     ;;
+  refuse_generate_flags_when_teacher_forced)
+    refuses "kvevict-llama: --steps: generates tokens; --teacher-force scores the text's own tokens instead (give one of the two)" \
+      --model "$MODEL" --prompt-file "$TEXT" --teacher-force 8 --steps 4
+    refuses "kvevict-llama: --ignore-eos: applies to generation; --teacher-force scores the text's own tokens and never stops early (drop --ignore-eos)" \
+      --model "$MODEL" --prompt-file "$TEXT" --teacher-force 8 --ignore-eos
+    ;;
   refuse_budget_over_context)
     refuses "kvevict-llama: --budget: k = 600 exceeds the context: --ctx-size 512 holds at most 511 kept positions besides the token being decoded; lower --budget or raise --ctx-size" \
       --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --policy h2o --budget 600 --ctx-size 512
