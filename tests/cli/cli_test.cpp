@@ -298,6 +298,9 @@ std::vector<Case> cases() {
        {"[knorm k=4 w=1 sinks=0]"}},
       {"GenKeyDiff", G, kTiny + "--policy keydiff --budget 4 --prompt-ids 1,2,3,4,5,6,7,8 --print-ids --steps 2", 0,
        {"[keydiff k=4 w=1 sinks=0]"}},
+      // An empty value is refused by every tool (kvcli::run_tool), naming the flag: never taken as "not given".
+      {"GenEmptyValue", G, kTiny + "--prompt-ids 1 --dump-logits ''", 2,
+       {"--dump-logits: needs a value (got an empty one)"}},
       {"GenKeyDiffTau", G, kTiny + "--policy keydiff --tau-init 1.5 --prompt-ids 1", 2,
        {"--tau-init: only --policy keyformer (or snapkv with --snap-decode keyformer) has a temperature schedule (the "
         "policy is keydiff); drop --tau-init"}},

@@ -69,6 +69,16 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, cons
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     return report(std::string(e.what()) + " (see --help)", kExitUsage);
   }
+  // An option given an empty value (`--kept-out ""`) is refused, naming it: a flag whose empty value the tool
+  // would take as "not given" must not be dropped silently, and no option of these tools means anything empty.
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() == 0 || opt->count() == 0) continue;  // a flag, or not given
+    for (const std::string& value : opt->results())
+      if (value.empty())
+        return report((opt->get_lnames().empty() ? opt->get_name() : "--" + opt->get_lnames().front()) +
+                          ": needs a value (got an empty one)",
+                      kExitUsage);
+  }
   try {
     return body();
   } catch (const UsageError& e) {

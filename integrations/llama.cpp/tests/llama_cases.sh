@@ -167,6 +167,8 @@ case "$case_name" in
     refuses "kvevict-llama: --prompt-tokens: w = 0 (k = 1): llama.cpp decodes each new token at the position right after the last one the sequence holds, so the newest token must be kept; give a recent window w >= 1 (--recent 1, or a ratio with k >= 2)" \
       --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 3 --policy knorm
     # Output files are checked before any work: writable, and not one path for two outputs.
+    refuses "kvevict-llama: --kept-out: needs a value (got an empty one)" \
+      --model "$MODEL" --prompt hi --policy knorm --kept-out ""
     refuses "kvevict-llama: --keys-out: cannot write '/proc/kvevict-no/k.npy'" \
       --model "$MODEL" --prompt hi --policy knorm --keys-out /proc/kvevict-no/k.npy
     refuses "kvevict-llama: --keys-out: '$w/./same' is also --kept-out's file" \
