@@ -40,6 +40,51 @@ def read_npy(path):
     return header["shape"], values
 
 
+def close(a, b):
+    return abs(a - b) <= TOL * max(abs(a), abs(b))
+
+
+def check_cuts(lines, P, K, W, scores_of):
+    """Checks every cut of KEPT.jsonl's `lines` against `scores_of(held)` (a position's summed score, indexable by
+    position, for the positions `held` at the cut): the prompt keeps its last W plus the best others; each step, above
+    K, drops the lowest score outside the W most recent. Choices within TOL (relative) pass either way; returns how
+    many were taken so."""
+    first = lines[0]
+    assert first["t"] == P - 1, first["t"]
+    kept = first["kept"][0]
+    assert len(kept) == min(K, P) and kept == sorted(kept), len(kept)
+    score = scores_of(list(range(P)))
+    recent = set(range(P - W, P))
+    assert recent <= set(kept), sorted(recent - set(kept))
+    others_kept = [p for p in kept if p not in recent]
+    dropped = [p for p in range(P) if p not in set(kept)]
+    if others_kept and dropped:
+        worst_kept = min(others_kept, key=lambda p: score[p])
+        best_dropped = max(dropped, key=lambda p: score[p])
+        assert score[worst_kept] >= score[best_dropped] or close(score[worst_kept], score[best_dropped]), (
+            f"prefill: kept {worst_kept} ({score[worst_kept]}) below dropped {best_dropped} ({score[best_dropped]})")
+    ties = 0
+    for prev, line in zip(lines, lines[1:]):  # every decode step, from the kept set before it
+        t = line["t"]
+        assert t == prev["t"] + 1, t
+        cand = sorted(prev["kept"][0] + [t])
+        now = line["kept"][0]
+        if len(cand) <= K:
+            assert now == cand, t
+            continue
+        score = scores_of(cand)
+        gone = sorted(set(cand) - set(now))
+        assert len(gone) == 1 and set(now) <= set(cand), (t, gone)
+        v = gone[0]
+        rec = set(cand[-W:]) if W else set()
+        assert v not in rec, f"step {t}: evicted {v} from the recent window"
+        want = min((p for p in cand if p not in rec), key=lambda p: (score[p], p))
+        if v != want:
+            assert close(score[v], score[want]), f"step {t}: evicted {v} ({score[v]}), the lowest is {want} ({score[want]})"
+            ties += 1
+    return ties
+
+
 def main():
     keys_path, kept_path, P, K, W = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     (H, N, d), keys = read_npy(keys_path)
@@ -56,42 +101,7 @@ def main():
             if j == 0:
                 head0[p] = 1.0 / (1.0 + math.sqrt(sq))
 
-    def close(a, b):
-        return abs(a - b) <= TOL * max(abs(a), abs(b))
-
-    # The prompt's cut.
-    first = lines[0]
-    assert first["t"] == P - 1, first["t"]
-    kept = first["kept"][0]
-    assert len(kept) == min(K, P) and kept == sorted(kept), len(kept)
-    recent = set(range(P - W, P))
-    assert recent <= set(kept), sorted(recent - set(kept))
-    others_kept = [p for p in kept if p not in recent]
-    dropped = [p for p in range(P) if p not in set(kept)]
-    if others_kept and dropped:
-        worst_kept = min(others_kept, key=lambda p: score[p])
-        best_dropped = max(dropped, key=lambda p: score[p])
-        assert score[worst_kept] >= score[best_dropped] or close(score[worst_kept], score[best_dropped]), (
-            f"prefill: kept {worst_kept} ({score[worst_kept]}) below dropped {best_dropped} ({score[best_dropped]})")
-    ties = 0
-    # Every decode step, from the kept set before it.
-    for prev, line in zip(lines, lines[1:]):
-        t = line["t"]
-        assert t == prev["t"] + 1, t
-        cand = sorted(prev["kept"][0] + [t])
-        now = line["kept"][0]
-        if len(cand) <= K:
-            assert now == cand, t
-            continue
-        gone = sorted(set(cand) - set(now))
-        assert len(gone) == 1 and set(now) <= set(cand), (t, gone)
-        v = gone[0]
-        rec = set(cand[-W:]) if W else set()
-        assert v not in rec, f"step {t}: evicted {v} from the recent window"
-        want = min((p for p in cand if p not in rec), key=lambda p: (score[p], p))
-        if v != want:
-            assert close(score[v], score[want]), f"step {t}: evicted {v} ({score[v]}), the lowest is {want} ({score[want]})"
-            ties += 1
+    ties = check_cuts(lines, P, K, W, lambda held: score)
     # The scores the cache holds (KV head 0) are the recorded keys' float32 key norms.
     for line in lines:
         for p, s in zip(line["kept"][0], line["scores"][0]):
