@@ -64,31 +64,25 @@ PY
   grep -q "most cells seen 1000, dropped 76[89]" "$w/summary.txt" || fail "unexpected summary"
 }
 
-# The key norm (--policy knorm, a score from the keys alone, so flash attention may be on): k = 256 (w = 76, the
-# default 30 %) on a 1000-token prompt, 24 steps; the tool checks its per-step invariants as in k256 (with flash
-# attention off also llama.cpp's mask), and check_key_norm.py recomputes every kept set from the recorded keys.
-knorm() {  # model text flash-attn
-  "$KVL" --model "$1" --prompt-file "$2" --prompt-tokens 1000 --steps 24 --ignore-eos --threads 1 --policy knorm \
-    --budget 256 --flash-attn "$3" --kept-out "$w/kept.jsonl" --keys-out "$w/keys.npy" \
+# The key scores (--policy knorm, a score from each key alone; --policy keydiff, every held key against their mean
+# unit key), so flash attention may be on: k = 256 (w = 76, the default 30 %) on a 1000-token prompt, 24 steps; the
+# tool checks its per-step invariants as in k256 (with flash attention off also llama.cpp's mask), and the policy's
+# checker (check_key_norm.py, check_key_diff.py) recomputes every kept set from the recorded keys.
+key_policy() {  # policy checker model text flash-attn
+  "$KVL" --model "$3" --prompt-file "$4" --prompt-tokens 1000 --steps 24 --ignore-eos --threads 1 --policy "$1" \
+    --budget 256 --flash-attn "$5" --kept-out "$w/kept.jsonl" --keys-out "$w/keys.npy" \
     >"$w/ids.txt" 2>"$w/summary.txt" || { cat "$w/summary.txt" >&2; fail "kvevict-llama failed"; }
   cat "$w/summary.txt"
-  python3 "$(dirname "$0")/check_key_norm.py" "$w/keys.npy" "$w/kept.jsonl" 1000 256 76
+  python3 "$(dirname "$0")/$2" "$w/keys.npy" "$w/kept.jsonl" 1000 256 76
   grep -q "dropped 768[, ]" "$w/summary.txt" || fail "unexpected summary"
+}
+knorm() {  # model text flash-attn
+  key_policy knorm check_key_norm.py "$@"
   if [ "$3" = off ]; then
     grep -q "most cells seen 1000, dropped 768, cells reused [1-9]" "$w/summary.txt" || fail "unexpected summary"
   fi
 }
-
-# KeyDiff (--policy keydiff: every held key against their mean unit key, so flash attention may be on), as knorm:
-# k = 256 (w = 76) on a 1000-token prompt, 24 steps; check_key_diff.py recomputes every cut from the recorded keys.
-keydiff() {  # model text flash-attn
-  "$KVL" --model "$1" --prompt-file "$2" --prompt-tokens 1000 --steps 24 --ignore-eos --threads 1 --policy keydiff \
-    --budget 256 --flash-attn "$3" --kept-out "$w/kept.jsonl" --keys-out "$w/keys.npy" \
-    >"$w/ids.txt" 2>"$w/summary.txt" || { cat "$w/summary.txt" >&2; fail "kvevict-llama failed"; }
-  cat "$w/summary.txt"
-  python3 "$(dirname "$0")/check_key_diff.py" "$w/keys.npy" "$w/kept.jsonl" 1000 256 76
-  grep -q "dropped 768[, ]" "$w/summary.txt" || fail "unexpected summary"
-}
+keydiff() { key_policy keydiff check_key_diff.py "$@"; }  # model text flash-attn
 
 # A refusal: exit 2 and exactly this line on stderr.
 refuses() {  # expected-line args...
