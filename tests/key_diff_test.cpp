@@ -320,14 +320,7 @@ TEST(KeyDiff, NanKeyThrowsAndLeavesTheCacheUnchanged) {
 
 // A ratio window resolves as H2O's and the tools': floor(0.3 k), at least 1 token when k >= 2.
 TEST(KeyDiff, RatioRecentWindowHasH2OsFloor) {
-  Layer l;
-  kvevict::CacheConfig cfg = config(3, 0);
-  cfg.recent = kvevict::RecentWindow::ratio(0.3);
-  kvevict::KeyDiff cache(cfg, l.kv);
-  for (std::int64_t p = 0; p < 5; ++p) l.append(p);
-  cache.prefill(nullptr, 5);
-  EXPECT_EQ(cache.recent_window(), 1u);
-  EXPECT_EQ(cache.retained_positions(0), (Positions{1, 3, 4}));
+  EXPECT_EQ((kvtest::kept_with_ratio_window_floor<kvevict::KeyDiff, Layer>(5)), (Positions{1, 3, 4}));
 }
 
 TEST(KeyDiff, ParamsOfOtherPoliciesAreRefused) {

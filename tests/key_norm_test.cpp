@@ -169,15 +169,8 @@ TEST(KeyNorm, NanKeyThrowsNamingTheSlotAndLeavesTheCacheUnchanged) {
 }
 
 // A ratio window resolves as H2O's and the tools': floor(0.3 k), at least 1 token when k >= 2.
-TEST(KeyNorm, RatioRecentWindowHasH2OsFloor) {
-  Layer l;
-  kvevict::CacheConfig cfg = config(3, 0);
-  cfg.recent = kvevict::RecentWindow::ratio(0.3);
-  kvevict::KeyNorm cache(cfg, l.kv);
-  for (std::int64_t p = 0; p < 6; ++p) l.append(p);
-  cache.prefill(nullptr, 6);
-  EXPECT_EQ(cache.recent_window(), 1u);
-  EXPECT_EQ(cache.retained_positions(0), (Positions{0, 2, 5}));  // 5 recent, then the norms 1 and 2
+TEST(KeyNorm, RatioRecentWindowHasH2OsFloor) {  // 5 recent, then the norms 1 and 2
+  EXPECT_EQ((kvtest::kept_with_ratio_window_floor<kvevict::KeyNorm, Layer>(6)), (Positions{0, 2, 5}));
 }
 
 TEST(KeyNorm, ParamsOfOtherPoliciesAreRefused) {

@@ -138,6 +138,20 @@ void expect_factory_and_chunks_equal_preset(kvevict::Policy policy, const kvevic
   }
 }
 
+/// A ratio recent window resolves as H2O's and the tools': `floor(0.3 k)` with a floor of 1 token when k >= 2, so
+/// `Preset` at k = 3 over `P` tokens of a fresh `Layer` has w = 1; returns the kept positions for the caller to pin.
+template <class Preset, class Layer>
+std::vector<std::int64_t> kept_with_ratio_window_floor(std::int64_t P) {
+  Layer l;
+  kvevict::CacheConfig cfg = token_config(3, 0);
+  cfg.recent = kvevict::RecentWindow::ratio(0.3);
+  Preset cache(cfg, l.kv);
+  for (std::int64_t p = 0; p < P; ++p) l.append(p);
+  cache.prefill(nullptr, static_cast<std::size_t>(P));
+  EXPECT_EQ(cache.recent_window(), 1u);
+  return cache.retained_positions(0);
+}
+
 /// A policy without Keyformer's or H2O's options refuses them at construction: `mean_attention` and a
 /// `noise_scale` other than 1 each throw `std::invalid_argument` from `make_cache(policy, cfg, kv, params)`.
 template <class T>
