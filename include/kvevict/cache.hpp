@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -32,7 +33,9 @@ namespace kvevict {
 ///  - `Temperature` — τ per step (`LinearTemperature`, `ConstantTemperature`,
 ///                    `IncrementTemperature`); never changes the budget;
 ///  - `Selection`   — which tokens stay (`RecentTopKSelection`,
-///                    `SinkRecentSelection`).
+///                    `SinkRecentSelection`);
+/// and, in the configuration, how a layer's budget is shared among its KV heads
+/// (`CacheConfig::head_budgets`: `k` each, or AdaKV's adaptive split, head_budgets.hpp).
 ///
 /// The cache does not own K and V: it works on the engine's `KVView<T>` and
 /// owns only the scores `[kv_head][capacity]` (float), scratch space and the
@@ -95,7 +98,32 @@ class Cache final
     detail::require(!config.bounded_prefill || !config.budget.is_ratio(),
                     "kvevict::Cache: bounded_prefill needs a token budget (Budget::tokens): a ratio of the prompt "
                     "length is unknown while the prompt streams in");
+    check_head_budgets(config.head_budgets, "kvevict::Cache");
+    if (config.head_budgets.is_adaptive()) {
+      detail::require(!config.shared_heads, "kvevict::Cache: head_budgets = adaptive shares the layer's budget among "
+                      "its KV heads, shared_heads = true keeps the same tokens on every head: set one of them");
+      detail::require(!config.bounded_prefill, "kvevict::Cache: head_budgets = adaptive is not supported with "
+                      "bounded_prefill (the chunks' logits need every KV head at the same length)");
+      detail::require(Score::kUsesLogits, "kvevict::Cache: head_budgets = adaptive needs a score from the logits "
+                      "(sums of attention, comparable across KV heads); ", detail::score_name<Score>(), " has none");
+      detail::require(kv.capacity <= std::size_t{0xffffffffu}, "kvevict::Cache: head_budgets = adaptive needs a "
+                      "capacity below 2^32 (got ", kv.capacity, ")");
+      adaptive_ = true;
+      head_k_.assign(nkv, 0);
+      head_n_.assign(nkv, 0);
+      step_lens_.assign(nkv, 0);
+      alloc_scores_.assign(nkv * kv.capacity, 0.0f);
+      alloc_.resize(nkv * kv.capacity);
+    }
     if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::Cache");
+  }
+
+  /// KV head `h`'s budget `k_j`: with `HeadBudgets::adaptive`, its share of the layer's `k · n_kv_heads`
+  /// once the layer was first cut (before: `budget()`); otherwise `budget()`. Throws
+  /// `std::invalid_argument` if `h >= n_kv_heads`. O(1).
+  std::size_t head_budget(std::size_t h) const {
+    check_head(h, "head_budget");
+    return adaptive_ && allocated_ ? head_k_[h] : k_;
   }
 
   // Copying would alias the same view: forbidden (the core's copy is deleted); moving is fine (the
@@ -246,12 +274,23 @@ class Cache final
   /// `previous length + 1`, the new position is not the same on every head or
   /// not larger than the last one, τ_t is not finite and > 0, `logits` is null
   /// when needed, or a logit is NaN / `+inf`; the state is then unchanged.
+  ///
+  /// Head-adaptive budgets (`HeadBudgets::adaptive`, head_budgets.hpp): KV head `j` holds `length(j)` slots
+  /// and the engine appended one to each; `n` is then `max_j` of the new lengths, the row stride of
+  /// `logits` / `gumbel` (`[q_head][n]`, head `j`'s rows read on `[0, lengths[j])` only), and each head over
+  /// its budget `head_budget(j)` evicts one token (before the layer's first cut, the step that brings `n`
+  /// above `k` shares the budget: see head_budgets.hpp). Throws as above, and if a length is not its
+  /// head's previous length + 1 or `n` is not their maximum.
   void decode_step(const float* logits, std::size_t n, const float* gumbel = nullptr) override {
     live("decode_step");
     no_open_step("decode_step");
     detail::require(prefilled_, chunking_ ? "kvevict::Cache::decode_step: the chunked prompt is not finished; call "
                                             "finish_prefill() first"
                                           : "kvevict::Cache::decode_step: call prefill() first");
+    if (adaptive_) {
+      decode_step_adaptive(logits, n, gumbel);
+      return;
+    }
     const std::int64_t new_pos = detail::check_step_view(kv(), n, n_, last_position_);
     const float tau = checked_tau(step_ + 1, "decode_step");
     this->score_step(logits, gumbel, n, tau, new_pos);
@@ -307,11 +346,19 @@ class Cache final
     detail::require(prefilled_, chunking_ ? "kvevict::Cache::begin_decode_step: the chunked prompt is not finished; "
                                             "call finish_prefill() first"
                                           : "kvevict::Cache::begin_decode_step: call prefill() first");
-    const std::int64_t new_pos = detail::check_step_view(kv(), n, n_, last_position_, "kvevict::Cache::begin_decode_step");
+    const std::int64_t new_pos =
+        adaptive_ ? detail::check_ragged_step_view(kv(), n, head_n_.data(), last_position_,
+                                                   "kvevict::Cache::begin_decode_step")
+                  : detail::check_step_view(kv(), n, n_, last_position_, "kvevict::Cache::begin_decode_step");
     const float tau = checked_tau(step_ + 1, "begin_decode_step");
     if constexpr (!Score::kUsesLogits) this->score_step(nullptr, nullptr, n, tau, new_pos);
     // ---- nothing below can throw ----
-    slots_.enter_window(n - 1);  // the victim searches of score_decode_head read the flags
+    if (adaptive_) {  // the victim searches of score_decode_head read the flags
+      for (std::size_t j = 0; j < kv().n_kv_heads; ++j) step_lens_[j] = head_n_[j] + 1;
+      slots_.enter_window_each([&](std::size_t j) { return step_lens_[j] - 1; });
+    } else {
+      slots_.enter_window(n - 1);  // the victim searches of score_decode_head read the flags
+    }
     step_n_ = n;
     step_pos_ = new_pos;
     step_tau_ = tau;
@@ -338,11 +385,17 @@ class Cache final
                     " was already scored in this step");
     if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::Cache::score_decode_head: logits must be non-null");
-      scorer_.score_step_head(j, logits, gumbel, n, 1.0f / step_tau_, slots_.all_scores(), slots_.capacity(),
-                              static_cast<std::uint64_t>(step_pos_), "score_decode_head");
+      scorer_.score_step_head(j, logits, gumbel, adaptive_ ? step_lens_[j] : n, 1.0f / step_tau_,
+                              slots_.all_scores(), slots_.capacity(), static_cast<std::uint64_t>(step_pos_),
+                              "score_decode_head", n);
     }
     // ---- nothing below can throw ----
-    if (!config_.shared_heads && n > k_)  // the search reads the scores just written; the move waits for end
+    if (adaptive_) {
+      if (allocated_ && step_lens_[j] > head_k_[j])
+        victims_[j] = selection_.victim(scorer_.ranked(slots_.scores(j), slots_.positions(j), step_pos_,
+                                                       step_lens_[j], j),
+                                        slots_.recent(j), slots_.positions(j), step_lens_[j]);
+    } else if (!config_.shared_heads && n > k_)  // the search reads the scores just written; the move waits for end
       victims_[j] = selection_.victim(scorer_.ranked(slots_.scores(j), slots_.positions(j), step_pos_, n, j),
                                       slots_.recent(j), slots_.positions(j), n);
     head_done_[j] = 1;
@@ -358,14 +411,17 @@ class Cache final
     for (std::size_t j = 0; j < kv().n_kv_heads; ++j) {
       detail::require(head_done_[j] != 0, "kvevict::Cache::end_decode_step: KV head ", j,
                       " was not scored (call score_decode_head(", j, ", logits) first)");
-      detail::require(kv().lengths[j] == step_n_, "kvevict::Cache::end_decode_step: the view's lengths[", j, "] = ",
+      const std::size_t want = adaptive_ ? step_lens_[j] : step_n_;
+      detail::require(kv().lengths[j] == want, "kvevict::Cache::end_decode_step: the view's lengths[", j, "] = ",
                       kv().lengths[j], " changed during the step (begin_decode_step(", step_n_,
                       ")): append nothing between begin_decode_step and end_decode_step");
     }
     // ---- nothing below can throw ----
     const std::size_t n = step_n_;
     last_position_ = step_pos_;
-    if (n > k_) {
+    if (adaptive_) {
+      evict_adaptive(n, /*victims_found=*/true);
+    } else if (n > k_) {
       if (config_.shared_heads) {
         evict_shared(n);
       } else {
@@ -395,6 +451,9 @@ class Cache final
     prompt_len_ = 0;
     step_open_ = false;  // an open per-head step is abandoned
     std::fill(head_done_.begin(), head_done_.end(), std::uint8_t{0});
+    allocated_ = false;
+    std::fill(head_k_.begin(), head_k_.end(), std::size_t{0});
+    std::fill(head_n_.begin(), head_n_.end(), std::size_t{0});
   }
   void reset() { reset(config_.seed); }  ///< `reset(seed)` with the seed of the configuration.
 
@@ -418,7 +477,9 @@ class Cache final
     no_open_step("restore_position_order");
     if (!prefilled_ && !chunking_) detail::check_lengths(kv(), "kvevict::Cache::restore_position_order");
     for (std::size_t j = 0; j < kv().n_kv_heads; ++j)
-      slots_.sort_by_position(j, prefilled_ || chunking_ ? n_ : kv().lengths[j]);
+      slots_.sort_by_position(j, adaptive_ && prefilled_ ? head_n_[j]
+                                 : prefilled_ || chunking_ ? n_
+                                                           : kv().lengths[j]);
   }
 
  private:
@@ -459,11 +520,106 @@ class Cache final
   /// The end of the prompt: the final cut, the recent window (the last `min(w, m)` prompt tokens, now the
   /// last slots), step 0. Cannot throw.
   void finish(std::size_t k, std::size_t w) noexcept {
+    if (adaptive_) {
+      k_ = k, w_ = w, step_ = 0;
+      prefilled_ = true;
+      if (n_ > k) {
+        cut_adaptive(/*at_prefill=*/true);
+      } else {  // the prompt fits: every head holds it whole until a decode step first exceeds k
+        slots_.reset_window(w);
+        for (std::size_t s = n_ - std::min(w, n_); s < n_; ++s) slots_.enter_window(s);
+        std::fill(head_n_.begin(), head_n_.end(), n_);
+      }
+      return;
+    }
     const std::size_t m = cut(k, w);
     slots_.reset_window(w);
     for (std::size_t s = m - std::min(w, m); s < m; ++s) slots_.enter_window(s);
     k_ = k, w_ = w, n_ = m, step_ = 0;
     prefilled_ = true;
+  }
+  /// Head-adaptive budgets, the layer's first cut (every KV head holds the same `n_` slots in position
+  /// order, `n_ > k_`): AdaKV's allocation (`allocate_head_budgets`) over each head's candidates outside its
+  /// last `w` slots, ranked as the cut ranks them (`at_prefill`: `cut_scores`, the prefill rule, e.g.
+  /// SnapKV's pooling; else `ranked`, the decode rule), floor `floor(α · (k − w))` key tokens and cap
+  /// `capacity − 1 − w`; then each head keeps `selection.prefill_keep`'s `k_j = w + count_j` tokens,
+  /// compacted in order, and its last `w` slots are the recent window. O(H n log(H n) + H n · head_dim).
+  /// Cannot throw.
+  void cut_adaptive(bool at_prefill) noexcept {
+    const std::size_t H = kv().n_kv_heads, cap = slots_.capacity(), n = n_, k = k_, w = w_;
+    const std::size_t per_head = k - w;
+    const auto floor = static_cast<std::size_t>(
+        std::floor(static_cast<double>(config_.head_budgets.floor) * static_cast<double>(per_head)));
+    auto ranks = [&](std::size_t j) {
+      return at_prefill ? scorer_.cut_scores(slots_.scores(j), slots_.positions(j), last_position_, n, j)
+                        : scorer_.ranked(slots_.scores(j), slots_.positions(j), last_position_, n, j);
+    };
+    for (std::size_t j = 0; j < H; ++j) std::copy_n(ranks(j), n - w, alloc_scores_.data() + j * cap);
+    allocate_head_budgets(alloc_scores_.data(), cap, H, n - w, per_head, std::min(floor, per_head), cap - 1 - w,
+                          alloc_.data(), head_k_.data());
+    for (std::size_t j = 0; j < H; ++j) {
+      head_k_[j] += w;
+      const std::size_t m = selection_.prefill_keep(ranks(j), n, head_k_[j], w, slots_.index());
+      slots_.compact(j, slots_.index(), m);
+      head_n_[j] = m;
+    }
+    allocated_ = true;
+    slots_.reset_window(w);
+    for (std::size_t i = 0; i < w; ++i) slots_.enter_window_each([&](std::size_t j) { return head_n_[j] - w + i; });
+    n_ = *std::max_element(head_n_.begin(), head_n_.end());
+  }
+  /// Head-adaptive budgets, the end of a decode step over `n = max_j step_lens_[j]` slots (the new token
+  /// entered): before the first cut and `n > k`, the first cut (the decode rule); after it, each KV head
+  /// over its budget (`step_lens_[j] > k_j`) evicts one token (`victims_found`: the victims of
+  /// `score_decode_head`, else found here). Then the tracked lengths. Cannot throw.
+  void evict_adaptive(std::size_t n, bool victims_found) noexcept {
+    const std::size_t H = kv().n_kv_heads;
+    if (!allocated_) {
+      std::fill(head_n_.begin(), head_n_.end(), n);
+      n_ = n;
+      if (n > k_) cut_adaptive(/*at_prefill=*/false);
+      return;
+    }
+    auto head = [&](std::size_t j) noexcept {
+      const std::size_t nj = step_lens_[j];
+      if (nj > head_k_[j]) {
+        const std::size_t v =
+            victims_found ? victims_[j]
+                          : selection_.victim(scorer_.ranked(slots_.scores(j), slots_.positions(j), last_position_, nj, j),
+                                              slots_.recent(j), slots_.positions(j), nj);
+        slots_.evict(j, v, nj);
+        head_n_[j] = nj - 1;
+      } else {
+        head_n_[j] = nj;
+      }
+    };
+    if (victims_found) {
+      for (std::size_t j = 0; j < H; ++j) head(j);
+    } else {  // per KV head, on the executor: head j's search and move touch only head j
+      detail::for_each_head(scorer_.executor(), H, head);
+    }
+    n_ = *std::max_element(head_n_.begin(), head_n_.end());
+  }
+  /// `decode_step` with head-adaptive budgets (after the common checks): KV head `j` held `head_n_[j]`
+  /// tokens and holds `head_n_[j] + 1` now; `n = max_j` of those is the row stride of `logits` /
+  /// `gumbel` (`[q_head][n]`, head `j`'s rows read on `[0, lengths[j])`). Scores every row
+  /// (`Scorer::score_step_ragged`: all rows checked first), enters each head's new slot into its
+  /// window, then `evict_adaptive`. Throws `std::invalid_argument` as `decode_step` (state unchanged).
+  void decode_step_adaptive(const float* logits, std::size_t n, const float* gumbel) {
+    const std::int64_t new_pos =
+        detail::check_ragged_step_view(kv(), n, head_n_.data(), last_position_, "kvevict::Cache::decode_step");
+    const float tau = checked_tau(step_ + 1, "decode_step");
+    detail::require(logits != nullptr, "kvevict::Cache::decode_step: logits must be non-null");
+    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) step_lens_[j] = head_n_[j] + 1;
+    if constexpr (Score::kUsesLogits)
+      scorer_.score_step_ragged(logits, gumbel, n, step_lens_.data(), 1.0f / tau, slots_.all_scores(),
+                                slots_.capacity(), static_cast<std::uint64_t>(new_pos));
+    // ---- nothing below can throw ----
+    slots_.enter_window_each([&](std::size_t j) { return step_lens_[j] - 1; });
+    last_position_ = new_pos;
+    evict_adaptive(n, /*victims_found=*/false);
+    ++step_;
+    tau_ = tau;
   }
   /// `detail::resolve_budget` (detail/budget_rule.hpp, shared with `PagedCache`) for
   /// budget `k` over this view: the recent-window rule, `selection.validate(k,
@@ -503,6 +659,14 @@ class Cache final
   float step_tau_ = 0.0f;
   std::vector<std::uint8_t> head_done_;  // [kv_head]: scored in the open step
   std::vector<std::size_t> victims_;     // [kv_head]: per-head selection's victim, found when the head is scored
+  // Head-adaptive budgets (HeadBudgets::adaptive; empty otherwise).
+  bool adaptive_ = false;                 // config_.head_budgets.is_adaptive()
+  bool allocated_ = false;                // the layer's first cut shared the budget: head_k_ holds it
+  std::vector<std::size_t> head_k_;       // [kv_head]: k_j, each head's share
+  std::vector<std::size_t> head_n_;       // [kv_head]: tokens each head holds (n_ is their maximum)
+  std::vector<std::size_t> step_lens_;    // [kv_head]: the lengths of the open / current decode step
+  std::vector<float> alloc_scores_;       // [kv_head][capacity]: the allocation's candidates' ranks
+  std::vector<HeadCandidate> alloc_;      // [kv_head · capacity]: the allocation's sort
 };
 
 }  // namespace kvevict

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kvevict/budget.hpp"
+#include "kvevict/head_budgets.hpp"
 
 namespace kvevict {
 
@@ -34,6 +35,11 @@ struct CacheConfig {
   /// `max_prefill_chunk >= 1` and capacity >= `k + max_prefill_chunk`.
   /// Semantics: see `Cache::prefill_chunk`.
   bool bounded_prefill = false;
+  /// How the layer's budget is shared among its KV heads: `HeadBudgets::uniform()` (default: `k` each) or
+  /// `HeadBudgets::adaptive(alpha)` (AdaKV: `k · n_kv_heads` in total, shared by score; the heads then hold
+  /// different numbers of tokens, see head_budgets.hpp). Adaptive needs per-head selection (not
+  /// `shared_heads`), no `bounded_prefill`, and a score from the logits; `PagedCache` refuses it.
+  HeadBudgets head_budgets = HeadBudgets::uniform();
 };
 
 }  // namespace kvevict

@@ -3,6 +3,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -129,6 +130,32 @@ inline std::int64_t check_step_view(const ErasedKV& kv, std::size_t n, std::size
   for (std::size_t h = 1; h < kv.n_kv_heads; ++h)
     require(kv.pos(h)[n - 1] == new_pos, who, ": KV head ", h, " has new position ",
             kv.pos(h)[n - 1], ", KV head 0 has ", new_pos);
+  return new_pos;
+}
+
+/// `check_step_view` for KV heads of different lengths (head-adaptive budgets): KV head `h` held
+/// `held[h]` tokens and the engine appended one, so `lengths[h] == held[h] + 1`; `n` (the row stride of
+/// the step's logits) must be `max_h lengths[h]`; the new token (slot `lengths[h] − 1`) has the same
+/// position on every head, above `last_position`. Returns it. Throws `std::invalid_argument` naming the
+/// values. O(n_kv_heads).
+inline std::int64_t check_ragged_step_view(const ErasedKV& kv, std::size_t n, const std::size_t* held,
+                                           std::int64_t last_position, const char* who) {
+  check_lengths(kv, who);
+  std::size_t top = 0;
+  for (std::size_t h = 0; h < kv.n_kv_heads; ++h) {
+    require(kv.lengths[h] == held[h] + 1, who, ": the view's lengths[", h, "] = ", kv.lengths[h],
+            ", expected ", held[h] + 1, " (KV head ", h, " holds ", held[h],
+            " tokens: append the new token's K/V to every head first)");
+    top = std::max(top, kv.lengths[h]);
+  }
+  require(n == top, who, ": n = ", n, " but the longest KV head holds ", top,
+          " slots (with head-adaptive budgets n is the logits' row stride, max_j lengths[j])");
+  const std::int64_t new_pos = kv.pos(0)[kv.lengths[0] - 1];
+  require(new_pos > last_position, who, ": new token's position ", new_pos, " must be larger than the last one, ",
+          last_position);
+  for (std::size_t h = 1; h < kv.n_kv_heads; ++h)
+    require(kv.pos(h)[kv.lengths[h] - 1] == new_pos, who, ": KV head ", h, " has new position ",
+            kv.pos(h)[kv.lengths[h] - 1], ", KV head 0 has ", new_pos);
   return new_pos;
 }
 

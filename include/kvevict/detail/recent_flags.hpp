@@ -53,6 +53,22 @@ class RecentFlags {
     next_ = (next_ + 1) % size_;
     if (count_ < size_) ++count_;
   }
+  /// `enter` with a slot per row (KV heads of different lengths): row `r`'s token is at `slot_of(r)`. The
+  /// same bookkeeping as `enter` (every row's window holds the same tokens). O(rows).
+  template <class SlotOf>
+  void enter_each(SlotOf slot_of) {
+    if (size_ == 0) return;
+    for (std::size_t r = 0; r < rows_; ++r) {
+      std::uint8_t* flags = flags_.data() + r * capacity_;
+      std::size_t* slots = ring(r);
+      const std::size_t slot = slot_of(r);
+      if (count_ == size_) flags[slots[next_]] = 0;
+      slots[next_] = slot;
+      flags[slot] = 1;
+    }
+    next_ = (next_ + 1) % size_;
+    if (count_ < size_) ++count_;
+  }
   /// Decode-step eviction on row `r`: the newest token moved from slot `last`
   /// to slot `victim` (the owner has already moved its flag); clears `last`'s
   /// flag and re-points the window's newest entry. Nothing if `last` was not in

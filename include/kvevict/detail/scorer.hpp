@@ -283,32 +283,45 @@ class Scorer : private KeyScratch<reads_keys<Score>> {
 
   /// One KV head's part of `score_step`, for an engine that hands each KV head's logits over right
   /// after computing them (`Cache::score_decode_head`): the rows of KV head `j`'s query heads
-  /// (`logits`, `gumbel` optional: `[g][n]`, query head `j · g + q` at row `q`) add their softmax into
-  /// `scores[j]` exactly as `score_step` adds them (the new slot `n − 1` starts at 0; the same kernel,
-  /// the same order: the same bits). Runs on the calling thread; calls for distinct `j` may run
-  /// concurrently (each touches only its head's scores, chunk factors and its group's rows of the
-  /// numerator scratch). All-or-nothing for head `j`: every row is checked first, read-only; on NaN /
-  /// `+inf` `std::invalid_argument` names the q_head ("<who>::<method>: logits of q_head h contain NaN
-  /// or +inf") and head `j`'s scores are unchanged. O(g · n), no allocation.
+  /// (`logits`, `gumbel` optional: `[g][row_stride]`, query head `j · g + q` at row `q`, its first `n`
+  /// entries read; `row_stride` 0 means `n`) add their softmax into `scores[j][0, n)` exactly as
+  /// `score_step` adds them (the new slot `n − 1` starts at 0; the same kernel, the same order: the same
+  /// bits). Runs on the calling thread; calls for distinct `j` may run concurrently (each touches only
+  /// its head's scores, chunk factors and its group's rows of the numerator scratch). All-or-nothing for
+  /// head `j`: every row is checked first, read-only; on NaN / `+inf` `std::invalid_argument` names the
+  /// q_head ("<who>::<method>: logits of q_head h contain NaN or +inf") and head `j`'s scores are
+  /// unchanged. O(g · n), no allocation.
   void score_step_head(std::size_t j, const float* logits, const float* gumbel, std::size_t n, float inv_tau,
-                       float* scores, std::size_t stride, std::uint64_t position, const char* method) {
-    const bool noise_given = score_.noisy() && gumbel != nullptr;
-    for (std::size_t q = 0; q < group_; ++q)
-      if (!row_accepted(logits + q * n, noise_given ? gumbel + q * n : nullptr, n))
-        throw std::invalid_argument(
-            concat(who_, "::", method, ": logits of q_head ", j * group_ + q, " contain NaN or +inf"));
-    const std::size_t chunks = chunk_count(n);
-    float* e = backup_.data() + j * group_ * stride_;  // the group's first row of the split step's scratch
-    float* s = scores + j * stride;
-    s[n - 1] = 0.0f;
-    for (std::size_t q = 0; q < group_; ++q) {
-      const std::size_t h = j * group_ + q;
-      float* f = f_.data() + h * 2 * chunks_;
-      (void)softmax_row(logits + q * n, gumbel != nullptr ? gumbel + q * n : nullptr, n, inv_tau, position, h, 0,
-                        chunks, e, f, f + chunks_);
-      softmax_combine(f, f + chunks_, chunks, inv_tau);
-      add_chunks(e, f, n, s, !Score::kAccumulates && q == 0);
-    }
+                       float* scores, std::size_t stride, std::uint64_t position, const char* method,
+                       std::size_t row_stride = 0) {
+    const std::size_t rs = row_stride != 0 ? row_stride : n;
+    const std::size_t q = first_bad_row(j, logits, gumbel, n, rs);
+    if (q != group_)
+      throw std::invalid_argument(
+          concat(who_, "::", method, ": logits of q_head ", j * group_ + q, " contain NaN or +inf"));
+    add_head_rows(j, logits, gumbel, n, rs, inv_tau, scores, stride, position);
+  }
+
+  /// `score_step` for KV heads of different lengths (head-adaptive budgets, `HeadBudgets::adaptive`):
+  /// KV head `j` holds `lens[j]` slots, its new slot is `lens[j] − 1`, and the rows of its query heads are
+  /// `logits + h · row_stride` (`[q_head][row_stride]`, `row_stride >= max lens`; `gumbel` optional, same
+  /// layout), their first `lens[j]` entries read. Every row is checked first (read-only; the lowest bad
+  /// q_head throws `std::invalid_argument`, every score unchanged), then each KV head adds its rows as
+  /// `score_step_head` does (the same kernel and order: with equal lengths, the same bits as `score_step`),
+  /// one task per KV head on the executor. O(n_q_heads · max lens), no allocation.
+  void score_step_ragged(const float* logits, const float* gumbel, std::size_t row_stride, const std::size_t* lens,
+                         float inv_tau, float* scores, std::size_t stride, std::uint64_t position) {
+    for_each_head(executor_, n_kv_heads_, [&](std::size_t j) noexcept {
+      bad_[j] = first_bad_row(j, logits + j * group_ * row_stride,
+                              gumbel != nullptr ? gumbel + j * group_ * row_stride : nullptr, lens[j], row_stride);
+    });
+    for (std::size_t j = 0; j < n_kv_heads_; ++j)
+      if (bad_[j] != group_) throw_step(j * group_ + bad_[j]);
+    for_each_head(executor_, n_kv_heads_, [&](std::size_t j) noexcept {
+      add_head_rows(j, logits + j * group_ * row_stride,
+                    gumbel != nullptr ? gumbel + j * group_ * row_stride : nullptr, lens[j], row_stride, inv_tau,
+                    scores, stride, position);
+    });
   }
 
   /// `Σ_j scores[j][0, n)` (for a selection shared by every KV head), in scratch
@@ -546,6 +559,35 @@ class Scorer : private KeyScratch<reads_keys<Score>> {
       add_chunks(e, f, len, acc(h), !Score::kAccumulates);
     }
     return 0;
+  }
+
+  /// The first of KV head `j`'s `g` rows (`logits + q · row_stride`, `n` entries) that the kernel would
+  /// reject (NaN / `+inf` in `x + ζ`), or `g` if none. Read-only; O(g · n).
+  std::size_t first_bad_row(std::size_t j, const float* logits, const float* gumbel, std::size_t n,
+                            std::size_t row_stride) const noexcept {
+    (void)j;
+    const bool noise_given = score_.noisy() && gumbel != nullptr;
+    for (std::size_t q = 0; q < group_; ++q)
+      if (!row_accepted(logits + q * row_stride, noise_given ? gumbel + q * row_stride : nullptr, n)) return q;
+    return group_;
+  }
+  /// KV head `j`'s rows (checked) into `scores[j][0, n)`: the new slot `n − 1` starts at 0, then each row's
+  /// softmax is added in q order (the first replaces them for `kAccumulates == false`). Scratch: the group's
+  /// rows of `backup_` and its chunk factors. O(g · n); no throw.
+  void add_head_rows(std::size_t j, const float* logits, const float* gumbel, std::size_t n, std::size_t row_stride,
+                     float inv_tau, float* scores, std::size_t stride, std::uint64_t position) noexcept {
+    const std::size_t chunks = chunk_count(n);
+    float* e = backup_.data() + j * group_ * stride_;  // the group's first row of the split step's scratch
+    float* s = scores + j * stride;
+    s[n - 1] = 0.0f;
+    for (std::size_t q = 0; q < group_; ++q) {
+      const std::size_t h = j * group_ + q;
+      float* f = f_.data() + h * 2 * chunks_;
+      (void)softmax_row(logits + q * row_stride, gumbel != nullptr ? gumbel + q * row_stride : nullptr, n, inv_tau,
+                        position, h, 0, chunks, e, f, f + chunks_);
+      softmax_combine(f, f + chunks_, chunks, inv_tau);
+      add_chunks(e, f, n, s, !Score::kAccumulates && q == 0);
+    }
   }
 
   [[noreturn]] void throw_step(std::size_t q_head) const {

@@ -117,6 +117,10 @@ class SlotTable {
   /// Enters the token at `slot` (the same slot on every head) into the window;
   /// once the window holds `w` tokens, the oldest leaves it. O(n_kv_heads).
   void enter_window(std::size_t slot) { window_.enter(slot); }
+  /// Enters head `h`'s token at `slot_of(h)` into the window, on every head (KV heads of different
+  /// lengths). O(n_kv_heads).
+  template <class SlotOf>
+  void enter_window_each(SlotOf slot_of) { window_.enter_each(slot_of); }
   /// Zeroes every score. O(n_kv_heads · capacity).
   void clear_scores() { std::fill(scores_.begin(), scores_.end(), 0.0f); }
 

@@ -72,7 +72,7 @@ class PagedCache final
   /// Builds a cache over `kv` (length must be 0) drawing pages from `pool`
   /// (which must outlive the cache). Allocates O(n_kv_heads · capacity) floats once.
   /// Throws `std::invalid_argument` if the view is invalid or not empty, its
-  /// `num_pages` differs from the pool's, `config.shared_heads` is false,
+  /// `num_pages` differs from the pool's, `config.shared_heads` is false, `config.head_budgets` is adaptive,
   /// `config.max_prefill_chunk` is not 0 or `config.bounded_prefill` is set (no chunked prefill),
   /// `config.n_q_heads` is not a positive multiple of `kv.n_kv_heads`, a
   /// page-unit option is set with the token unit, or — for a token-count
@@ -94,6 +94,10 @@ class PagedCache final
                     config.max_prefill_chunk, " is not supported (PagedCache has no chunked prefill; set 0)");
     detail::require(!config.bounded_prefill, "kvevict::PagedCache: config.bounded_prefill is not supported "
                                              "(PagedCache has no chunked prefill; set false)");
+    detail::require(!config.head_budgets.is_adaptive(), "kvevict::PagedCache: config.head_budgets = adaptive is "
+                    "not supported (a page slot holds the token of every KV head, so every head keeps the same "
+                    "tokens; use kvevict::Cache)");
+    check_head_budgets(config.head_budgets, "kvevict::PagedCache");
     detail::require(*kv.length == 0, "kvevict::PagedCache: the sequence must be empty at construction (length = ",
                     *kv.length, ")");
     detail::require(kv.num_pages == pool.num_pages(), "kvevict::PagedCache: the view has num_pages = ",
