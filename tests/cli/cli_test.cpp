@@ -326,6 +326,22 @@ std::vector<Case> cases() {
        {"--snap-decode: unknown decode rule 'tova' (expected h2o, window or keyformer)"}},
       {"GenSnapKVChunked", G, kTiny + "--policy snapkv --prefill-chunk 4 --prompt-ids 1", 2,
        {"--prefill-chunk: snapkv scores the prompt with its last L queries"}},
+      // AdaKV: each layer's 2 KV heads share 2 x 4 tokens (the mean per head is 4; the heads differ).
+      {"GenHeadBudgetsAdaptive", G, kTiny + "--policy h2o --budget 4 --head-budgets adaptive --prompt-ids 1,2,3,4,5,6,7,8 "
+       "--print-ids --steps 2", 0,
+       {"head-budgets=adaptive:0.20]", "retained per layer (mean over KV heads, which differ): 4 4 of 9"}},
+      {"GenHeadBudgetsUnknown", G, kTiny + "--policy h2o --head-budgets adapt --prompt-ids 1", 2,
+       {"--head-budgets: unknown split 'adapt' (expected uniform, adaptive or adaptive:ALPHA)"}},
+      {"GenHeadBudgetsAlpha", G, kTiny + "--policy h2o --head-budgets adaptive:2 --prompt-ids 1", 2,
+       {"--head-budgets: ALPHA in adaptive:ALPHA must be a share of the key budget in [0, 1] (got '2')"}},
+      {"GenHeadBudgetsShared", G, kTiny + "--policy h2o --head-budgets adaptive --shared-heads --prompt-ids 1", 2,
+       {"--head-budgets: adaptive shares the budget among KV heads, --shared-heads keeps the same tokens"}},
+      {"GenHeadBudgetsKeyNorm", G, kTiny + "--policy knorm --head-budgets adaptive --prompt-ids 1", 2,
+       {"--head-budgets: adaptive shares the budget by attention scores"}},
+      {"GenHeadBudgetsPaged", G, kTiny + "--policy h2o --head-budgets adaptive --kv-layout paged --prompt-ids 1", 2,
+       {"--head-budgets: adaptive needs --kv-layout contiguous"}},
+      {"GenHeadBudgetsWithFull", G, kTiny + "--head-budgets adaptive --prompt-ids 1", 2,
+       {"--head-budgets: --policy full keeps every token"}},
       // 2 layers, k = 4, P = 8: b_min = 0.2, b_max = 7.8 -> [8, 0] -> no layer at 0: [7, 1].
       {"GenLayerBudgetsPyramid", G, kTiny + "--policy h2o --budget 4 --layer-budgets pyramid --prompt-ids 1,2,3,4,5,6,7,8 "
        "--print-ids --steps 2", 0, {"[h2o k=4 w=1 sinks=0 layer-budgets=pyramid]", "retained per layer: 7 1 of 9"}},

@@ -170,6 +170,62 @@ TEST(Llama2Engine, EvictingPolicyKeepsEveryLayerAtItsBudget) {
   }
 }
 
+// Head-adaptive budgets (AdaKV, kvevict::HeadBudgets::adaptive): each layer's KV heads share its k x 2 tokens,
+// so they hold different counts whose total is exact after the prefill and every step; the attention reads each
+// head over its own length (finite logits; 1 and 3 threads bit-identical); alpha = 1 (the floor is the whole key
+// budget) is the uniform split and gives the uniform engine's logits bit for bit; the paged layout refuses it.
+TEST(Llama2Engine, HeadAdaptiveBudgetsShareEachLayersTotal) {
+  const Model m = make_model(Header{}, 23);
+  const std::vector<int> prompt(kTokens.begin(), kTokens.begin() + 10), rest(kTokens.begin() + 10, kTokens.end());
+  const std::size_t H = m.config().n_kv_heads;
+  bool ragged = false;
+  for (const char* policy : {"keyformer", "h2o", "snapkv", "tova"}) {
+    auto run = [&](float alpha, bool adaptive, std::size_t threads) {
+      auto s = settings(policy, kvevict::Budget::ratio(0.5));
+      if (adaptive) s.head_budgets = kvevict::HeadBudgets::adaptive(alpha);
+      auto e = llama2::make_engine(m, s);
+      e->set_threads(threads);
+      const llama2::RowMatrix pre = e->prefill(prompt);
+      std::vector<std::vector<float>> out{std::vector<float>(pre.data(), pre.data() + pre.size())};
+      auto check_layers = [&] {
+        for (std::size_t l = 0; l < m.config().n_layers; ++l) {
+          std::size_t sum = 0;
+          for (std::size_t j = 0; j < H; ++j) {
+            sum += e->retained(l, j);
+            ragged = ragged || e->retained(l, j) != e->retained(l, 0);
+            const auto kept = e->cache(l)->retained_positions(j);
+            out.emplace_back(kept.begin(), kept.end());
+          }
+          EXPECT_EQ(sum, 5u * H) << policy << " layer " << l;
+        }
+      };
+      check_layers();
+      for (int t : rest) {
+        const float* logits = e->step(t);
+        out.emplace_back(logits, logits + m.config().vocab_size);
+        for (std::size_t v = 0; v < m.config().vocab_size; ++v) EXPECT_TRUE(std::isfinite(logits[v])) << policy;
+        check_layers();
+      }
+      return out;
+    };
+    const auto serial = run(0.0f, true, 1);
+    EXPECT_EQ(run(0.0f, true, 3), serial) << policy;
+    EXPECT_EQ(run(1.0f, true, 1), run(0.0f, false, 1)) << policy << ": alpha = 1 is the uniform split";
+  }
+  EXPECT_TRUE(ragged) << "some layer's KV heads hold different counts";
+  auto s = settings("h2o", kvevict::Budget::ratio(0.5));
+  s.head_budgets = kvevict::HeadBudgets::adaptive(0.2f);
+  s.kv_layout = llama2::KvLayout::paged;
+  s.shared_heads = true;
+  try {
+    (void)llama2::make_engine(m, s);
+    ADD_FAILURE() << "the paged layout took head-adaptive budgets";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("head_budgets = adaptive needs kv_layout = contiguous"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Llama2Engine, RejectsMisuse) {
   const Model m = make_model(Header{}, 24);
   Engine e(m);

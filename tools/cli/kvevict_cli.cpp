@@ -209,10 +209,45 @@ void EvictionFlags::validate() {
                                           "choose an eviction policy");
   }
 
+  // --head-budgets (AdaKV's head-adaptive split of a layer's budget); checked against the layout below
+  if (!head_budgets_text.empty() && head_budgets_text != "uniform") {
+    const std::string kAdaptive = "adaptive";
+    if (head_budgets_text.compare(0, kAdaptive.size(), kAdaptive) != 0 ||
+        (head_budgets_text.size() > kAdaptive.size() && head_budgets_text[kAdaptive.size()] != ':'))
+      throw UsageError("--head-budgets", "unknown split '" + head_budgets_text +
+                                             "' (expected uniform, adaptive or adaptive:ALPHA)");
+    float alpha = 0.2f;
+    if (head_budgets_text.size() > kAdaptive.size()) {
+      const std::string a = head_budgets_text.substr(kAdaptive.size() + 1);
+      char* end = nullptr;
+      const double v = std::strtod(a.c_str(), &end);
+      if (a.empty() || end != a.c_str() + a.size() || !(v >= 0.0 && v <= 1.0))
+        throw UsageError("--head-budgets", "ALPHA in adaptive:ALPHA must be a share of the key budget in [0, 1] "
+                                           "(got '" + a + "')");
+      alpha = static_cast<float>(v);
+    }
+    if (!evicts)
+      throw UsageError("--head-budgets", "--policy full keeps every token; drop --head-budgets or choose an "
+                                         "eviction policy");
+    if (!any && policy != "keyformer" && policy != "h2o" && policy != "snapkv" && policy != "tova")
+      throw UsageError("--head-budgets", "adaptive shares the budget by attention scores: --policy keyformer, h2o, "
+                                         "snapkv or tova (the policy is " + policy + ")");
+    if (shared_heads)
+      throw UsageError("--head-budgets", "adaptive shares the budget among KV heads, --shared-heads keeps the same "
+                                         "tokens on every head: drop one");
+    if (bounded_prefill)
+      throw UsageError("--head-budgets", "adaptive is not supported with --bounded-prefill (the chunks need every "
+                                         "KV head at one length)");
+    head_budgets = kvevict::HeadBudgets::adaptive(alpha);
+  }
+
   // --kv-layout, --page-size, --evict-unit (paged KV storage)
   if (!kv_layout_text.empty() && kv_layout_text != "contiguous" && kv_layout_text != "paged")
     throw UsageError("--kv-layout", "unknown layout '" + kv_layout_text + "' (expected contiguous or paged)");
   paged = kv_layout_text == "paged";
+  if (head_budgets.is_adaptive() && paged)
+    throw UsageError("--head-budgets", "adaptive needs --kv-layout contiguous (a page slot holds every KV head's "
+                                       "token: the paged layout selects once per layer)");
   if (!page_size_text.empty()) {
     if (!paged) throw UsageError("--page-size", "needs --kv-layout paged");
     // Bounded here, so that the page count ceil((seq_len + 1) / page_size) cannot wrap to 0 and a
@@ -310,6 +345,11 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
   if (spec.kv_layout) {
     app.add_flag("--shared-heads", flags.shared_heads,
                  "one selection per layer for all KV heads (scores summed over KV heads); implied by --kv-layout paged");
+    app.add_option("--head-budgets", flags.head_budgets_text,
+                   "how a layer's budget is shared among its KV heads: uniform (default: k each) or adaptive (AdaKV: "
+                   "k x KV heads in total, shared by score, each head keeping its recent window and at least ALPHA "
+                   "(default 0.2) of its k - w key tokens); keyformer, h2o, snapkv, tova; contiguous layout")
+        ->type_name("uniform|adaptive|adaptive:ALPHA");
     app.add_option("--kv-layout", flags.kv_layout_text,
                    "KV storage: contiguous (default) or paged (pages from a per-layer pool, addressed by a page table)")
         ->type_name("contiguous|paged");

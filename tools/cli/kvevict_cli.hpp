@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cli/amount.hpp"
+#include "kvevict/head_budgets.hpp"
 #include "kvevict/layer_budgets.hpp"
 #include "kvevict/presets.hpp"
 
@@ -79,6 +80,7 @@ struct EvictionFlags {
   std::string tau_end_text;        ///< --tau-end
   std::string seed_text;           ///< --seed
   bool shared_heads = false;       ///< --shared-heads (one selection for all KV heads of a layer)
+  std::string head_budgets_text;   ///< --head-budgets uniform|adaptive|adaptive:ALPHA (empty: uniform)
   std::string kv_layout_text;      ///< --kv-layout contiguous|paged (empty: contiguous)
   std::string page_size_text;      ///< --page-size N (paged layout; empty: 16)
   std::string evict_unit_text;     ///< --evict-unit token|page (paged layout; empty: token)
@@ -112,6 +114,7 @@ struct EvictionFlags {
   kvevict::Pooling snap_pooling = kvevict::Pooling::max;          ///< --snap-pooling
   kvevict::SnapDecode snap_decode = kvevict::SnapDecode::h2o;     ///< --snap-decode
   kvevict::LayerBudgets layer_budgets;  ///< --layer-budgets (default uniform)
+  kvevict::HeadBudgets head_budgets;    ///< --head-budgets (default uniform; adaptive: AdaKV, alpha 0.2)
   std::string layer_budgets_label = "uniform";  ///< "uniform", "pyramid", "pyramid:40", "weights"
   std::size_t prefill_chunk = 0;   ///< --prefill-chunk C in [1, 2^20]; 0 = one-shot prefill
 

@@ -225,7 +225,14 @@ void Engine::rope(float* v, std::size_t n_heads, std::size_t pos) const {
 // logits[h][s] = q_h·k_s / sqrt(head_dim) (kvevict::attention_logits), out_h = sum_s softmax(logits[h])_s v_s.
 void Engine::attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out) {
   const Config& c = config_;
-  kvevict::attention_logits(view, q, c.n_heads, logits, 1.0f / std::sqrt(static_cast<float>(c.head_dim())));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
+  if (ragged(view)) {  // head-adaptive budgets: head j over its own lengths[j] slots, rows of stride max_j
+    const std::size_t n = row_stride(view), group = c.n_heads / c.n_kv_heads, hd = c.head_dim();
+    for (std::size_t h = 0; h < c.n_heads; ++h)  // kvevict::attention_logits's rows: the same floats
+      kvevict::detail::head_logits(view, h / group, q + h * hd, logits + h * n, scale, nullptr);
+  } else {
+    kvevict::attention_logits(view, q, c.n_heads, logits, scale);
+  }
   auto head = [&](std::size_t h) { attend_values(view, h, logits, out); };  // heads may run in parallel
   if (pool_)
     pool_->parallel_for(c.n_heads, head);
@@ -233,14 +240,27 @@ void Engine::attend(const kvevict::KVView<const float>& view, const float* q, fl
     for (std::size_t h = 0; h < c.n_heads; ++h) head(h);
 }
 
+bool Engine::ragged(const kvevict::KVView<const float>& view) noexcept {
+  for (std::size_t j = 1; j < view.n_kv_heads; ++j)
+    if (view.lengths[j] != view.lengths[0]) return true;
+  return false;
+}
+
+std::size_t Engine::row_stride(const kvevict::KVView<const float>& view) noexcept {
+  std::size_t n = 0;
+  for (std::size_t j = 0; j < view.n_kv_heads; ++j) n = std::max(n, view.lengths[j]);
+  return n;
+}
+
 void Engine::attend_values(const kvevict::KVView<const float>& view, std::size_t h, const float* logits,
                            float* out) noexcept {
   const Config& c = config_;
-  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
+  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(h / group);
+  const std::size_t stride = row_stride(view);  // n, unless the KV heads hold different lengths
   float* probs = att_probs_.data() + h * c.seq_len;  // each head its own probs row
   const SlotRows values(view.v_row(h / group, 0), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd),
                         Eigen::OuterStride<>(static_cast<Eigen::Index>(view.slot_stride)));
-  std::copy(logits + h * n, logits + (h + 1) * n, probs);
+  std::copy(logits + h * stride, logits + h * stride + n, probs);
   softmax(probs, n);
   VectorMap(out + h * hd, static_cast<Eigen::Index>(hd)).noalias() =
       values.transpose() * ConstVectorMap(probs, static_cast<Eigen::Index>(n));
@@ -249,7 +269,8 @@ void Engine::attend_values(const kvevict::KVView<const float>& view, std::size_t
 void Engine::attend_hot(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out,
                         kvevict::CacheInterface& cache) {
   const Config& c = config_;
-  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = view.length(0);
+  // n: the logits' row stride, every KV head's length (or the longest, with head-adaptive budgets)
+  const std::size_t hd = c.head_dim(), group = c.n_heads / c.n_kv_heads, n = row_stride(view);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   cache.begin_decode_step(n);  // throws before anything changed (the step then resets the engine)
   for (std::size_t j = 0; j < c.n_kv_heads; ++j) {
@@ -391,9 +412,14 @@ void Engine::step_attention(std::size_t l) {
     return;
   }
   attend(view, q_.data(), att_logits_.data(), xb2_.data());
-  if (hooks_) hooks_->decode_attention(*this, l, att_logits_.data(), view.length(0));
+  if (hooks_) {
+    if (ragged(view))
+      throw std::invalid_argument("llama2::Engine: the engine's hooks read every KV head at one length, but block " +
+                                  std::to_string(l) + "'s KV heads hold different lengths (head-adaptive budgets)");
+    hooks_->decode_attention(*this, l, att_logits_.data(), view.length(0));
+  }
   if (cache) {
-    cache->decode_step(att_logits_.data(), view.length(0));
+    cache->decode_step(att_logits_.data(), row_stride(view));
     if (hooks_) hooks_->after_cache(*this, l, *cache, false);
   }
 }

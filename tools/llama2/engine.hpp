@@ -241,7 +241,14 @@ class Engine {
                            std::size_t out, std::size_t in, Eigen::VectorXf Engine::*x, bool accumulate);
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
+  /// Attention of one query per query head over the view: logits `[q_head][n]`, `n = row_stride(view)` (KV
+  /// head `j`'s rows filled on `[0, lengths[j])` when the heads differ: head-adaptive budgets), then each
+  /// head's softmax-weighted V.
   void attend(const kvevict::KVView<const float>& view, const float* q, float* logits, float* out);
+  /// Whether the view's KV heads hold different lengths (a cache with `HeadBudgets::adaptive`). O(n_kv_heads).
+  static bool ragged(const kvevict::KVView<const float>& view) noexcept;
+  /// The decode logits' row stride: `max_j lengths[j]` (every head's length when they agree). O(n_kv_heads).
+  static std::size_t row_stride(const kvevict::KVView<const float>& view) noexcept;
   /// Query head `h`'s share of `attend` after its logits: softmax of `logits[h]` (in its own probs row), then
   /// `out[h] = V[h / g]ᵀ · probs`. Safe for distinct `h` at once.
   void attend_values(const kvevict::KVView<const float>& view, std::size_t h, const float* logits,

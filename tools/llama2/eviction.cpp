@@ -27,6 +27,7 @@ kvevict::CacheConfig cache_config(const EvictionSettings& settings, std::size_t 
   config.budget = settings.budget;
   config.recent = settings.recent;
   config.shared_heads = shared_heads;
+  config.head_budgets = settings.head_budgets;
   return config;
 }
 /// Per-layer budgets for the factories: empty for uniform (every layer keeps `settings.budget`).
@@ -108,6 +109,9 @@ PagedCacheFactory make_paged_cache_factory(const EvictionSettings& settings, std
 std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& settings) {
   const std::size_t n_q = model.config().n_heads;
   if (settings.kv_layout == KvLayout::paged) {
+    if (settings.head_budgets.is_adaptive())
+      throw std::invalid_argument("llama2::make_engine: head_budgets = adaptive needs kv_layout = contiguous (a page "
+                                  "slot holds every KV head's token: the paged layout selects once per block)");
     if (settings.prefill_chunk != 0 || settings.bounded_prefill)
       throw std::invalid_argument("llama2::make_engine: prefill_chunk = " + std::to_string(settings.prefill_chunk) +
                                   " needs kv_layout = contiguous (PagedCache has no chunked prefill)");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvevict/budget.hpp"
+#include "kvevict/head_budgets.hpp"
 #include "kvevict/layer_budgets.hpp"
 #include "kvevict/paged_presets.hpp"
 #include "kvevict/presets.hpp"
@@ -47,6 +48,10 @@ struct EvictionSettings {
   /// head's row), whatever this says; its token unit then equals the
   /// contiguous layout with `shared_heads = true`, bit for bit.
   bool shared_heads = false;
+  /// How a block's budget is shared among its KV heads (`kvevict::CacheConfig::head_budgets`): uniform
+  /// (default) or AdaKV's adaptive split (contiguous layout, per-head selection; the engine's attention reads
+  /// each KV head over its own length).
+  kvevict::HeadBudgets head_budgets;
   /// Contiguous buffers (default) or pages.
   KvLayout kv_layout = KvLayout::contiguous;
   /// Paged layout: tokens per page (>= 1) and the page layout (NHD or HND).

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -251,15 +252,24 @@ int main(int argc, char** argv) {
     if (flags.policy != "full") summary << ' ' << resolved.describe();
     if (ev.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform)
       summary << " layer-budgets=" << flags.layer_budgets_label;
+    const bool adaptive = ev.head_budgets.is_adaptive();
+    if (adaptive) summary << " head-budgets=adaptive:" << std::setprecision(2) << ev.head_budgets.floor << std::setprecision(1);
     summary << "] prompt " << prompt_ids.size() << " tok (" << prefill_s * 1e3 << " ms), generated " << generated.size()
             << " tok, " << (decode_s > 0 ? static_cast<double>(generated.size()) / decode_s : 0.0)
-            << " tok/s | retained per layer:";
+            << " tok/s | retained per layer" << (adaptive ? " (mean over KV heads, which differ)" : "") << ":";
+    // Head-adaptive budgets: the KV heads of a layer hold different counts whose total is k x KV heads.
+    auto retained = [&](std::size_t l) {
+      if (!adaptive) return engine.retained(l);
+      std::size_t sum = 0;
+      for (std::size_t j = 0; j < cfg.n_kv_heads; ++j) sum += engine.retained(l, j);
+      return sum / cfg.n_kv_heads;
+    };
     bool all_equal = true;
-    for (std::size_t l = 1; l < cfg.n_layers; ++l) all_equal = all_equal && engine.retained(l) == engine.retained(0);
+    for (std::size_t l = 1; l < cfg.n_layers; ++l) all_equal = all_equal && retained(l) == retained(0);
     if (all_equal && cfg.n_layers > 8)  // e.g. SmolLM2's 30 layers: "1024 (each of 30 layers)"
-      summary << ' ' << engine.retained(0) << " (each of " << cfg.n_layers << " layers)";
+      summary << ' ' << retained(0) << " (each of " << cfg.n_layers << " layers)";
     else
-      for (std::size_t l = 0; l < cfg.n_layers; ++l) summary << ' ' << engine.retained(l);
+      for (std::size_t l = 0; l < cfg.n_layers; ++l) summary << ' ' << retained(l);
     summary << " of " << engine.position() << " | KV held " << format_bytes(engine.kv_bytes_held()) << " vs full "
             << format_bytes(engine.kv_bytes_full()) << " ("
             << 100.0 * static_cast<double>(engine.kv_bytes_held()) / static_cast<double>(engine.kv_bytes_full())

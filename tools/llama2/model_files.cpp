@@ -86,6 +86,7 @@ EvictionSettings eviction_settings(const kvcli::EvictionFlags& flags, const kvcl
   s.layer_budgets = kvcli::layer_budgets_for(flags, resolved, policy);
   s.seed = flags.seed;
   s.shared_heads = flags.shared_heads || flags.paged;
+  s.head_budgets = flags.head_budgets;
   s.kv_layout = flags.paged ? KvLayout::paged : KvLayout::contiguous;
   s.page_size = flags.page_size;
   s.evict_unit = flags.evict_pages ? kvevict::EvictUnit::page : kvevict::EvictUnit::token;
