@@ -30,11 +30,12 @@ std::string row_spec_help() {
          "(key norm: 1 / (1 + ||k||), no logits), keydiff (1 - cos(k, mean unit key), no logits), oracle (the "
          "reference bound: evicts the token the full cache attends least over the rest of the window; not a "
          "policy). MOD: +shared (one selection per layer), +reindexed (positions re-indexed after each eviction), "
-         "+pyramid (PyramidKV per-layer budgets, beta 20), +mean (h2o/keyformer: rank the accumulated score divided by "
+         "+pyramid (PyramidKV per-layer budgets, beta 20), +adakv (AdaKV: the layer's k x KV heads shared among its KV "
+         "heads by score, each keeping at least alpha (0.2) of k - w key tokens), +mean (h2o/keyformer: rank the accumulated score divided by "
          "the number of queries that scored each token, kvevict::H2OMean / KeyformerMean), "
          "+boundedC (bounded prefill in chunks of C). KEY: @recent=Q (w = floor(Q k), keyformer/h2o/snapkv/knorm/keydiff/oracle), "
          "@seeds=N (Keyformer with noise), @noise=S (Keyformer's noise scaled by S in (0, 1]), @kernel=K (snapkv pooling kernel, odd), @decode=h2o|window|keyformer "
-         "(snapkv decode rule; keyformer: Gumbel noise and the tau schedule). E.g. keyformer@recent=0.5,h2o+shared,"
+         "(snapkv decode rule; keyformer: Gumbel noise and the tau schedule), @alpha=A (+adakv's floor, in [0, 1]). E.g. keyformer@recent=0.5,h2o+shared,"
          "keyformer+bounded32@seeds=3,snapkv@kernel=11@decode=keyformer,oracle";
 }
 
@@ -77,6 +78,8 @@ RowSpec parse_row_spec(const std::string& text) {
       row.reindexed = true;
     } else if (m == "pyramid") {
       row.pyramid = true;
+    } else if (m == "adakv") {
+      row.adakv = true;
     } else if (m == "mean") {
       if (row.policy != "h2o" && row.policy != "keyformer")
         bad(text, "+mean needs h2o, keyformer or keyformer-nonoise (it ranks an accumulated score as a mean)");
@@ -86,10 +89,18 @@ RowSpec parse_row_spec(const std::string& text) {
       row.bounded_chunk = std::stoul(m.substr(7));
     } else {
       bad(text, "unknown modifier '+" + m +
-                    "'; expected +shared, +reindexed, +pyramid, +mean or +boundedC (C >= 1, e.g. +bounded32)");
+                    "'; expected +shared, +reindexed, +pyramid, +mean, +adakv or +boundedC (C >= 1, e.g. +bounded32)");
     }
     if (oracle) bad(text, "the oracle takes no modifier ('+" + m +
                       "'): it selects per KV head, original positions, uniform budgets, one-shot prefill");
+  }
+  if (row.adakv) {
+    if (row.policy != "keyformer" && row.policy != "h2o" && row.policy != "snapkv" && row.policy != "tova")
+      bad(text, "+adakv needs a score from the logits (keyformer, keyformer-nonoise, h2o, snapkv or tova): the KV "
+                "heads share the layer's budget by their attention");
+    if (row.shared) bad(text, "+adakv shares the budget among KV heads, +shared keeps the same tokens on every head");
+    if (row.reindexed) bad(text, "+adakv and +reindexed: the re-indexing hook reads every KV head at one length");
+    if (row.bounded_chunk != 0) bad(text, "+adakv is not supported with +bounded (the chunks need equal lengths)");
   }
   // @decode first: whether @seeds applies depends on it.
   for (const std::string& kv : keys) {
@@ -133,6 +144,14 @@ RowSpec parse_row_spec(const std::string& text) {
       if (!all_digits(value) || std::stoul(value) % 2 == 0 || std::stoul(value) > 1000001)
         bad(text, "@kernel=" + value + " must be an odd integer in [1, 1000001]");
       row.snap_kernel = std::stoul(value);
+    } else if (key == "alpha") {
+      if (row.adakv_alpha) bad(text, "@alpha given twice");
+      if (!row.adakv) bad(text, "@alpha needs +adakv (AdaKV's floor per KV head)");
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(v >= 0.0 && v <= 1.0))
+        bad(text, "@alpha=" + value + " must be a share of the key budget in [0, 1]");
+      row.adakv_alpha = static_cast<float>(v);
     } else if (key == "seeds") {
       if (row.seeds) bad(text, "@seeds given twice");
       if (!row.seeded())
@@ -141,7 +160,8 @@ RowSpec parse_row_spec(const std::string& text) {
         bad(text, "@seeds=" + value + " must be an integer in [1, 1000]");
       row.seeds = std::stoul(value);
     } else {
-      bad(text, "unknown key '@" + key + "'; expected @recent=Q, @seeds=N, @noise=S, @kernel=K or @decode=D");
+      bad(text, "unknown key '@" + key +
+                    "'; expected @recent=Q, @seeds=N, @noise=S, @kernel=K, @decode=D or @alpha=A");
     }
   }
   return row;

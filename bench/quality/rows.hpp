@@ -12,6 +12,9 @@
 //                 snapkv keeps its observation window in every layer), the recent window a ratio of each
 //                 layer's k
 //   +reindexed    positions re-indexed after every eviction (reindex.hpp)
+//   +adakv        AdaKV head-adaptive budgets (kvevict::HeadBudgets::adaptive): a layer's k · n_kv_heads
+//                 tokens shared among its KV heads by score, each keeping its window and at least α (k − w)
+//                 key tokens (@alpha=A, default 0.2); keyformer, h2o, snapkv, tova
 //   +mean         h2o, keyformer: rank each token's accumulated score divided by the number of queries that
 //                 scored it (kvevict::H2OMean / KeyformerMean; kvpress's ObservedAttention is h2o+mean@recent=0)
 //   +boundedC     the prompt prefilled in chunks of C tokens, cut to k after each (bounded prefill)
@@ -41,6 +44,8 @@ struct RowSpec {
   bool shared = false;                ///< +shared
   bool reindexed = false;             ///< +reindexed
   bool pyramid = false;               ///< +pyramid
+  bool adakv = false;                 ///< +adakv (kvevict::HeadBudgets::adaptive)
+  std::optional<float> adakv_alpha;   ///< @alpha=A (+adakv's floor), in [0, 1]; default 0.2
   bool mean = false;                  ///< +mean (PolicyParams::mean_attention)
   std::size_t bounded_chunk = 0;      ///< +boundedC (0: none)
   std::optional<double> recent;       ///< @recent=Q, a fraction of k

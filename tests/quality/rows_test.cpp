@@ -44,6 +44,11 @@ TEST(QualityRows, SpecsParseIntoTheirVariants) {
   EXPECT_EQ(o.budget_policy(), "h2o");
   EXPECT_EQ(parse_row_spec("window").budget_policy(), "window");
   EXPECT_EQ(parse_row_spec("snapkv@recent=0.5").budget_policy(), "snapkv");
+  const auto a = parse_row_spec("h2o+mean+adakv@alpha=0.5");
+  EXPECT_TRUE(a.adakv && a.mean);
+  EXPECT_EQ(*a.adakv_alpha, 0.5f);
+  EXPECT_FALSE(parse_row_spec("snapkv+adakv@kernel=15").adakv_alpha.has_value());
+  EXPECT_FALSE(parse_row_spec("h2o").adakv);
   const auto p = parse_row_spec("keyformer+pyramid@seeds=3");
   EXPECT_TRUE(p.pyramid);
   EXPECT_FALSE(p.shared || p.reindexed);
@@ -114,6 +119,15 @@ TEST(QualityRows, BadSpecsNameTheFlagTheSpecAndThePart) {
   expect_error("h2o@decode=keyformer", "@decode needs snapkv");
   expect_error("snapkv@decode=tova", "@decode=tova must be h2o, window or keyformer");
   expect_error("snapkv@decode=h2o@decode=window", "@decode given twice");
+  expect_error("knorm+adakv", "+adakv needs a score from the logits");
+  expect_error("streaming+adakv", "+adakv needs a score from the logits");
+  expect_error("h2o+adakv+shared", "+adakv shares the budget among KV heads");
+  expect_error("h2o+adakv+reindexed", "+adakv and +reindexed");
+  expect_error("h2o+adakv+bounded32", "+adakv is not supported with +bounded");
+  expect_error("h2o@alpha=0.5", "@alpha needs +adakv");
+  expect_error("h2o+adakv@alpha=2", "@alpha=2 must be a share of the key budget in [0, 1]");
+  expect_error("h2o+adakv@alpha=0.1@alpha=0.2", "@alpha given twice");
+  expect_error("oracle+adakv", "the oracle takes no modifier ('+adakv')");
   expect_error("snapkv@decode=h2o@seeds=3", "@seeds needs keyformer with noise, or snapkv@decode=keyformer");
 }
 
