@@ -73,9 +73,10 @@ done
 for c in "${cols[@]}"; do header+=" ${c%%|*} ${c#*|} |"; sep+="---|"; done
 echo "$header"
 echo "$sep"
-# h2o-mean, keyformer-mean: PolicyParams::mean_attention (kvevict::H2OMean, KeyformerMean); "—" with headers
-# from before it (the probe refuses them).
-for policy in keyformer h2o streamingllm window tova h2o-mean keyformer-mean; do
+# h2o-mean, keyformer-mean: PolicyParams::mean_attention (kvevict::H2OMean, KeyformerMean); h2o-adakv: H2O with
+# HeadBudgets::adaptive (per element of the layer's 8 k tokens); "—" with headers from before them (the probe
+# refuses them).
+for policy in keyformer h2o streamingllm window tova h2o-mean keyformer-mean h2o-adakv; do
   row="| $policy |"
   for c in "${cols[@]}"; do
     b="${c%%|*}" isa="${c#*|}"

@@ -2,7 +2,9 @@
 // header builds it (no CMake target, any flags): no Google Benchmark, no Eigen code of its own.
 //
 //   step_probe POLICY N STEPS [D]      POLICY: keyformer, h2o, streamingllm, window, tova, h2o-mean,
-//                                      keyformer-mean (PolicyParams::mean_attention)
+//                                      keyformer-mean (PolicyParams::mean_attention), h2o-adakv
+//                                      (HeadBudgets::adaptive(0.2): the heads share 8 k, so they hold
+//                                      different counts; the step's logits have the longest head's stride)
 //
 // Builds one layer of 8 KV heads (GQA group 1, float K/V of dimension D, default 128) holding
 // N = k tokens (Keyformer: τ 1 → 2 over 1024 steps, w = 0.3k; H2O w = 0.3k; StreamingLLM 4
@@ -93,6 +95,10 @@ int run(int argc, char** argv) {
   kvevict::Policy policy;
   // h2o-mean, keyformer-mean: the policy with PolicyParams::mean_attention (kvevict::H2OMean, KeyformerMean).
   std::string name = argv[1];
+  const std::string adakv_suffix = "-adakv";
+  const bool adakv = name.size() > adakv_suffix.size() &&
+                     name.compare(name.size() - adakv_suffix.size(), adakv_suffix.size(), adakv_suffix) == 0;
+  if (adakv) name.resize(name.size() - adakv_suffix.size());
   const std::string mean_suffix = "-mean";
   const bool mean = name.size() > mean_suffix.size() &&
                     name.compare(name.size() - mean_suffix.size(), mean_suffix.size(), mean_suffix) == 0;
@@ -121,6 +127,15 @@ int run(int argc, char** argv) {
 #else
   if (mean) {
     std::fprintf(stderr, "step_probe: POLICY %s needs headers with kvevict::MeanAttention\n", argv[1]);
+    return 2;
+  }
+#endif
+
+#if __has_include(<kvevict/head_budgets.hpp>)
+  if (adakv) cfg.head_budgets = kvevict::HeadBudgets::adaptive(0.2f);
+#else
+  if (adakv) {
+    std::fprintf(stderr, "step_probe: POLICY %s needs headers with kvevict::HeadBudgets\n", argv[1]);
     return 2;
   }
 #endif
@@ -155,9 +170,15 @@ int run(int argc, char** argv) {
     ++pos;
     cache->decode_step(masked.data(), len, zeros.data());
   }
-  for (int t = 0; t < 16; ++t) {
+  // The logits' row stride: every head's length, or the longest one with head-adaptive budgets.
+  auto stride = [&kv] {
+    std::size_t m = 0;
+    for (std::size_t j = 0; j < kKVHeads; ++j) m = kv.length(j) > m ? kv.length(j) : m;
+    return m;
+  };
+  for (int t = 0; t < 16; ++t) {  // with head-adaptive budgets the first shares the layer's 8 k
     kv.append(pos++, k_new.data(), v_new.data());
-    cache->decode_step(logits.data(), kv.length(0));
+    cache->decode_step(logits.data(), stride());
   }
 
   double seconds = 0.0;
@@ -165,8 +186,9 @@ int run(int argc, char** argv) {
   for (std::size_t t = 0; t < steps; ++t) {
     kv.append(pos++, k_new.data(), v_new.data());
     const double t0 = thread_seconds();
+    const std::size_t m = stride();
     CALLGRIND_TOGGLE_COLLECT;
-    cache->decode_step(logits.data(), kv.length(0));
+    cache->decode_step(logits.data(), m);
     CALLGRIND_TOGGLE_COLLECT;
     seconds += thread_seconds() - t0;
   }
