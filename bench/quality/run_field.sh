@@ -7,7 +7,7 @@
 # rows with the same full-cache run as the report's (same windows, same ids: deterministic rows reproduce
 # the report's to the last digit). Writes bench/quality/results/field/ (one CSV + Markdown per part, their
 # wall times, and the Keyformer noise analysis of bench/quality/keyformer_noise.py) and prints nothing else.
-#   PARTS=windows,ablation,retrieval,sweep,code,mean,knorm,keydiff,noise (default all)   THREADS=2   BUILD_DIR=build-quality
+#   PARTS=windows,ablation,retrieval,sweep,code,mean,knorm,keydiff,adakv,adaret,noise (default all)   THREADS=2   BUILD_DIR=build-quality
 #   (mean: 957 s + 1633 s + 1266 s on a shared machine; it writes the retrieval prompts' ids to $PROMPTS_OUT)
 # About 60 minutes on 2 cores (windows 511 s, ablation 676 s, retrieval 2 x ~260 s, sweep 4 x ~190 s, code 745 s,
 # noise ~300 s).
@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${THREADS:-2}
 build=${BUILD_DIR:-build-quality}
-parts=${PARTS:-windows,ablation,retrieval,sweep,code,mean,knorm,keydiff,noise}
+parts=${PARTS:-windows,ablation,retrieval,sweep,code,mean,knorm,keydiff,adakv,adaret,noise}
 model=$(bash scripts/get-models.sh)
 data=${KVEVICT_SHARED_DIR:-../shared}/data/python-howto
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="${QUALITY_CXX_FLAGS--march=native}" \
@@ -75,6 +75,15 @@ fi
 if [[ $parts == *keydiff* ]]; then  # KeyDiff (every held key against their mean unit key), w = 0.3 k and w = 0 (kvpress's)
   timed keydiff "$q" --model "$model" --data "$data" "${windows[@]}" --policies h2o,keydiff,keydiff@recent=0 \
     --out "$out/keydiff"
+fi
+if [[ $parts == *adakv* ]]; then  # AdaKV head-adaptive budgets (kvevict::HeadBudgets::adaptive) over H2O, H2OMean, SnapKV, Keyformer
+  timed adakv "$q" --model "$model" --data "$data" "${windows[@]}" \
+    --policies h2o,h2o+adakv,h2o+adakv@alpha=0.5,h2o+mean+adakv,snapkv+adakv@kernel=15,keyformer+adakv --out "$out/adakv"
+fi
+if [[ $parts == *adaret* ]]; then  # AdaKV on retrieval set 1 (the report's 30 prompts), SnapKV K = 15 beside it
+  timed retrieval_adakv "$q" --model "$model" --data "$data" --retrieval 10 --retrieval-seed 1 --prompt 2048 \
+    --window 2050 --ratios 0.1,0.2 --seeds 1 --threads "$threads" \
+    --policies snapkv@kernel=15,snapkv+adakv@kernel=15,h2o+mean+adakv --out "$out/retrieval_adakv"
 fi
 if [[ $parts == *mean* ]]; then  # mean attention (H2OMean, KeyformerMean): windows, code, retrieval set 1 (+ its ids)
   timed mean "$q" --model "$model" --data "$data" "${windows[@]}" \
