@@ -17,7 +17,8 @@
 //   score/        what a token's score is: GumbelLogitScore (Keyformer), AccumulatedAttentionScore
 //                 (H2O), CurrentAttentionScore (TOVA), SnapKVScore, MeanAttention<Base>, KeyNormScore, KeyDiffScore, NoScore; the Gumbel sampler;
 //                 the softmax kernel;
-//                 ChunkRows (a prefill chunk's logits) and the chunked-prefill semantics
+//                 ChunkRows (a prefill chunk's logits) and the chunked-prefill semantics; Expected Attention
+//                 (QueryStatistics, expected_attention_logits: rows that make a TOVA cache rank by it)
 //   temperature/  τ per step: LinearTemperature, ConstantTemperature, IncrementTemperature
 //   selection/    which tokens stay: select_keep, RecentTopKSelection, SinkRecentSelection,
 //                 TopKThenWindowSelection
@@ -57,6 +58,7 @@
 #include "kvevict/paged_presets.hpp"
 #include "kvevict/presets.hpp"
 #include "kvevict/score/chunk_rows.hpp"
+#include "kvevict/score/expected_attention.hpp"
 #include "kvevict/score/gumbel.hpp"
 #include "kvevict/score/mean_attention.hpp"
 #include "kvevict/score/score_policies.hpp"
