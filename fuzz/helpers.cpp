@@ -10,13 +10,18 @@
 //  - rope_rotate_keys / rope_rotate_key / rope_rotate with θ and delta drawn from normal and
 //    hostile values (0, negative, 1e-300, 1e300, ±inf, NaN);
 //  - layer_budgets with every schedule, k up to SIZE_MAX, floors up to k, weights with zeros,
-//    negatives and NaN.
+//    negatives and NaN;
+//  - Expected Attention: QueryStatistics::add, expected_attention_scores / _logits with drawn statistics,
+//    options, RoPE, next position, row stride and hostile keys, values and queries.
 // Throwing std::invalid_argument is allowed. Invariants (a violation aborts):
 //  - attention_logits: on success, out[h][s] equals scale · (q[h] · K[h / g][s]) + bias[h][s]
 //    (a double reference, within float rounding); on a throw, out is untouched;
 //  - RoPE: on success every rotated element is finite and V is untouched; on a throw K and V are
 //    untouched;
-//  - layer_budgets: on success n_layers budgets, each >= floor, summing to n_layers · k exactly.
+//  - layer_budgets: on success n_layers budgets, each >= floor, summing to n_layers · k exactly;
+//  - Expected Attention: a refused add adds nothing, a refused call writes nothing; on success every written
+//    score is finite and >= 0 (logits: finite), nothing past a head's length is written, and a head's sinks
+//    share one score above every other token's.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -24,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -201,9 +207,95 @@ void fuzz_layer_budgets(FuzzedDataProvider& in) {
 
 }  // namespace
 
+/// Expected Attention (score/expected_attention.hpp) on the drawn view: query statistics from 0–4 drawn rows
+/// (hostile values included), drawn options (F 0–600, sinks 0–6, ε hostile), RoPE θ and style, next position
+/// and row stride; sometimes a key or value element made NaN, ±inf or 1e30.
+void fuzz_expected_attention(FuzzedDataProvider& in, DrawnView& d) {
+  static const float hostile[] = {0.0f, 1e30f, -1e30f, std::numeric_limits<float>::infinity(),
+                                  std::numeric_limits<float>::quiet_NaN(), 1e-30f, 3.5f};
+  auto pick = [&](float usual) {
+    return in.ConsumeIntegralInRange<int>(0, 5) == 0 ? in.PickValueInArray(hostile)
+                                                     : usual * static_cast<float>(in.ConsumeIntegralInRange<int>(-8, 8));
+  };
+  const std::size_t nq = in.ConsumeIntegralInRange<std::size_t>(0, 9), hd = in.ConsumeBool() ? d.view.head_dim : 3;
+  std::unique_ptr<QueryStatistics> st;
+  try {
+    st = std::make_unique<QueryStatistics>(nq, hd);
+  } catch (const std::invalid_argument&) {
+    if (nq >= 1 && hd >= 1) std::abort();  // only a zero size may be refused
+    return;
+  }
+  const std::size_t rows = in.ConsumeIntegralInRange<std::size_t>(0, 4);
+  std::vector<float> q(std::max<std::size_t>(1, rows * nq * hd));
+  for (auto& x : q) x = pick(0.25f);
+  const std::size_t count = st->count();
+  try {
+    st->add(q.data(), rows);
+  } catch (const std::invalid_argument&) {
+    if (st->count() != count) std::abort();  // a refused add adds nothing
+  }
+  ExpectedAttentionOptions o;
+  o.n_future_positions = in.ConsumeIntegralInRange<std::size_t>(0, 600);
+  o.n_sink = in.ConsumeIntegralInRange<std::size_t>(0, 6);
+  o.use_covariance = in.ConsumeBool();
+  o.use_vnorm = in.ConsumeBool();
+  o.epsilon = in.ConsumeBool() ? 0.0f : pick(0.125f);
+  RopeSpec rope;
+  rope.style = static_cast<RopeStyle>(in.ConsumeIntegralInRange<int>(0, 2));
+  rope.theta = pick_double(in, 10000.0);
+  const std::int64_t next = in.ConsumeIntegralInRange<int>(0, 3) == 0
+                                ? in.ConsumeIntegral<std::int64_t>() / 16
+                                : in.ConsumeIntegralInRange<std::int64_t>(0, 40);
+  if (d.valid && d.view.head_dim >= 1 && d.view.capacity >= 1 && in.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    const std::size_t e = in.ConsumeIntegralInRange<std::size_t>(0, d.k.size() - 1);
+    (in.ConsumeBool() ? d.k : d.v)[e] = in.PickValueInArray(hostile);
+  }
+  const std::size_t stride = in.ConsumeIntegralInRange<std::size_t>(0, 14);
+  const std::size_t nkv = std::max<std::size_t>(d.view.n_kv_heads, 1);
+  std::vector<float> out(nkv * std::max<std::size_t>(stride, 1) * std::max<std::size_t>(nq, 1), -7.0f);
+  const std::vector<float> before = out;
+  float* dst = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? nullptr : out.data();
+  ExpectedAttentionScratch ws;
+  const bool logits = in.ConsumeBool();
+  try {
+    if (logits)
+      expected_attention_logits(*st, d.view, rope, next, o, dst, stride, ws);
+    else
+      expected_attention_scores(*st, d.view, rope, next, o, dst, stride, ws);
+  } catch (const std::invalid_argument&) {
+    if (out != before) std::abort();  // a refused call writes nothing
+    return;
+  }
+  // Success: the view was valid, stats fit it, the stride holds every head.
+  if (!d.valid || dst == nullptr || st->count() == 0 || nq % d.view.n_kv_heads != 0) std::abort();
+  const std::size_t g = nq / d.view.n_kv_heads;
+  for (std::size_t h = 0; h < (logits ? nq : d.view.n_kv_heads); ++h) {
+    const std::size_t j = logits ? h / g : h, n = d.view.length(j);
+    if (n > stride) std::abort();
+    float live_max = 0.0f, sink = -1.0f;
+    for (std::size_t s = 0; s < stride; ++s) {
+      const float x = out[h * stride + s];
+      if (s >= n) {
+        if (x != -7.0f) std::abort();  // past the head's length: untouched
+        continue;
+      }
+      if (!std::isfinite(x)) std::abort();
+      const float score = logits ? std::exp(x) : x;
+      if (!logits && score < 0.0f) std::abort();
+      if (d.view.head_positions(j)[s] < static_cast<std::int64_t>(o.n_sink)) {
+        if (sink >= 0.0f && score != sink) std::abort();  // every sink of a head the same score
+        sink = score;
+      } else {
+        live_max = std::max(live_max, score);
+      }
+    }
+    if (sink >= 0.0f && !(sink > live_max * (1.0f - 1e-6f))) std::abort();  // sinks above every other token
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  const int what = in.ConsumeIntegralInRange<int>(0, 2);
+  const int what = in.ConsumeIntegralInRange<int>(0, 3);
   if (what == 2) {
     fuzz_layer_budgets(in);
     return 0;
@@ -211,7 +303,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   DrawnView d(in);
   if (what == 0)
     fuzz_attention(in, d);
-  else
+  else if (what == 1)
     fuzz_rope(in, d);
+  else
+    fuzz_expected_attention(in, d);
   return 0;
 }

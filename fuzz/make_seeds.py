@@ -480,7 +480,7 @@ class Helpers(Encoder):
         return self.int_in(0, 0, 15)
 
     def budgets(self, n_layers, k_huge=None, k=None):
-        self.int_in(2, 0, 2).int_in(n_layers, 0, 40)
+        self.int_in(2, 0, 3).int_in(n_layers, 0, 40)
         if k_huge is not None:
             return self.int_in(0, 0, 3).pick(HUGE_K.index(k_huge), len(HUGE_K))
         return self.int_in(1, 0, 3).int_in(k, 0, 300)
@@ -506,26 +506,34 @@ def helpers_seeds():
         e.int_in(1, 0, 9).int_in(w, 0, 4)
     write("helpers", "regression-floor-ties-110", e.boolean(True).boolean(True).bytes())
     # attention_logits on a view with n_kv_heads = 0 (SIGFPE inside its own check), n_q_heads 1.
-    e = Helpers().int_in(0, 0, 2).view(0, 8, 2, 0).int_in(1, 0, 9)
+    e = Helpers().int_in(0, 0, 3).view(0, 8, 2, 0).int_in(1, 0, 9)
     for _ in range(2 + 4):
         e.int_in(4, -8, 8)
     write("helpers", "regression-attention-zero-kv-heads", e.int_in(0, 0, 5).int_in(2, -4, 4).bytes())
     # attention_logits on lengths 12 > capacity 8 (read past K).
-    e = Helpers().int_in(0, 0, 2).view(1, 8, 2, 12).int_in(1, 0, 9)
+    e = Helpers().int_in(0, 0, 3).view(1, 8, 2, 12).int_in(1, 0, 9)
     for _ in range(2 + 4):
         e.int_in(4, -8, 8)
     write("helpers", "regression-attention-length-above-capacity", e.int_in(0, 0, 5).int_in(2, -4, 4).bytes())
     # attention_logits with bias == out (the logits doubled): 1 KV head, 4 slots, 3 live, head_dim 1.
-    e = Helpers().int_in(0, 0, 2).view(1, 4, 1, 3).int_in(1, 0, 9)
+    e = Helpers().int_in(0, 0, 3).view(1, 4, 1, 3).int_in(1, 0, 9)
     for _ in range(3 + 3 + 1 + 4):
         e.int_in(8, -8, 8)
     write("helpers", "regression-attention-bias-is-out", e.int_in(2, 0, 5).int_in(2, -4, 4).bytes())
     # rope_rotate_keys on lengths 12 > capacity 8 (heap overflow at rope.hpp:73), theta 10000, delta 7.
-    e = Helpers().int_in(1, 0, 2).view(1, 8, 4, 12).boolean(True).usual(8).usual(8).int_in(0, 0, 2)
+    e = Helpers().int_in(1, 0, 3).view(1, 8, 4, 12).boolean(True).usual(8).usual(8).int_in(0, 0, 2)
     write("helpers", "regression-rope-length-above-capacity", e.int_in(0, 0, 4).int_in(0, 0, 9).bytes())
     # rope_rotate_keys with theta = 1e-300, delta = 1e300: the angle overflowed, NaN written into K.
-    e = Helpers().int_in(1, 0, 2).view(1, 2, 4, 1).boolean(True).hostile(1e-300).hostile(1e300).int_in(0, 0, 2)
+    e = Helpers().int_in(1, 0, 3).view(1, 2, 4, 1).boolean(True).hostile(1e-300).hostile(1e300).int_in(0, 0, 2)
     write("helpers", "regression-rope-infinite-angle", e.int_in(0, 0, 4).int_in(0, 0, 9).bytes())
+    # Expected Attention that succeeds: 1 KV head, 4 slots, 3 live, head_dim 2; 2 query heads, 2 rows; F = 8, one
+    # sink, covariance and ||v|| on, ε 0; interleaved, θ = 10000; next position 5; row stride 4; the scores.
+    e = Helpers().int_in(3, 0, 3).view(1, 4, 2, 3).int_in(2, 0, 9).boolean(True).int_in(2, 0, 4)
+    for i in range(2 * 2 * 2):
+        e.int_in(1, 0, 5).int_in((i % 5) - 2, -8, 8)
+    e.int_in(8, 0, 600).int_in(1, 0, 6).boolean(True).boolean(True).boolean(True).int_in(0, 0, 2)
+    e.int_in(1, 0, 3).int_in(8, -40, 40).int_in(1, 0, 3).int_in(5, 0, 40).int_in(1, 0, 3)
+    write("helpers", "expected-attention-scores", e.int_in(4, 0, 14).int_in(1, 0, 15).boolean(False).bytes())
 
 
 def trace_json_duplicate_seeds():
