@@ -153,8 +153,54 @@ void Engine::init() {
 
 void Engine::reset() {
   position_ = 0;
+  for (kvevict::QueryStatistics& st : ea_stats_) st.clear();
   store_->reset();
   apply_executor();
+}
+
+void Engine::set_hooks(std::unique_ptr<EngineHooks> hooks) {
+  if (hooks && ea_options_)
+    throw std::invalid_argument("llama2::Engine::set_hooks: the engine ranks by Expected Attention "
+                                "(set_expected_attention), which the hooks' logits and positions would bypass");
+  hooks_ = std::move(hooks);
+}
+
+void Engine::set_expected_attention(std::optional<kvevict::ExpectedAttentionOptions> options) {
+  const char* who = "llama2::Engine::set_expected_attention";
+  if (position_ != 0)
+    throw std::logic_error(std::string(who) + ": the sequence has already started (position " +
+                           std::to_string(position_) + "); call reset() first");
+  if (!options) {
+    ea_options_.reset();
+    ea_stats_.clear();
+    return;
+  }
+  const Config& c = config_;
+  if (store_->paged()) throw std::invalid_argument(std::string(who) + ": the engine is paged (contiguous layout only)");
+  if (prefill_chunk_ != 0)
+    throw std::invalid_argument(std::string(who) + ": the engine prefills in chunks of " +
+                                std::to_string(prefill_chunk_) + " (Expected Attention needs a one-shot prefill)");
+  if (hooks_) throw std::invalid_argument(std::string(who) + ": hooks are installed (their logits would be bypassed)");
+  for (std::size_t l = 0; l < c.n_layers; ++l)
+    if (store_->cache(l) == nullptr)
+      throw std::invalid_argument(std::string(who) + ": block " + std::to_string(l) +
+                                  " has no eviction cache (a full cache has nothing to rank)");
+  if (options->n_future_positions == 0)
+    throw std::invalid_argument(std::string(who) + ": n_future_positions must be >= 1 (got 0)");
+  if (!std::isfinite(options->epsilon) || options->epsilon < 0.0f)
+    throw std::invalid_argument(std::string(who) + ": epsilon must be finite and >= 0 (got " +
+                                std::to_string(options->epsilon) + ")");
+  std::vector<kvevict::QueryStatistics> stats(c.n_layers, kvevict::QueryStatistics(c.n_heads, c.head_dim()));
+  ea_rows_.assign(c.n_heads * c.seq_len, 0.0f);
+  q_pre_.resize(static_cast<Eigen::Index>(c.dim));
+  ea_stats_ = std::move(stats);
+  ea_options_ = options;
+}
+
+void Engine::expected_rows(std::size_t l, std::size_t next_position, std::size_t row_stride) {
+  const kvevict::RopeSpec rope{kvevict::RopeStyle::interleaved, static_cast<double>(config_.rope_theta)};
+  kvevict::expected_attention_logits(ea_stats_[l], *store_->view(l), rope, static_cast<std::int64_t>(next_position),
+                                     *ea_options_, ea_rows_.data(), row_stride, ea_ws_);
 }
 
 void Engine::set_threads(std::size_t threads) {
@@ -403,10 +449,19 @@ void Engine::step_attention(std::size_t l) {
     throw std::invalid_argument("llama2::Engine: EngineHooks::rotary_position returned " + std::to_string(rot) +
                                 " for block " + std::to_string(l) + ", position " + std::to_string(position_) +
                                 "; it must be < context() = " + std::to_string(c.seq_len));
+  if (ea_options_) q_pre_ = q_;  // Expected Attention's statistics are of the queries before RoPE
   rope(q_.data(), c.n_heads, rot);
   rope(k_.data(), c.n_kv_heads, rot);
   const kvevict::KVView<float>& view = store_->append(l, position_, k_.data(), v_.data(), false);
   kvevict::CacheInterface* cache = store_->cache(l);
+  if (ea_options_) {  // the model attends as always; the cache ranks by the expected attention
+    attend(view, q_.data(), att_logits_.data(), xb2_.data());
+    ea_stats_[l].add(q_pre_.data(), 1);
+    const std::size_t n = row_stride(view);
+    expected_rows(l, position_ + 1, n);
+    cache->decode_step(ea_rows_.data(), n);
+    return;
+  }
   if (cache && !hooks_ && cache->has_per_head_step()) {  // each KV head scored while its logits are hot
     attend_hot(view, q_.data(), att_logits_.data(), xb2_.data(), *cache);
     return;
@@ -505,6 +560,13 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens, const std::
     // chunk's [q_head][C][n] matrix (one-shot: row t of [q_head][P][P]). Paged engines prefill in
     // one shot (PagedCache has no chunked prefill: the paged constructor leaves prefill_chunk_ 0).
     kvevict::CacheInterface* cache = store_->cache(l);
+    // Expected Attention (this engine or a follower): the queries before RoPE, and the logits' last rows as
+    // computed (each engine with it gets its own last row, then the computed one is put back).
+    bool any_ea = ea_options_.has_value();
+    for (const Engine* f : followers) any_ea = any_ea || f->ea_options_.has_value();
+    RowMatrix q_pre;
+    std::vector<float> last_rows;
+    if (any_ea) q_pre = Q;
     for (std::size_t c0 = 0; c0 < P; c0 += C) {
       const std::size_t len = std::min(C, P - c0);
       std::size_t held = 0, n = len;
@@ -525,11 +587,34 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens, const std::
       if (cache && prefill_chunk_ != 0) cache->prefill_chunk(prompt_attention_logits_.data(), len, n);
     }
     gemm_t(X, XB2, w.wo, c.dim, true);
+    // One-shot prefill with Expected Attention: engine e's statistics from the prompt's queries past its sinks,
+    // and its rows in place of every query head's last logits row ([q_head][P][P], row P - 1).
+    auto expected_last_rows = [&](Engine& e) {
+      if (last_rows.empty()) {
+        last_rows.resize(c.n_heads * P);
+        for (std::size_t h = 0; h < c.n_heads; ++h)
+          std::copy_n(prompt_attention_logits_.data() + (h * P + P - 1) * P, P, last_rows.data() + h * P);
+      }
+      const std::size_t first = P > e.ea_options_->n_sink ? e.ea_options_->n_sink : 0;
+      e.ea_stats_[l].clear();
+      e.ea_stats_[l].add(q_pre.row(static_cast<Eigen::Index>(first)).data(), P - first);
+      e.expected_rows(l, P, P);
+      for (std::size_t h = 0; h < c.n_heads; ++h)
+        std::copy_n(e.ea_rows_.data() + h * P, P, prompt_attention_logits_.data() + (h * P + P - 1) * P);
+    };
+    auto computed_last_rows = [&] {
+      if (last_rows.empty()) return;
+      for (std::size_t h = 0; h < c.n_heads; ++h)
+        std::copy_n(last_rows.data() + h * P, P, prompt_attention_logits_.data() + (h * P + P - 1) * P);
+    };
     if (cache) {
-      if (prefill_chunk_ == 0)
+      if (prefill_chunk_ == 0) {
+        if (ea_options_) expected_last_rows(*this);
         cache->prefill(prompt_attention_logits_.data(), P);
-      else
+        computed_last_rows();
+      } else {
         cache->finish_prefill();
+      }
       if (hooks_) hooks_->after_cache(*this, l, *cache, true);
     }
     // prefill_batch: each follower's block gets the rows and logits its own one-shot prefill would make
@@ -540,7 +625,9 @@ const RowMatrix& Engine::run_prefill(const std::vector<int>& tokens, const std::
         f->store_->append(l, t, K.row(r).data(), V.row(r).data(), t > 0);
       }
       if (kvevict::CacheInterface* fc = f->store_->cache(l)) {
+        if (f->ea_options_) expected_last_rows(*f);
         fc->prefill(prompt_attention_logits_.data(), P);
+        computed_last_rows();
         if (f->hooks_) f->hooks_->after_cache(*f, l, *fc, true);
       }
     }

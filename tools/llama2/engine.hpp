@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <Eigen/Core>
@@ -14,6 +15,7 @@
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_kv_view.hpp"
+#include "kvevict/score/expected_attention.hpp"
 #include "llama2/kv_store.hpp"
 #include "llama2/model.hpp"
 #include "thread_pool.hpp"
@@ -174,9 +176,30 @@ class Engine {
 
   /// Installs `hooks` (`nullptr`: none, the default), replacing and destroying the previous ones; the
   /// engine owns them. Kept across `reset`.
-  void set_hooks(std::unique_ptr<EngineHooks> hooks) { hooks_ = std::move(hooks); }
+  /// Throws `std::invalid_argument` (nothing changed) for non-null hooks on an engine with Expected Attention.
+  void set_hooks(std::unique_ptr<EngineHooks> hooks);
   /// The installed hooks, or `nullptr`.
   EngineHooks* hooks() const { return hooks_.get(); }
+
+  /// Makes every block's cache rank by Expected Attention (Devoto et al. 2025, arXiv 2510.00636 §3; kvpress's
+  /// ExpectedAttentionPress; `kvevict/score/expected_attention.hpp`) instead of by the attention logits:
+  ///  - prefill: block l's pre-RoPE query rows from position `n_sink` on (all rows if the prompt is not longer
+  ///    than `n_sink`) start its `kvevict::QueryStatistics`; the cache's last prompt row becomes
+  ///    `expected_attention_logits` at next position P (the other rows as computed);
+  ///  - each decode step: the new token's pre-RoPE queries join the statistics, and the cache's `decode_step`
+  ///    gets `expected_attention_logits` at next position t + 1 in place of the step's logits (the model's
+  ///    attention itself is unchanged; the per-head decode step is not used).
+  /// The statistics accumulate over every query of the sequence (kvpress recomputes them from a window of
+  /// recent hidden states) and are cleared by `reset`. The caches must score the last row and replace their
+  /// scores each step (`kvevict::TOVA`, `Policy::tova`: `llama2::make_engine` with policy "tova" and
+  /// `EvictionSettings::expected_attention` set builds exactly that); under another score the rows are still what it is given. KV heads of different
+  /// lengths (`HeadBudgets::adaptive`: kvpress's AdaKV(ExpectedAttention)) work. `std::nullopt` turns it off.
+  /// Throws `std::invalid_argument` (nothing changed) for a paged engine, a chunked prefill, installed hooks, a
+  /// block without a cache, or options `expected_attention_scores` rejects (F = 0, ε negative or not finite);
+  /// `std::logic_error` once the sequence has started. Cost per block and step: O(n_q_heads · (n · d² + d³)).
+  void set_expected_attention(std::optional<kvevict::ExpectedAttentionOptions> options);
+  /// The options of `set_expected_attention`, or `std::nullopt` (the default).
+  const std::optional<kvevict::ExpectedAttentionOptions>& expected_attention() const { return ea_options_; }
 
   /// Starts a new sequence: empties every KV buffer and rebuilds the caches
   /// with the factory given to the constructor (so seeds restart). Allocates.
@@ -241,6 +264,8 @@ class Engine {
                            std::size_t out, std::size_t in, Eigen::VectorXf Engine::*x, bool accumulate);
   void check_token(int token, const char* where) const;
   void rope(float* v, std::size_t n_heads, std::size_t pos) const;
+  /// Expected Attention's rows for block `l` into `ea_rows_` (`[q_head][row_stride]`), from `ea_stats_[l]`.
+  void expected_rows(std::size_t l, std::size_t next_position, std::size_t row_stride);
   /// Attention of one query per query head over the view: logits `[q_head][n]`, `n = row_stride(view)` (KV
   /// head `j`'s rows filled on `[0, lengths[j])` when the heads differ: head-adaptive budgets), then each
   /// head's softmax-weighted V.
@@ -284,6 +309,13 @@ class Engine {
   RowMatrix prefill_logits_;           // [P][vocab], or [1][vocab] for PrefillLogits::last
   PrefillLogits prefill_logits_mode_ = PrefillLogits::all;
   std::vector<float> prompt_attention_logits_;  // [n_heads][P][P] (chunked: [n_heads][C][n]), one block at a time
+
+  // Expected Attention (set_expected_attention).
+  std::optional<kvevict::ExpectedAttentionOptions> ea_options_;
+  std::vector<kvevict::QueryStatistics> ea_stats_;  // [n_layers]
+  kvevict::ExpectedAttentionScratch ea_ws_;
+  std::vector<float> ea_rows_;  // [n_heads][seq_len]
+  Eigen::VectorXf q_pre_;       // the decode step's queries before RoPE
 };
 
 }  // namespace llama2

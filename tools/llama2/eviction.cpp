@@ -108,6 +108,16 @@ PagedCacheFactory make_paged_cache_factory(const EvictionSettings& settings, std
 
 std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& settings) {
   const std::size_t n_q = model.config().n_heads;
+  if (settings.expected_attention) {
+    if (settings.policy != "tova")
+      throw std::invalid_argument("llama2::make_engine: expected_attention needs policy \"tova\" (a score that "
+                                  "reads the last row and replaces itself each step), got \"" + settings.policy + "\"");
+    if (settings.kv_layout != KvLayout::contiguous)
+      throw std::invalid_argument("llama2::make_engine: expected_attention needs kv_layout = contiguous");
+    if (settings.prefill_chunk != 0)
+      throw std::invalid_argument("llama2::make_engine: expected_attention needs a one-shot prefill (prefill_chunk = "
+                                  "0, got " + std::to_string(settings.prefill_chunk) + ")");
+  }
   if (settings.kv_layout == KvLayout::paged) {
     if (settings.head_budgets.is_adaptive())
       throw std::invalid_argument("llama2::make_engine: head_budgets = adaptive needs kv_layout = contiguous (a page "
@@ -132,8 +142,10 @@ std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& 
                                 " needs kv_layout = paged and evict_unit = page");
   if (settings.page_score != kvevict::PageScore::sum)
     throw std::invalid_argument("llama2::make_engine: page_score = mean needs kv_layout = paged and evict_unit = page");
-  return std::make_unique<Engine>(model, make_cache_factory(settings, n_q, model.config().n_layers),
-                                  settings.prefill_chunk, settings.context);
+  auto engine = std::make_unique<Engine>(model, make_cache_factory(settings, n_q, model.config().n_layers),
+                                         settings.prefill_chunk, settings.context);
+  if (settings.expected_attention) engine->set_expected_attention(settings.expected_attention);
+  return engine;
 }
 
 }  // namespace llama2

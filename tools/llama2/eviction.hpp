@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,11 @@ struct EvictionSettings {
   /// (default) or AdaKV's adaptive split (contiguous layout, per-head selection; the engine's attention reads
   /// each KV head over its own length).
   kvevict::HeadBudgets head_budgets;
+  /// Set: every block's TOVA cache ranks by Expected Attention (`Engine::set_expected_attention`; Devoto et al.
+  /// 2025, kvpress's ExpectedAttentionPress) instead of the step's logits. Needs policy "tova", the contiguous
+  /// layout and a one-shot prefill (`make_engine` throws otherwise); works with `head_budgets` adaptive
+  /// (kvpress's AdaKV(ExpectedAttention)).
+  std::optional<kvevict::ExpectedAttentionOptions> expected_attention;
   /// Contiguous buffers (default) or pages.
   KvLayout kv_layout = KvLayout::contiguous;
   /// Paged layout: tokens per page (>= 1) and the page layout (NHD or HND).
@@ -109,7 +115,8 @@ PagedCacheFactory make_paged_cache_factory(const EvictionSettings& settings, std
 /// paged (`PagedKVOptions{page_size, page_layout}`, `make_paged_cache_factory`).
 /// Throws `std::invalid_argument` for paged options with the contiguous layout
 /// (`evict_unit = page`, `start_pages != 0`, `page_score = mean`), `page_size == 0`,
-/// a `context` above the model's `seq_len`, and whatever the factories throw.
+/// a `context` above the model's `seq_len`, `expected_attention` with a policy other than "tova", the paged
+/// layout or a chunked prefill, and whatever the factories and `Engine::set_expected_attention` throw.
 std::unique_ptr<Engine> make_engine(const Model& model, const EvictionSettings& settings);
 
 }  // namespace llama2
