@@ -78,6 +78,7 @@ std::unique_ptr<llama2::Engine> QualityRun::make_engine_for(const Run& run, Futu
   s.seed = run.seed;
   s.shared_heads = s.shared_heads || row.shared;
   if (row.adakv) s.head_budgets = kvevict::HeadBudgets::adaptive(row.adakv_alpha.value_or(0.2f));
+  if (row.expected) s.expected_attention = kvevict::ExpectedAttentionOptions{};
   s.prefill_chunk = row.bounded_chunk != 0 ? row.bounded_chunk : prefill_chunk;
   s.bounded_prefill = row.bounded_chunk != 0 || bounded_prefill;
   // A chunked row runs alone at the model's full context: its capacity must hold k + C during the

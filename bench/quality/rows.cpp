@@ -12,7 +12,8 @@ namespace kvquality {
 namespace {
 
 const std::vector<std::string> kBases{"keyformer", "keyformer-nonoise", "h2o",    "streaming", "window",
-                                      "tova",      "snapkv",            "knorm", "keydiff", "oracle"};
+                                      "tova",      "snapkv",            "knorm", "keydiff", "oracle",
+                                      "expected-attention"};
 
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw kvcli::UsageError("--policies", "row '" + spec + "': " + why + " (see --help for the row syntax)");
@@ -27,7 +28,8 @@ bool all_digits(const std::string& s) {
 std::string row_spec_help() {
   return "rows to run, comma-separated specs BASE[+MOD]...[@KEY=VALUE]... (default: keyformer,keyformer-nonoise,"
          "h2o,streaming,window,tova,snapkv). BASE: keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, knorm "
-         "(key norm: 1 / (1 + ||k||), no logits), keydiff (1 - cos(k, mean unit key), no logits), oracle (the "
+         "(key norm: 1 / (1 + ||k||), no logits), keydiff (1 - cos(k, mean unit key), no logits), expected-attention (Expected Attention: the "
+         "attention expected from the statistics of past pre-RoPE queries, kvpress's defaults, no recent window), oracle (the "
          "reference bound: evicts the token the full cache attends least over the rest of the window; not a "
          "policy). MOD: +shared (one selection per layer), +reindexed (positions re-indexed after each eviction), "
          "+pyramid (PyramidKV per-layer budgets, beta 20), +adakv (AdaKV: the layer's k x KV heads shared among its KV "
@@ -62,9 +64,10 @@ RowSpec parse_row_spec(const std::string& text) {
   const std::string& base = parts[0];
   if (std::find(kBases.begin(), kBases.end(), base) == kBases.end())
     bad(text, "unknown base '" + base +
-                  "'; expected keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, knorm, keydiff or "
-                  "oracle");
-  row.policy = base == "keyformer-nonoise" ? "keyformer" : base;
+                  "'; expected keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv, knorm, keydiff, "
+                  "expected-attention or oracle");
+  row.expected = base == "expected-attention";
+  row.policy = base == "keyformer-nonoise" ? "keyformer" : row.expected ? "tova" : base;
   row.noise = base != "keyformer-nonoise";
   const bool oracle = row.policy == "oracle";
   for (std::size_t i = 1; i < parts.size(); ++i) {
@@ -94,9 +97,13 @@ RowSpec parse_row_spec(const std::string& text) {
     if (oracle) bad(text, "the oracle takes no modifier ('+" + m +
                       "'): it selects per KV head, original positions, uniform budgets, one-shot prefill");
   }
+  if (row.expected) {
+    if (row.reindexed) bad(text, "expected-attention and +reindexed: the re-indexing hook would bypass its rows");
+    if (row.bounded_chunk != 0) bad(text, "expected-attention needs a one-shot prefill (no +bounded)");
+  }
   if (row.adakv) {
     if (row.policy != "keyformer" && row.policy != "h2o" && row.policy != "snapkv" && row.policy != "tova")
-      bad(text, "+adakv needs a score from the logits (keyformer, keyformer-nonoise, h2o, snapkv or tova): the KV "
+      bad(text, "+adakv needs a score from the logits (keyformer, keyformer-nonoise, h2o, snapkv, tova or expected-attention): the KV "
                 "heads share the layer's budget by their attention");
     if (row.shared) bad(text, "+adakv shares the budget among KV heads, +shared keeps the same tokens on every head");
     if (row.reindexed) bad(text, "+adakv and +reindexed: the re-indexing hook reads every KV head at one length");

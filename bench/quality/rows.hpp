@@ -6,7 +6,10 @@
 // `keyformer+shared`, `h2o+reindexed`, `keyformer+bounded32@seeds=3`, `oracle`:
 //   BASE  keyformer, keyformer-nonoise, h2o, streaming, window, tova, snapkv (SnapKV prefill, H2O decode,
 //         L = min(32, k) as kvevict-generate, K = 7, max pooling), oracle
-//         (oracle: the reference bound of bench/quality/oracle.hpp, not a runnable policy)
+//         (oracle: the reference bound of bench/quality/oracle.hpp, not a runnable policy),
+//         expected-attention (Expected Attention, arXiv 2510.00636, kvpress's defaults: a TOVA cache ranking by
+//         the attention expected from the pre-RoPE query statistics, Engine::set_expected_attention; with
+//         +adakv kvpress's AdaKV(ExpectedAttention))
 //   +shared       one selection per layer for all KV heads (CacheConfig::shared_heads)
 //   +pyramid      PyramidKV per-layer budgets (kvevict::LayerBudgets::make_pyramid(): β = 20; same total;
 //                 snapkv keeps its observation window in every layer), the recent window a ratio of each
@@ -45,6 +48,7 @@ struct RowSpec {
   bool reindexed = false;             ///< +reindexed
   bool pyramid = false;               ///< +pyramid
   bool adakv = false;                 ///< +adakv (kvevict::HeadBudgets::adaptive)
+  bool expected = false;              ///< expected-attention (policy "tova" with Engine::set_expected_attention)
   std::optional<float> adakv_alpha;   ///< @alpha=A (+adakv's floor), in [0, 1]; default 0.2
   bool mean = false;                  ///< +mean (PolicyParams::mean_attention)
   std::size_t bounded_chunk = 0;      ///< +boundedC (0: none)

@@ -49,6 +49,11 @@ TEST(QualityRows, SpecsParseIntoTheirVariants) {
   EXPECT_EQ(*a.adakv_alpha, 0.5f);
   EXPECT_FALSE(parse_row_spec("snapkv+adakv@kernel=15").adakv_alpha.has_value());
   EXPECT_FALSE(parse_row_spec("h2o").adakv);
+  const auto ea = parse_row_spec("expected-attention");
+  EXPECT_TRUE(ea.expected);
+  EXPECT_EQ(ea.policy, "tova");
+  EXPECT_FALSE(ea.adakv || parse_row_spec("tova").expected);
+  EXPECT_TRUE(parse_row_spec("expected-attention+adakv").adakv);
   const auto p = parse_row_spec("keyformer+pyramid@seeds=3");
   EXPECT_TRUE(p.pyramid);
   EXPECT_FALSE(p.shared || p.reindexed);
@@ -124,6 +129,10 @@ TEST(QualityRows, BadSpecsNameTheFlagTheSpecAndThePart) {
   expect_error("h2o+adakv+shared", "+adakv shares the budget among KV heads");
   expect_error("h2o+adakv+reindexed", "+adakv and +reindexed");
   expect_error("h2o+adakv+bounded32", "+adakv is not supported with +bounded");
+  expect_error("expected-attention+reindexed", "expected-attention and +reindexed");
+  expect_error("expected-attention+bounded32", "expected-attention needs a one-shot prefill");
+  expect_error("expected-attention@recent=0.5", "@recent needs keyformer");
+  expect_error("expected-atention", "unknown base 'expected-atention'");
   expect_error("h2o@alpha=0.5", "@alpha needs +adakv");
   expect_error("h2o+adakv@alpha=2", "@alpha=2 must be a share of the key budget in [0, 1]");
   expect_error("h2o+adakv@alpha=0.1@alpha=0.2", "@alpha given twice");
