@@ -7,7 +7,7 @@
 # rows with the same full-cache run as the report's (same windows, same ids: deterministic rows reproduce
 # the report's to the last digit). Writes bench/quality/results/field/ (one CSV + Markdown per part, their
 # wall times, and the Keyformer noise analysis of bench/quality/keyformer_noise.py) and prints nothing else.
-#   PARTS=windows,ablation,retrieval,sweep,code,mean,knorm,keydiff,adakv,adaret,noise (default all)   THREADS=2   BUILD_DIR=build-quality
+#   PARTS=windows,ablation,retrieval,sweep,code,mean,knorm,keydiff,adakv,adaret,expatt,expret,noise (default all)   THREADS=2   BUILD_DIR=build-quality
 #   (mean: 957 s + 1633 s + 1266 s on a shared machine; it writes the retrieval prompts' ids to $PROMPTS_OUT)
 # About 60 minutes on 2 cores (windows 511 s, ablation 676 s, retrieval 2 x ~260 s, sweep 4 x ~190 s, code 745 s,
 # noise ~300 s).
@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${THREADS:-2}
 build=${BUILD_DIR:-build-quality}
-parts=${PARTS:-windows,ablation,retrieval,sweep,code,mean,knorm,keydiff,adakv,adaret,noise}
+parts=${PARTS:-windows,ablation,retrieval,sweep,code,mean,knorm,keydiff,adakv,adaret,expatt,expret,noise}
 model=$(bash scripts/get-models.sh)
 data=${KVEVICT_SHARED_DIR:-../shared}/data/python-howto
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="${QUALITY_CXX_FLAGS--march=native}" \
@@ -84,6 +84,15 @@ if [[ $parts == *adaret* ]]; then  # AdaKV on retrieval set 1 (the report's 30 p
   timed retrieval_adakv "$q" --model "$model" --data "$data" --retrieval 10 --retrieval-seed 1 --prompt 2048 \
     --window 2050 --ratios 0.1,0.2 --seeds 1 --threads "$threads" \
     --policies snapkv@kernel=15,snapkv+adakv@kernel=15,h2o+mean+adakv --out "$out/retrieval_adakv"
+fi
+if [[ $parts == *expatt* ]]; then  # Expected Attention (kvpress's defaults) alone and with AdaKV's budgets
+  timed expected_attention "$q" --model "$model" --data "$data" "${windows[@]}" \
+    --policies h2o,expected-attention,expected-attention+adakv --out "$out/expected_attention"
+fi
+if [[ $parts == *expret* ]]; then  # Expected Attention on retrieval set 1 (the report's 30 prompts)
+  timed retrieval_expected_attention "$q" --model "$model" --data "$data" --retrieval 10 --retrieval-seed 1 \
+    --prompt 2048 --window 2050 --ratios 0.1,0.2 --seeds 1 --threads "$threads" \
+    --policies expected-attention,expected-attention+adakv --out "$out/retrieval_expected_attention"
 fi
 if [[ $parts == *mean* ]]; then  # mean attention (H2OMean, KeyformerMean): windows, code, retrieval set 1 (+ its ids)
   timed mean "$q" --model "$model" --data "$data" "${windows[@]}" \
