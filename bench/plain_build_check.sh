@@ -52,7 +52,8 @@ done
 echo "paths this CPU runs: ${isas[*]}"
 
 fail=0
-for policy in keyformer h2o streamingllm window tova; do
+# knorm, keydiff: the key scores (their norms and dot products in one fixed order, detail/fixed_order_dot.hpp).
+for policy in keyformer h2o streamingllm window tova knorm keydiff; do
   ref=""
   for b in "${builds[@]}"; do
     name="${b%%|*}"

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <kvevict/core/dispatch.hpp>
+#include <kvevict/detail/fixed_order_dot.hpp>
 #include <kvevict/score/softmax_accumulate.hpp>
 #include <kvevict/selection/recent_topk_selection.hpp>
 #include <kvevict/selection/select_keep.hpp>
@@ -145,6 +146,68 @@ struct IsaRestore {
   kvevict::Isa saved = kvevict::active_isa();
   ~IsaRestore() { kvevict::set_isa(saved); }
 };
+
+// The documented order of dot_fixed_order, written without vector code: lane i % 16 adds x[i] · y[i] in index
+// order (a partial last block adds 0 · 0 into its missing lanes), then the lanes as a tree: l += l + 8, + 4, + 2, + 1.
+// Never contracted: each product is rounded to float before the add (a volatile store forbids an FMA).
+float reference_dot(const float* x, const float* y, std::size_t n) {
+  float lane[16] = {};
+  for (std::size_t block = 0; block < n; block += 16)
+    for (std::size_t l = 0; l < 16; ++l) {
+      volatile float p = block + l < n ? x[block + l] * y[block + l] : 0.0f * 0.0f;
+      lane[l] = lane[l] + p;
+    }
+  for (std::size_t half = 8; half >= 1; half /= 2)
+    for (std::size_t l = 0; l < half; ++l) lane[l] = lane[l] + lane[l + half];
+  return lane[0];
+}
+
+// On every dispatched path (the kernel is compiled per path, W = 4, 8, 16 lanes), at every misalignment and for
+// lengths with and without a tail; the same bits as the reference, close to the double-precision dot; x == y (a norm).
+TEST(SimdKernels, DotFixedOrderIsTheDocumentedOrderOnEveryPath) {
+  const IsaRestore restore;
+  for (kvevict::Isa isa : supported_isas()) {
+    kvevict::set_isa(isa);
+    std::mt19937_64 gen(21);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> xs(300 + 8), ys(300 + 8);
+    for (std::size_t n : {0u, 1u, 7u, 15u, 16u, 17u, 64u, 100u, 128u, 255u, 300u}) {
+      for (std::size_t offset = 0; offset < 4; ++offset) {
+        float* x = xs.data() + offset;
+        float* y = ys.data() + (3 - offset);
+        for (std::size_t i = 0; i < n; ++i) x[i] = nd(gen), y[i] = nd(gen);
+        const float got = kvevict::detail::dot_fixed_order(x, y, n);
+        EXPECT_EQ(bits(got), bits(reference_dot(x, y, n))) << kvevict::isa_name(isa) << " n=" << n;
+        double exact = 0.0, mag = 0.0;
+        for (std::size_t i = 0; i < n; ++i) exact += double(x[i]) * y[i], mag += std::fabs(double(x[i]) * y[i]);
+        EXPECT_NEAR(got, exact, 1e-6 * (1.0 + mag)) << kvevict::isa_name(isa) << " n=" << n;
+        EXPECT_EQ(bits(kvevict::detail::dot_fixed_order(x, x, n)), bits(reference_dot(x, x, n)));
+      }
+    }
+    const float one = 1.0f;
+    EXPECT_EQ(kvevict::detail::dot_fixed_order(&one, &one, 1), 1.0f);
+  }
+}
+
+// add_scaled is element-wise acc[i] + x[i] · scale, product rounded first, on every path.
+TEST(SimdKernels, AddScaledIsElementWiseOnEveryPath) {
+  const IsaRestore restore;
+  for (kvevict::Isa isa : supported_isas()) {
+    kvevict::set_isa(isa);
+    std::mt19937_64 gen(22);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    for (std::size_t n : {1u, 5u, 16u, 33u, 128u}) {
+      std::vector<float> x(n), acc(n), want(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        x[i] = nd(gen), acc[i] = nd(gen);
+        volatile float p = x[i] * 0.37f;
+        want[i] = acc[i] + p;
+      }
+      kvevict::detail::add_scaled(x.data(), 0.37f, acc.data(), n);
+      for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(bits(acc[i]), bits(want[i])) << kvevict::isa_name(isa) << " i=" << i;
+    }
+  }
+}
 
 // Reference victim of RecentTopKSelection: the smallest score outside the window, ties to the
 // largest position; n if every slot is recent.

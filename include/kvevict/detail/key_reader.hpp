@@ -22,11 +22,16 @@ namespace detail {
 struct KeyReader {
   void (*read)(const unsigned char* row, std::size_t head_dim, float* out) noexcept = nullptr;
   std::size_t head_dim = 0;  ///< elements per K row
+  bool floats = false;       ///< the rows are floats already (`T = float`): read in place, no copy (`row_floats`)
 };
 
 /// `out[i] = float(row[i])` for the `head_dim` elements of type `T` at `row` (any alignment). O(head_dim).
 template <class T>
 void read_key_row(const unsigned char* row, std::size_t head_dim, float* out) noexcept {
+  if constexpr (std::is_same<T, float>::value) {  // one copy (an element loop stays scalar at g++ -O2)
+    std::memcpy(out, row, head_dim * sizeof(float));
+    return;
+  }
   for (std::size_t i = 0; i < head_dim; ++i) {
     T x;
     std::memcpy(&x, row + i * sizeof(T), sizeof(T));
@@ -43,7 +48,7 @@ KeyReader key_reader(std::size_t head_dim) {
     static_assert(std::is_constructible<float, const T&>::value,
                   "kvevict: a key score (`key_score` or the anchor hooks) needs a KV element type convertible to "
                   "float");
-    return KeyReader{&read_key_row<std::remove_const_t<T>>, head_dim};
+    return KeyReader{&read_key_row<std::remove_const_t<T>>, head_dim, std::is_same<std::remove_const_t<T>, float>::value};
   } else {
     (void)head_dim;
     return KeyReader{};
@@ -79,6 +84,14 @@ struct KeyScratch<true> {
       : keys_(keys), key_(2 * keys.head_dim + n_kv_heads, 0.0f) {}
   KeyReader keys_;          // reads a K row as floats
   std::vector<float> key_;  // [head_dim | n_kv_heads | head_dim]: one K row, a step's per-head scores, an anchor
+  /// The K row at `row` as `head_dim` floats: the row itself when it holds floats (a row of a float view is
+  /// float-aligned, and the anchor hooks run over every held row at every step: no copy), else converted into
+  /// `buf` (`head_dim` floats), which is returned. O(head_dim) for a conversion, O(1) otherwise.
+  const float* row_floats(const unsigned char* row, float* buf) const noexcept {
+    if (keys_.floats) return reinterpret_cast<const float*>(row);
+    keys_.read(row, keys_.head_dim, buf);
+    return buf;
+  }
 };
 
 }  // namespace detail

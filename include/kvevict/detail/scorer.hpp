@@ -477,15 +477,11 @@ class Scorer : private KeyScratch<reads_keys<Score>> {
       float* anchor = this->key_.data() + d + n_kv_heads_;
       for (std::size_t j = 0; j < n_kv_heads_; ++j) {
         std::fill_n(anchor, d, 0.0f);
-        for (std::size_t s = 0; s < n; ++s) {
-          this->keys_.read(k_row(j, s), d, key);
-          score_.anchor_add(key, d, anchor);
-        }
+        for (std::size_t s = 0; s < n; ++s) score_.anchor_add(this->row_floats(k_row(j, s), key), d, anchor);
         score_.anchor_finish(anchor, d, n);
         float* out = anchored_.data() + j * stride_;
         for (std::size_t s = 0; s < n; ++s) {
-          this->keys_.read(k_row(j, s), d, key);
-          const float v = score_.anchor_score(key, d, anchor);
+          const float v = score_.anchor_score(this->row_floats(k_row(j, s), key), d, anchor);
           require(std::isfinite(v) && v >= 0.0f, who_, "::", method, ": anchor_score of KV head ", j, ", slot ", s,
                   " is ", v, " (must be finite and >= 0)");
           out[s] = v + 0.0f;  // -0.0 becomes +0.0: the victim search ranks scores by their bits

@@ -142,6 +142,53 @@ KVEVICT_VEC_INLINE float sum_body(const float* v, std::size_t len) {
   return total;
 }
 
+/// `dot_fixed_order` (detail/fixed_order_dot.hpp): 16 lane sums of `x[i] · y[i]` (the tail as a block padded with
+/// zeros), then the lanes as a tree (`l += l + 8`, `+ 4`, `+ 2`, `+ 1`).
+template <int W>
+KVEVICT_VEC_INLINE float dot_body(const float* x, const float* y, std::size_t len) {
+  KVEVICT_NO_CONTRACT_BODY
+  using F = typename V<W>::F;
+  constexpr int K = 16 / W;
+  F lane[K];
+  KVEVICT_VEC_UNROLL
+  for (int k = 0; k < K; ++k) lane[k] = F{};
+  std::size_t i = 0;
+  for (; i + 16 <= len; i += 16) {
+    KVEVICT_VEC_UNROLL
+    for (int k = 0; k < K; ++k) {
+      F a, b;
+      load(a, x + i + k * W);
+      load(b, y + i + k * W);
+      lane[k] = lane[k] + a * b;
+    }
+  }
+  if (i < len) {
+    KVEVICT_VEC_UNROLL
+    for (int k = 0; k < K; ++k) {
+      const std::size_t at = i + static_cast<std::size_t>(k * W);
+      const std::size_t r = at < len ? len - at : 0;
+      F a = F{}, b = F{};
+      if (r >= static_cast<std::size_t>(W)) {
+        load(a, x + at);
+        load(b, y + at);
+      } else if (r > 0) {
+        load_part(a, x + at, r, 0.0f);
+        load_part(b, y + at, r, 0.0f);
+      }
+      lane[k] = lane[k] + a * b;
+    }
+  }
+  float t[16];  // lane l of the block is t[l]: vector k holds lanes [k · W, k · W + W)
+  KVEVICT_VEC_UNROLL
+  for (int k = 0; k < K; ++k) store(t + k * W, lane[k]);
+  KVEVICT_VEC_UNROLL
+  for (int half = 8; half >= 1; half /= 2) {
+    KVEVICT_VEC_UNROLL
+    for (int l = 0; l < half; ++l) t[l] = t[l] + t[l + half];
+  }
+  return t[0];
+}
+
 /// `e[i] = exp_nonpositive((y[i] − m) · inv_tau)`, then `sum_fixed_order(e, len)`.
 template <int W>
 KVEVICT_VEC_INLINE float exp_sum_body(const float* y, float m, float inv_tau, float* e, std::size_t len) {
@@ -329,6 +376,8 @@ KVEVICT_DISPATCHED(void, gumbel_from_uniform, (float* u, std::size_t n), (u, n))
 KVEVICT_DISPATCHED(float, max, (const float* v, std::size_t len), (v, len))
 /// `sum_fixed_order`. O(len).
 KVEVICT_DISPATCHED(float, sum, (const float* v, std::size_t len), (v, len))
+/// `dot_fixed_order`. O(len).
+KVEVICT_DISPATCHED(float, dot, (const float* x, const float* y, std::size_t len), (x, y, len))
 /// The exp of a chunk and its fixed-order sum. O(len).
 KVEVICT_DISPATCHED(float, exp_sum, (const float* y, float m, float inv_tau, float* e, std::size_t len),
                    (y, m, inv_tau, e, len))

@@ -19,6 +19,9 @@
 #include <cmath>
 #include <cstddef>
 
+#include "kvevict/detail/fixed_order_dot.hpp"
+#include "kvevict/detail/no_contract.hpp"
+
 namespace kvevict {
 
 /// Keyformer's score (Adnan et al., MLSys 2024, §3.3, Eq. 7): every step, each
@@ -89,8 +92,10 @@ struct KeyNormScore {
   static constexpr bool kUsesTemperature = false;
   static constexpr bool kPrefillLastRow = false;
   bool noisy() const { return false; }
-  /// `1 / (1 + sqrt(key[0]² + … + key[head_dim − 1]²))`, in (0, 1] for finite keys.
-  float key_score(const float* key, std::size_t head_dim) const noexcept {
+  /// `1 / (1 + sqrt(key[0]² + … + key[head_dim − 1]²))`, in (0, 1] for finite keys; the squares summed in
+  /// index order, never contracted into FMAs (the same bits on every build: clang++ -march=native contracted them).
+  KVEVICT_NO_CONTRACT_FN float key_score(const float* key, std::size_t head_dim) const noexcept {
+    KVEVICT_NO_CONTRACT_BODY
     float sq = 0.0f;
     for (std::size_t i = 0; i < head_dim; ++i) sq += key[i] * key[i];
     return 1.0f / (1.0f + std::sqrt(sq));
@@ -100,13 +105,15 @@ struct KeyNormScore {
 /// KeyDiff's score (Park et al., 2025, arXiv 2504.15364, §3; kvpress's KeyDiffPress): keys that differ from the
 /// others carry what the rest does not, so a token's score on a KV head is how far its key points from the
 /// *anchor*, the mean of the unit-normalized keys the head holds: `1 − cos(k, a)`, in [0, 2], higher kept.
-/// `a = (1/n) Σ k_i / max(||k_i||, 1e-12)` over the `n` held keys; `cos(k, a) = Σ (k / max(||k||, 1e-8)) ·
-/// (a / max(||a||, 1e-8))` (torch's `F.normalize` and `F.cosine_similarity` epsilons); a value below 0 from
+/// `a = (1/n) Σ k_i / max(||k_i||, 1e-12)` over the `n` held keys; `cos(k, a) = (k · â) / max(||k||, 1e-8)`, `â = a /
+/// max(||a||, 1e-8)` (torch's `F.normalize` and `F.cosine_similarity` epsilons); a value below 0 from
 /// rounding is stored as 0. Recomputed for every held token whenever tokens enter (the anchor hooks,
-/// concepts.hpp), so it reads no logits (`nullptr` accepted). The ranking is kvpress's (`−cos`, highest kept) up
-/// to float rounding. A key with a NaN or infinite element makes its head's anchor (or its own score) NaN: the
-/// cache throws `std::invalid_argument` naming the KV head and the first slot whose score is NaN (state
-/// unchanged). O(n · head_dim) per KV head per call.
+/// concepts.hpp), so it reads no logits (`nullptr` accepted). Norms and dot products are summed in one fixed
+/// order of 16 lanes (`detail::dot_fixed_order`), never contracted into FMAs: the same bits on every build, at
+/// about 1/30 of the cost of serial sums (bench/README.md, instructions per element). The ranking is kvpress's
+/// (`−cos`, highest kept) up to float rounding. A key with a NaN or infinite element makes its head's anchor (or
+/// its own score) NaN: the cache throws `std::invalid_argument` naming the KV head and the first slot whose score
+/// is NaN (state unchanged). O(n · head_dim) per KV head per call.
 struct KeyDiffScore {
   static constexpr const char* kName = "KeyDiff";
   static constexpr bool kUsesLogits = false;
@@ -116,33 +123,31 @@ struct KeyDiffScore {
   static constexpr bool kUsesTemperature = false;
   static constexpr bool kPrefillLastRow = false;
   bool noisy() const { return false; }
-  /// `anchor += key / max(||key||, 1e-12)` (the norm summed in order, then `sqrt`). O(head_dim).
-  void anchor_add(const float* key, std::size_t head_dim, float* anchor) const noexcept {
+  /// `anchor += key / max(||key||, 1e-12)`. O(head_dim).
+  KVEVICT_NO_CONTRACT_FN void anchor_add(const float* key, std::size_t head_dim, float* anchor) const noexcept {
+    KVEVICT_NO_CONTRACT_BODY
     const float inv = 1.0f / std::max(norm(key, head_dim), 1e-12f);
-    for (std::size_t i = 0; i < head_dim; ++i) anchor[i] += key[i] * inv;
+    detail::add_scaled(key, inv, anchor, head_dim);
   }
   /// The mean `a = anchor / n`, then `a / max(||a||, 1e-8)`, in place. O(head_dim).
-  void anchor_finish(float* anchor, std::size_t head_dim, std::size_t n) const noexcept {
+  KVEVICT_NO_CONTRACT_FN void anchor_finish(float* anchor, std::size_t head_dim, std::size_t n) const noexcept {
+    KVEVICT_NO_CONTRACT_BODY
     const float inv_n = 1.0f / static_cast<float>(n);
     for (std::size_t i = 0; i < head_dim; ++i) anchor[i] *= inv_n;
     const float inv = 1.0f / std::max(norm(anchor, head_dim), 1e-8f);
     for (std::size_t i = 0; i < head_dim; ++i) anchor[i] *= inv;
   }
-  /// `max(0, 1 − Σ key[i] / max(||key||, 1e-8) · anchor[i])` against the finished anchor. O(head_dim).
-  float anchor_score(const float* key, std::size_t head_dim, const float* anchor) const noexcept {
+  /// `max(0, 1 − (key · anchor) / max(||key||, 1e-8))` against the finished anchor. O(head_dim).
+  KVEVICT_NO_CONTRACT_FN float anchor_score(const float* key, std::size_t head_dim,
+                                            const float* anchor) const noexcept {
+    KVEVICT_NO_CONTRACT_BODY
     const float inv = 1.0f / std::max(norm(key, head_dim), 1e-8f);
-    float dot = 0.0f;
-    for (std::size_t i = 0; i < head_dim; ++i) dot += key[i] * inv * anchor[i];
-    const float v = 1.0f - dot;
+    const float v = 1.0f - detail::dot_fixed_order(key, anchor, head_dim) * inv;
     return v > 0.0f ? v : (v == v ? 0.0f : v);  // rounding below 0 stored as 0; NaN passed on (the cache throws)
   }
 
  private:
-  static float norm(const float* x, std::size_t d) noexcept {
-    float sq = 0.0f;
-    for (std::size_t i = 0; i < d; ++i) sq += x[i] * x[i];
-    return std::sqrt(sq);
-  }
+  static float norm(const float* x, std::size_t d) noexcept { return std::sqrt(detail::dot_fixed_order(x, x, d)); }
 };
 
 }  // namespace kvevict
