@@ -43,7 +43,8 @@ flags_of() {
   esac
 }
 for b in $builds; do
-  $(flags_of "$b") -std=c++17 -I"$inc" -isystem /usr/include/eigen3 bench/step_probe.cpp -o "$out/probe_$b"
+  $(flags_of "$b") -std=c++17 -DPROBE_EXPECTED_ATTENTION -I"$inc" -isystem /usr/include/eigen3 bench/step_probe.cpp \
+    -o "$out/probe_$b"
 done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
@@ -76,7 +77,10 @@ echo "$sep"
 # h2o-mean, keyformer-mean: PolicyParams::mean_attention (kvevict::H2OMean, KeyformerMean); h2o-adakv: H2O with
 # HeadBudgets::adaptive (per element of the layer's 8 k tokens); "—" with headers from before them (the probe
 # refuses them).
-for policy in keyformer h2o streamingllm window tova h2o-mean keyformer-mean h2o-adakv; do
+# knorm, keydiff: the key scores (no logits; KeyDiff rescores every held key each step); expected-attention: the
+# TOVA cache with Expected Attention's rows computed before each step (those rows counted).
+for policy in keyformer h2o streamingllm window tova h2o-mean keyformer-mean h2o-adakv knorm keydiff \
+  expected-attention; do
   row="| $policy |"
   for c in "${cols[@]}"; do
     b="${c%%|*}" isa="${c#*|}"

@@ -4,7 +4,12 @@
 //   step_probe POLICY N STEPS [D]      POLICY: keyformer, h2o, streamingllm, window, tova, h2o-mean,
 //                                      keyformer-mean (PolicyParams::mean_attention), h2o-adakv
 //                                      (HeadBudgets::adaptive(0.2): the heads share 8 k, so they hold
-//                                      different counts; the step's logits have the longest head's stride)
+//                                      different counts; the step's logits have the longest head's stride),
+//                                      knorm, keydiff (scores from the keys, w = 0.3k, no logits passed),
+//                                      expected-attention (a TOVA cache ranking expected_attention_logits,
+//                                      recomputed before every step from the held keys and values, as the
+//                                      llama2 engine does; the step counted = those rows + decode_step;
+//                                      compiled with -DPROBE_EXPECTED_ATTENTION only, as instructions.sh does)
 //
 // Builds one layer of 8 KV heads (GQA group 1, float K/V of dimension D, default 128) holding
 // N = k tokens (Keyformer: τ 1 → 2 over 1024 steps, w = 0.3k; H2O w = 0.3k; StreamingLLM 4
@@ -74,6 +79,16 @@ std::size_t parse_size(const char* flag, const char* text) {
   return static_cast<std::size_t>(v);
 }
 
+// knorm and keydiff score from the keys (no logits); headers from before them have neither.
+bool policy_reads_keys(kvevict::Policy p) {
+#if __has_include(<kvevict/score/expected_attention.hpp>)
+  return p == kvevict::Policy::knorm || p == kvevict::Policy::keydiff;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
 }  // namespace
 
 int run(int argc, char** argv);
@@ -103,6 +118,8 @@ int run(int argc, char** argv) {
   const bool mean = name.size() > mean_suffix.size() &&
                     name.compare(name.size() - mean_suffix.size(), mean_suffix.size(), mean_suffix) == 0;
   if (mean) name.resize(name.size() - mean_suffix.size());
+  const bool expected = name == "expected-attention";
+  if (expected) name = "tova";
   try {
     policy = kvevict::parse_policy(name);
   } catch (const std::exception& e) {
@@ -115,7 +132,8 @@ int run(int argc, char** argv) {
   kvevict::CacheConfig cfg;
   cfg.n_q_heads = kKVHeads;
   cfg.budget = kvevict::Budget::tokens(n);
-  const bool windowed = policy == kvevict::Policy::keyformer || policy == kvevict::Policy::h2o;
+  const bool key_score = policy_reads_keys(policy);
+  const bool windowed = policy == kvevict::Policy::keyformer || policy == kvevict::Policy::h2o || key_score;
   cfg.recent = kvevict::RecentWindow::ratio(windowed ? 0.3 : 0.0);
   cfg.seed = 42;
   kvevict::PolicyParams params;
@@ -151,17 +169,55 @@ int run(int argc, char** argv) {
   std::mt19937_64 gen(7);
   auto draw = [&gen] { return static_cast<float>(static_cast<std::int32_t>(gen() >> 41) - (1 << 22)) * 0x1p-20f; };
   for (float& x : logits) x = draw();
+  // The scores that read keys and values see distinct rows (the others only move them): a new row per token.
+  const bool distinct_rows = key_score || expected;
+  auto next_rows = [&] {
+    if (!distinct_rows) return;
+    for (float& x : k_new) x = draw();
+    for (float& x : v_new) x = draw();
+  };
+  auto append = [&](std::int64_t p) {
+    next_rows();
+    kv.append(p, k_new.data(), v_new.data());
+  };
+#if defined(PROBE_EXPECTED_ATTENTION) && __has_include(<kvevict/score/expected_attention.hpp>)
+  // Expected Attention's query statistics: 64 pre-RoPE query rows per query head; kvpress's defaults.
+  kvevict::QueryStatistics stats(kKVHeads, d);
+  std::vector<float> q_rows(64 * kKVHeads * d);
+  for (float& x : q_rows) x = draw();
+  stats.add(q_rows.data(), 64);
+  kvevict::ExpectedAttentionScratch ea_scratch;
+  const kvevict::ExpectedAttentionOptions ea_options;
+  auto expected_rows = [&](std::int64_t next_position, std::size_t stride) {
+    kvevict::expected_attention_logits(stats, kv, kvevict::RopeSpec{}, next_position, ea_options, logits.data(), stride,
+                                       ea_scratch);
+  };
+#else
+  if (expected) {  // its Eigen products (GCC 12 warns inside its own AVX-512 intrinsics under -march=native,
+                   // which the -Werror build check of plain_build_check.sh would not pass): compiled on request
+    std::fprintf(stderr, "step_probe: POLICY %s needs -DPROBE_EXPECTED_ATTENTION and headers with it\n", argv[1]);
+    return 2;
+  }
+  auto expected_rows = [](std::int64_t, std::size_t) {};
+#endif
 
   // Fill to the budget cheaply: a short prefill, then non-evicting steps on fully masked logits
-  // with zero injected noise (they add nothing), then 16 real steps.
+  // with zero injected noise (they add nothing), then 16 real steps. The key scores need no logits:
+  // they prefill all N tokens at once (their steps rescore every held key, O(N · D) each).
   std::int64_t pos = 0;
-  const std::size_t P = n < 64 ? n : 64;
-  std::vector<float> prompt(kKVHeads * P * P);
+  const std::size_t P = key_score ? n : (n < 64 ? n : 64);
+  std::vector<float> prompt(key_score ? 0 : kKVHeads * P * P);
   for (float& x : prompt) x = draw();
-  for (std::size_t p = 0; p < P; ++p) kv.append(pos++, k_new.data(), v_new.data());
-  cache->prefill(prompt.data(), P);
+  for (std::size_t p = 0; p < P; ++p) append(pos++);
+  cache->prefill(key_score ? nullptr : prompt.data(), P);
   std::vector<float> masked(logits.size(), -std::numeric_limits<float>::infinity()), zeros(logits.size(), 0.0f);
   while (kv.length(0) < n) {
+    if (expected) {  // Expected Attention reads the held rows: fill them too
+      append(pos);
+      cache->decode_step(masked.data(), kv.length(0), zeros.data());
+      ++pos;
+      continue;
+    }
     const std::size_t len = kv.length(0) + 1;
     for (std::size_t j = 0; j < kKVHeads; ++j) {
       kv.head_positions(j)[len - 1] = pos;
@@ -177,18 +233,20 @@ int run(int argc, char** argv) {
     return m;
   };
   for (int t = 0; t < 16; ++t) {  // with head-adaptive budgets the first shares the layer's 8 k
-    kv.append(pos++, k_new.data(), v_new.data());
-    cache->decode_step(logits.data(), stride());
+    append(pos++);
+    if (expected) expected_rows(pos, stride());
+    cache->decode_step(key_score ? nullptr : logits.data(), stride());
   }
 
   double seconds = 0.0;
   CALLGRIND_START_INSTRUMENTATION;  // with --instr-atstart=no the filling above runs uninstrumented
   for (std::size_t t = 0; t < steps; ++t) {
-    kv.append(pos++, k_new.data(), v_new.data());
+    append(pos++);
     const double t0 = thread_seconds();
     const std::size_t m = stride();
     CALLGRIND_TOGGLE_COLLECT;
-    cache->decode_step(logits.data(), m);
+    if (expected) expected_rows(pos, m);  // the rows the TOVA cache ranks by: part of the step's cost
+    cache->decode_step(key_score ? nullptr : logits.data(), m);
     CALLGRIND_TOGGLE_COLLECT;
     seconds += thread_seconds() - t0;
   }
