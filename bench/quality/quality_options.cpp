@@ -1,10 +1,13 @@
 // kvevict — bench/quality/quality_options.cpp: kvevict-quality's flags: defined, validated, resolved per row.
 // SPDX-License-Identifier: Apache-2.0
 #include <algorithm>
+#include <filesystem>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 
+#include "llama2/model_files.hpp"
+#include "quality_eval.hpp"
 #include "quality_run.hpp"
 
 namespace kvquality {
@@ -108,6 +111,27 @@ void QualityRun::validate() {
                                 "snapkv scores the prompt with its last L queries, so it prefills in one shot "
                                 "(row '" + row.label + "'); leave snapkv out of --policies, or drop "
                                 "--prefill-chunk / +bounded");
+      // The global flags against each row: refused here, naming the flags, before the model is loaded
+      // (the library would refuse them later with its own parameter names).
+      if (row.adakv && flags.paged)
+        throw kvcli::UsageError("--kv-layout", "paged with row '" + row.label + "': +adakv gives each KV head its "
+                                               "own length, and a page slot holds every KV head's token; drop "
+                                               "--kv-layout paged or +adakv");
+      if (row.adakv && flags.shared_heads)
+        throw kvcli::UsageError("--shared-heads", "with row '" + row.label + "': +adakv shares the budget among KV "
+                                                  "heads, --shared-heads keeps the same tokens on every head; drop "
+                                                  "one of them");
+      if (row.adakv && flags.bounded_prefill)
+        throw kvcli::UsageError("--bounded-prefill", "with row '" + row.label + "': +adakv is not supported with a "
+                                                     "bounded prefill (the chunks need every KV head at one length); "
+                                                     "drop --bounded-prefill or +adakv");
+      if (row.expected && prefill_chunk != 0)
+        throw kvcli::UsageError("--prefill-chunk", "with row '" + row.label + "': expected-attention needs a "
+                                                   "one-shot prefill (its query statistics come from the whole "
+                                                   "prompt); drop --prefill-chunk or leave the row out");
+      if (row.expected && flags.paged)
+        throw kvcli::UsageError("--kv-layout", "paged with row '" + row.label + "': expected-attention ranks a "
+                                               "contiguous TOVA cache; drop --kv-layout paged or leave the row out");
       if (global_schedule && row.pyramid)
         throw kvcli::UsageError("--policies", "row '" + row.label + "': +pyramid with --layer-budgets " +
                                                   flags.layer_budgets_label + "; use one of them");
@@ -152,7 +176,33 @@ void QualityRun::validate() {
   // k, w, sinks per policy and ratio, resolved as every kvevict tool resolves them (errors name the flags).
   for (double r : ratios)
     for (const RowSpec& row : rows) resolved_for(row.budget_policy(), r, &row);
+  check_files();
+}
+
+void QualityRun::check_files() const {
+  // No output may be an input or another output (compared as files, not spellings), before anything is
+  // loaded or written: the model, its tokenizer, the text or every document of the folder.
+  kvcli::FileRoles roles;
+  llama2::add_model_inputs(roles, model_path, tokenizer_path);
+  const std::string data = data_path.empty() ? kvcli::shared_dir() + "/data/tinystories-val/tinystories_val.txt"
+                                             : data_path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(data, ec)) {
+    try {
+      for (const std::string& doc : kvquality::list_documents(data)) roles.input("--data", doc);
+    } catch (const std::runtime_error& e) {
+      throw kvcli::UsageError("--data", e.what());
+    }
+  } else {
+    roles.input("--data", data);
+  }
+  for (const char* suffix : {".csv", "_summary.csv", "_plot.dat", ".gp", "_recurrence.csv", "_windows.csv",
+                             "_retrieval.csv"})
+    roles.output(std::string("--out (") + out_prefix + suffix + ")", out_prefix + suffix);
+  roles.output("--prompts-out", prompts_out);
+  roles.check();
   kvcli::check_output_prefix(out_prefix, "--out");
+  if (!prompts_out.empty()) kvcli::check_output_file(prompts_out, "--prompts-out");
 }
 
 kvcli::EvictionFlags QualityRun::flags_for(double ratio, const RowSpec* row) const {

@@ -435,6 +435,22 @@ std::vector<Case> cases() {
       {"QualityPageSizeWraps", Q, "--kv-layout paged --page-size 18446744073709551615", 2,
        {"--page-size: expected an integer in [1, 4096], got '18446744073709551615'"}},
       // ---- kvevict-quality: rows and chunked prefill, checked before any file ----
+      // ---- global flags against a row, refused by the tool before the model is loaded (a broken --model
+      // would be reported first otherwise): the flags named, not the library's parameters ----
+      {"QualityAdakvRowWithPagedLayout", Q, "--model {W}/junk/fake.gguf --policies h2o+adakv --kv-layout paged", 2,
+       {"kvevict-quality: --kv-layout: paged with row 'h2o+adakv': +adakv gives each KV head its own length"}},
+      {"QualityAdakvRowWithSharedHeads", Q, "--model {W}/junk/fake.gguf --policies h2o+adakv --shared-heads", 2,
+       {"kvevict-quality: --shared-heads: with row 'h2o+adakv': +adakv shares the budget among KV heads"}},
+      {"QualityAdakvRowWithBoundedPrefill", Q,
+       "--model {W}/junk/fake.gguf --policies h2o+adakv --prefill-chunk 16 --bounded-prefill", 2,
+       {"kvevict-quality: --bounded-prefill: with row 'h2o+adakv': +adakv is not supported with a bounded prefill"}},
+      {"QualityExpectedAttentionWithPrefillChunk", Q,
+       "--model {W}/junk/fake.gguf --policies expected-attention --prefill-chunk 16", 2,
+       {"kvevict-quality: --prefill-chunk: with row 'expected-attention': expected-attention needs a one-shot "
+        "prefill"}},
+      {"QualityExpectedAttentionWithPagedLayout", Q,
+       "--model {W}/junk/fake.gguf --policies expected-attention --kv-layout paged", 2,
+       {"kvevict-quality: --kv-layout: paged with row 'expected-attention': expected-attention ranks a contiguous"}},
       {"QualityPoliciesUnknownRow", Q, "--policies h2o,snap", 2, {"--policies: row 'snap': unknown base 'snap'"}},
       {"QualityPoliciesRowTwice", Q, "--policies h2o,window,h2o", 2, {"--policies: row 'h2o' is given twice"}},
       {"QualityPrefillChunkZero", Q, "--prefill-chunk 0", 2, {"--prefill-chunk: expected an integer in [1, "}},

@@ -13,6 +13,7 @@
 
 #include "cli/kvevict_cli.hpp"
 #include "file_input.hpp"
+#include "file_output.hpp"
 
 namespace fs = std::filesystem;
 
@@ -150,22 +151,15 @@ void check_output_prefix(const std::string& prefix, const std::string& flag) {
   std::remove(probe.c_str());
 }
 
+void check_output_file(const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw UsageError(flag, "'" + path + "' is a directory; give a file name");
+  check_output_prefix(path, flag);
+}
+
 void write_file_atomically(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << contents;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error("cannot write '" + path + "'");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot write '" + path + "' (rename: " + why + ")");
-  }
+  kvtools::write_file_atomically(path, contents);
 }
 
 std::string strip_origin(const std::string& message) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cli/amount.hpp"
+#include "cli/file_roles.hpp"
 #include "kvevict/head_budgets.hpp"
 #include "kvevict/layer_budgets.hpp"
 #include "kvevict/presets.hpp"
@@ -244,8 +245,12 @@ std::string find_tokenizer_beside(const std::string& checkpoint);
 /// removing a probe file). Throws `UsageError(flag)` naming the folder and the reason.
 void check_output_prefix(const std::string& prefix, const std::string& flag);
 
-/// Writes `contents` to `path` atomically: `path.tmp.<pid>` then rename. Throws
-/// `std::runtime_error` naming the file on failure (the temporary file is removed).
+/// `check_output_prefix` for an output file, and that `path` is not a directory. Throws `UsageError(flag)`.
+void check_output_file(const std::string& path, const std::string& flag);
+
+/// Writes `contents` to `path` whole or not at all (`kvtools::AtomicOutput`: a temporary file beside it,
+/// then rename). Throws `std::runtime_error` naming the file on failure (the temporary file is removed,
+/// what was at `path` is unchanged).
 void write_file_atomically(const std::string& path, const std::string& contents);
 
 /// Removes the origin prefix a library puts in its messages ("llama2::Model::load: ",

@@ -122,10 +122,15 @@ int main(int argc, char** argv) {
     if (!dump_path.empty() && flags.policy != "full")
       throw kvcli::UsageError("--dump-logits", "records the full cache's attention; use it with --policy full (got "
                                                "--policy " + flags.policy + ")");
-    if (!dump_path.empty()) kvcli::check_output_prefix(dump_path, "--dump-logits");
     if (!dump_path.empty() && flags.paged)
       throw kvcli::UsageError("--dump-logits", "records a contiguous full cache; drop --kv-layout paged");
     const std::vector<int> given_ids = prompt_ids_text.empty() ? std::vector<int>() : parse_ids(prompt_ids_text);
+    if (!dump_path.empty()) {  // no output may be an input: checked before anything is loaded or written
+      kvcli::FileRoles roles;
+      llama2::add_model_inputs(roles, model_path, tokenizer_path);
+      roles.output("--dump-logits", dump_path).check();
+      kvcli::check_output_file(dump_path, "--dump-logits");
+    }
 
     // ---- locate, recognise and load the model and its tokenizer (needed for --prompt and text output) ----
     llama2::LoadedModel files = llama2::load_model(model_path, tokenizer_path, prompt_ids_text.empty() || !print_ids);

@@ -2,6 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "llama2/logit_dump.hpp"
 
+#include "file_output.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
@@ -135,12 +137,11 @@ void LogitDump::write(const std::string& path, const std::string& model, const s
       replay::save_trace_npy(t, path);
       return;
     }
-    std::ofstream out(path);
-    if (!out) throw std::runtime_error("--dump-logits: cannot open '" + path + "' for writing");
+    kvtools::AtomicOutput out(path);  // whole or not at all
     const nlohmann::json meta = {{"model", model}, {"layer", state_->layer}, {"tokens", tokens}};
-    replay::write_trace_json(out, t, &meta);
-    if (!out.flush()) throw std::runtime_error("--dump-logits: write error on '" + path + "'");
-  } catch (const replay::InputError& e) {
+    replay::write_trace_json(out.stream(), t, &meta);
+    out.commit();
+  } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string("--dump-logits: ") + e.what());
   }
 }

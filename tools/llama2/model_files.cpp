@@ -18,6 +18,12 @@ std::string LoadedModel::end_name() const {
   return "end-of-sequence token (EOS = " + std::to_string(end_id) + piece + ")";
 }
 
+void add_model_inputs(kvcli::FileRoles& roles, const std::string& model_arg, const std::string& tokenizer_arg) {
+  const std::string file = kvcli::find_checkpoint(model_arg.empty() ? kvcli::model_dir() : model_arg, "--model");
+  roles.input("--model", file);
+  roles.input("--tokenizer", tokenizer_arg.empty() ? kvcli::find_tokenizer_beside(file) : tokenizer_arg);
+}
+
 LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg, bool need_tokenizer) {
   const std::string model_flag = "--model";
   const std::string file = kvcli::find_checkpoint(model_arg.empty() ? kvcli::model_dir() : model_arg, model_flag);

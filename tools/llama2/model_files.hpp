@@ -39,6 +39,12 @@ struct LoadedModel {
 /// the model's; lets `std::bad_alloc` through.
 LoadedModel load_model(const std::string& model_arg, const std::string& tokenizer_arg, bool need_tokenizer);
 
+/// Adds to `roles` the files `load_model(model_arg, tokenizer_arg, ...)` would read, resolved the same way
+/// but without loading anything: the model file (under "--model") and the tokenizer given, or the
+/// SentencePiece .model beside the checkpoint (under "--tokenizer"). Throws what kvcli::find_checkpoint
+/// throws (a missing or unrecognised model). O(files in the model's folder).
+void add_model_inputs(kvcli::FileRoles& roles, const std::string& model_arg, const std::string& tokenizer_arg);
+
 /// The engine settings the shared flags `flags` describe for `policy` with k, w and sinks resolved as
 /// `resolved` (kvcli::resolve): the policy, the token budget `max(k, 1)`, the recent window
 /// (kvcli::recent_for), the parameters (kvcli::policy_params), the per-layer budgets

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "file_input.hpp"
+#include "file_output.hpp"
 #include "input_error.hpp"
 
 namespace replay {
@@ -216,22 +217,26 @@ void write_npy_f32(const std::string& path, const std::vector<std::size_t>& shap
   dict += '\n';
   if (dict.size() > 65535) throw InputError(path, "shape has too many dimensions for a version 1.0 header");
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError(path, std::string("cannot open for writing (") + std::strerror(errno) + ")");
-  out.write(kMagic, kMagicLen);
-  const unsigned char version_and_len[4] = {1, 0, static_cast<unsigned char>(dict.size() & 0xff),
-                                            static_cast<unsigned char>(dict.size() >> 8)};
-  out.write(reinterpret_cast<const char*>(version_and_len), 4);
-  out.write(dict.data(), static_cast<std::streamsize>(dict.size()));
-  if (little_endian_host()) {
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * 4));
-  } else {
-    std::vector<float> swapped(data, data + count);
-    byteswap_floats(swapped);
-    out.write(reinterpret_cast<const char*>(swapped.data()), static_cast<std::streamsize>(count * 4));
+  // Whole or not at all: a failed run leaves what was at `path` as it was (kvtools::AtomicOutput).
+  try {
+    kvtools::AtomicOutput file(path);
+    std::ostream& out = file.stream();
+    out.write(kMagic, kMagicLen);
+    const unsigned char version_and_len[4] = {1, 0, static_cast<unsigned char>(dict.size() & 0xff),
+                                              static_cast<unsigned char>(dict.size() >> 8)};
+    out.write(reinterpret_cast<const char*>(version_and_len), 4);
+    out.write(dict.data(), static_cast<std::streamsize>(dict.size()));
+    if (little_endian_host()) {
+      out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * 4));
+    } else {
+      std::vector<float> swapped(data, data + count);
+      byteswap_floats(swapped);
+      out.write(reinterpret_cast<const char*>(swapped.data()), static_cast<std::streamsize>(count * 4));
+    }
+    file.commit();
+  } catch (const std::runtime_error& e) {
+    throw InputError(path, e.what());
   }
-  out.flush();
-  if (!out) throw InputError(path, "write error");
 }
 
 }  // namespace replay
