@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cli/kvevict_cli.hpp"
+#include "file_output.hpp"
 #include "kvevict_llama.hpp"
 #include "npy.hpp"
 #include "trace.hpp"
@@ -52,13 +53,6 @@ double cpu_seconds() {
 void log_callback(ggml_log_level level, const char* text, void* /*user*/) {
   (void)level;
   if (g_verbose) std::fputs(text, stderr);
-}
-
-// Whether two output paths name the same file (after resolving ".", "..", and links of what exists).
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ea, eb;
-  const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
-  return ea || eb ? a == b : ca == cb;
 }
 
 std::string read_file(const std::string& path, const std::string& flag) {
@@ -221,29 +215,30 @@ int main(int argc, char** argv) {
     if (!keys_out.empty() && (full || !kvevict_llama::Evictor::needs_keys(policy)))
       throw kvcli::UsageError("--keys-out", "records the keys a key score is given: it needs --policy knorm or keydiff (got " +
                                                 (no_kvevict ? std::string("--no-kvevict") : flags.policy) + ")");
-    // The output files, before any work: each writable, and no two the same path.
-    {
-      const std::pair<const std::string*, const char*> outs[] = {
-          {&kept_out, "--kept-out"}, {&trace_out, "--trace-out"}, {&keys_out, "--keys-out"}};
-      for (std::size_t i = 0; i < 3; ++i) {
-        const std::string& path = *outs[i].first;
-        if (outs[i].first->empty()) continue;
-        for (std::size_t j = 0; j < i; ++j)
-          if (!outs[j].first->empty() && same_file(*outs[j].first, path))
-            throw kvcli::UsageError(outs[i].second, "'" + path + "' is also " + outs[j].second + "'s file");
-        std::ofstream probe(path, std::ios::binary | std::ios::app);
-        if (!probe) throw kvcli::UsageError(outs[i].second, "cannot write '" + path + "'");
-      }
-    }
-
+    // The files, before any is opened for writing and before any work: no output may be an input (the model,
+    // the prompt file) or another output, and each output's folder must be writable. Outputs are written
+    // whole or not at all (a temporary file renamed into place at the end).
     if (model_path.empty()) model_path = kvcli::shared_dir() + "/models/stories260K/stories260K.gguf";
+    kvcli::FileRoles roles;
+    roles.input("--model", model_path).input("--prompt-file", prompt_file);
+    roles.output("--kept-out", kept_out).output("--trace-out", trace_out).output("--keys-out", keys_out);
+    roles.check();
+    for (const auto& [path, flag] : {std::pair<const std::string&, const char*>{kept_out, "--kept-out"},
+                                     {trace_out, "--trace-out"}, {keys_out, "--keys-out"}})
+      if (!path.empty()) kvcli::check_output_file(path, flag);
+
     {
       struct stat st {};
       if (stat(model_path.c_str(), &st) != 0) throw kvcli::UsageError("--model", "'" + model_path + "' does not exist");
       if (!S_ISREG(st.st_mode)) throw kvcli::UsageError("--model", "'" + model_path + "' is not a regular file");
     }
     const std::string text = !prompt_file.empty() ? read_file(prompt_file, "--prompt-file") : prompt;
-    if (text.empty()) throw kvcli::UsageError("--prompt", "give --prompt TEXT or --prompt-file FILE");
+    if (text.empty() && !prompt_file.empty())
+      throw kvcli::UsageError("--prompt-file", "'" + prompt_file + "' is empty; give a file with the prompt's text");
+    if (text.empty())
+      throw kvcli::UsageError(prompt_opt->count() > 0 ? "--prompt" : "--prompt-file",
+                              prompt_opt->count() > 0 ? "is empty; give the prompt's text"
+                                                      : "no prompt: give --prompt TEXT or --prompt-file FILE");
 
     llama_log_set(log_callback, nullptr);
     llama_backend_init();
@@ -352,11 +347,15 @@ int main(int argc, char** argv) {
       if (!trace_out.empty()) ev->record_trace();
       if (!keys_out.empty()) ev->record_keys();
     }
-    std::ofstream kept_file;
+    std::optional<kvtools::AtomicOutput> kept_out_file;  // renamed into place once the run succeeded
     if (!kept_out.empty()) {
-      kept_file.open(kept_out, std::ios::binary | std::ios::trunc);
-      if (!kept_file) throw kvcli::UsageError("--kept-out", "cannot write '" + kept_out + "'");
+      try {
+        kept_out_file.emplace(kept_out);
+      } catch (const std::runtime_error& e) {
+        throw kvcli::UsageError("--kept-out", e.what());
+      }
     }
+    std::ostream* kept_file = kept_out_file ? &kept_out_file->stream() : nullptr;
 
     llama_batch batch = llama_batch_init(static_cast<int32_t>(C), 0, 1);
     struct BatchGuard {
@@ -389,7 +388,7 @@ int main(int argc, char** argv) {
       }
       if (ev->prompt_len() != 0) {
         check_step(*ev, mem, k, n, before, first, step);
-        if (kept_file && ev->cache()) write_kept_line(kept_file, first, *ev->cache());
+        if (kept_file && ev->cache()) write_kept_line(*kept_file, first, *ev->cache());
       }
     };
     auto logits_row = [&]() { return llama_get_logits_ith(ctx.get(), -1); };
@@ -403,7 +402,7 @@ int main(int argc, char** argv) {
       } catch (const kvevict_llama::SeqRmRefused& e) {
         throw kvcli::UsageError("--model", e.what());
       }
-      if (kept_file && ev->cache()) write_kept_line(kept_file, P - 1, *ev->cache());
+      if (kept_file && ev->cache()) write_kept_line(*kept_file, P - 1, *ev->cache());
     }
     const auto t1 = std::chrono::steady_clock::now();
     const double cpu1 = cpu_seconds();
@@ -460,7 +459,13 @@ int main(int argc, char** argv) {
     }
     if (!keys_out.empty())
       replay::write_npy_f32(keys_out, {ev->n_kv_heads(), N, ev->head_dim()}, ev->recorded_keys().data());
-    if (kept_file && !kept_file.flush()) throw std::runtime_error("--kept-out: write error");
+    if (kept_out_file) {
+      try {
+        kept_out_file->commit();
+      } catch (const std::runtime_error& e) {
+        throw std::runtime_error(std::string("--kept-out: ") + e.what());
+      }
+    }
     std::fprintf(stderr,
                  "kvevict-llama: [%s k=%zu] prompt %zu tok in %.3f s, %zu decode steps in %.3f s (%.2f tok/s; "
                  "%.3f CPU s, %.2f tok/CPU s)",
