@@ -135,27 +135,44 @@ TEST(KeyDiff, FactoryIgnoresLogitsAndChunksEqualOneShot) {
 }
 
 // The reference: kept positions of every KV head after a prefill of P tokens and then each decode step, from the
-// keys alone (float, the hooks' order of operations; the selection written out: the last w held positions, then the
-// top k - w scores; a step evicts the lowest-scoring non-recent token). Shared: the scores summed over heads.
+// keys alone (the documented score in plain double loops, no call into KeyDiffScore, so that a bug in its hooks or
+// in dot_fixed_order cannot sit on both sides; the selection written out: the last w held positions, then the top
+// k - w scores; a step evicts the lowest-scoring non-recent token). Shared: the scores summed over heads.
+// tests/key_diff_reference_test.cpp checks the scores too, over more shapes.
 struct Reference {
   std::size_t n_kv, d, k, w;
   bool shared;
   const std::vector<std::vector<std::vector<float>>>& keys;  // [head][position][d]
   std::vector<Positions> held;                                // per head, ascending
 
-  std::vector<float> scores(std::size_t j) const {
-    const kvevict::KeyDiffScore s;
-    std::vector<float> a(d, 0.0f), out;
-    for (std::int64_t p : held[j]) s.anchor_add(keys[j][p].data(), d, a.data());
-    s.anchor_finish(a.data(), d, held[j].size());
-    for (std::int64_t p : held[j]) out.push_back(s.anchor_score(keys[j][p].data(), d, a.data()));
+  /// 1 - cos(k, a) of every held key of head j, a the normalised mean of the held unit keys (double).
+  std::vector<double> scores(std::size_t j) const {
+    auto norm = [this](const std::vector<double>& x) {
+      double sq = 0.0;
+      for (std::size_t i = 0; i < d; ++i) sq += x[i] * x[i];
+      return std::sqrt(sq);
+    };
+    std::vector<double> a(d, 0.0), key(d), out;
+    for (std::int64_t p : held[j]) {
+      for (std::size_t i = 0; i < d; ++i) key[i] = keys[j][p][i];
+      const double nk = std::max(norm(key), 1e-12);
+      for (std::size_t i = 0; i < d; ++i) a[i] += key[i] / nk;
+    }
+    for (double& e : a) e /= static_cast<double>(held[j].size());
+    const double na = std::max(norm(a), 1e-8);
+    for (double& e : a) e /= na;
+    for (std::int64_t p : held[j]) {
+      double dot = 0.0;
+      for (std::size_t i = 0; i < d; ++i) key[i] = keys[j][p][i], dot += key[i] * a[i];
+      out.push_back(std::max(0.0, 1.0 - dot / std::max(norm(key), 1e-8)));
+    }
     return out;
   }
-  std::vector<std::vector<float>> ranked() const {  // what each head's selection ranks
-    std::vector<std::vector<float>> r(n_kv);
+  std::vector<std::vector<double>> ranked() const {  // what each head's selection ranks
+    std::vector<std::vector<double>> r(n_kv);
     for (std::size_t j = 0; j < n_kv; ++j) r[j] = scores(j);
     if (shared) {
-      std::vector<float> sum(held[0].size(), 0.0f);
+      std::vector<double> sum(held[0].size(), 0.0);
       for (std::size_t j = 0; j < n_kv; ++j)
         for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += r[j][i];
       for (auto& x : r) x = sum;

@@ -9,6 +9,16 @@
 #include "kvevict/detail/simd.hpp"
 #include "kvevict/detail/vec16.hpp"
 
+// Which of the two bodies below is compiled: the dispatched vector kernels (detail/vec16.hpp, wherever
+// `KVEVICT_VEC16` is defined), or the portable loops, which nvcc's host pass compiles (its front end takes no
+// vector extensions) and which give the same bits. `KVEVICT_FIXED_ORDER_DOT_PORTABLE`, defined before this header
+// is first included, selects the portable loops in any build: a test hook (tests/fixed_order_dot_portable_test.cpp
+// runs them on the host against the documented order and the vector kernels). The functions are inline, so every
+// translation unit of one program must agree on it; a library user never defines it.
+#if defined(KVEVICT_VEC16) && !defined(KVEVICT_FIXED_ORDER_DOT_PORTABLE)
+#define KVEVICT_FIXED_ORDER_DOT_VEC16 1
+#endif
+
 namespace kvevict {
 namespace detail {
 
@@ -23,7 +33,7 @@ namespace detail {
 /// pointer. O(d), no allocation.
 KVEVICT_NO_CONTRACT_FN inline float dot_fixed_order(const float* x, const float* y, std::size_t d) noexcept {
   KVEVICT_NO_CONTRACT_BODY
-#if defined(KVEVICT_VEC16)
+#if defined(KVEVICT_FIXED_ORDER_DOT_VEC16)
   return vk::dot(x, y, d);  // dispatched: the same lanes, the same bits
 #else
   constexpr std::size_t kLanes = 16;
@@ -48,7 +58,7 @@ KVEVICT_NO_CONTRACT_FN inline float dot_fixed_order(const float* x, const float*
 /// path, vector code at any `-O` level (the dispatched `scale_add` of the softmax accumulation). O(d).
 KVEVICT_NO_CONTRACT_FN inline void add_scaled(const float* x, float scale, float* acc, std::size_t d) noexcept {
   KVEVICT_NO_CONTRACT_BODY
-#if defined(KVEVICT_VEC16)
+#if defined(KVEVICT_FIXED_ORDER_DOT_VEC16)
   vk::scale_add(x, scale, acc, d, false);
 #else
   KVEVICT_SIMD
