@@ -28,10 +28,6 @@ struct KeyReader {
 /// `out[i] = float(row[i])` for the `head_dim` elements of type `T` at `row` (any alignment). O(head_dim).
 template <class T>
 void read_key_row(const unsigned char* row, std::size_t head_dim, float* out) noexcept {
-  if constexpr (std::is_same<T, float>::value) {  // one copy (an element loop stays scalar at g++ -O2)
-    std::memcpy(out, row, head_dim * sizeof(float));
-    return;
-  }
   for (std::size_t i = 0; i < head_dim; ++i) {
     T x;
     std::memcpy(&x, row + i * sizeof(T), sizeof(T));

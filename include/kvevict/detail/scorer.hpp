@@ -506,8 +506,7 @@ class Scorer : private KeyScratch<reads_keys<Score>> {
   /// as +0.0 (-0.0's bits sort above every positive float's in the victim search). Throws
   /// `std::invalid_argument` naming them otherwise. O(head_dim).
   float key_of(const unsigned char* row, std::size_t j, std::size_t s, const char* method) {
-    this->keys_.read(row, this->keys_.head_dim, this->key_.data());
-    const float v = score_.key_score(this->key_.data(), this->keys_.head_dim);
+    const float v = score_.key_score(this->row_floats(row, this->key_.data()), this->keys_.head_dim);
     require(std::isfinite(v) && v >= 0.0f, who_, "::", method, ": key_score of KV head ", j, ", slot ", s, " is ", v,
             " (must be finite and >= 0)");
     return v + 0.0f;  // -0.0 becomes +0.0: the victim search ranks scores by their bits
