@@ -3,6 +3,8 @@
 # Environment (set by tests/CMakeLists.txt): KVL (kvevict-llama), KVR (kvevict-replay), EXAMPLE
 # (kvevict-llama-example), MODEL (stories260K.gguf), TEXT (tinystories_val.txt), HOWTO (a python-howto
 # document), SMOLLM2 (SmolLM2-135M GGUF, or empty: its cases are skipped with exit 77), WORK (scratch folder).
+# GEN (kvevict-generate, or empty: the independent_logits cases are skipped with exit 77), CHECK_TRACE
+# (kvevict-llama-check-trace, tests/check_trace.cpp).
 # Every run uses --threads 1: the ids are the same for any count, and 2 busy cores make llama.cpp's
 # spinning threads slow.
 set -euo pipefail
@@ -84,6 +86,40 @@ knorm() {  # model text flash-attn
 }
 keydiff() { key_policy keydiff check_key_diff.py "$@"; }  # model text flash-attn
 
+# An independent check of what the cache is given (issue 51): kvevict-llama's recorded logits against the project's
+# own engine (kvevict-generate, float32, full cache) on the same GGUF and tokens, and a replay of THAT trace, not of
+# the tool's own, so a probability read from the wrong cell (a wrong cell map) fails instead of replaying
+# identically. Teacher-forced (P = 400 tokens of tinystories-val, T = 24 steps, k = 64): the tokens decoded are
+# the text's, so kvevict-generate, given the same text, runs the same tokens at the same positions. stories260K has
+# 5 layers of 8 heads. kvevict-llama-check-trace (check_trace.cpp) checks, for every head and row: finite exactly
+# on the cells llama.cpp held (the prompt whole; after the cut, --kept-out's set before the step plus the new
+# token), exp(log p) summing to 1 over them, and log p equal to the reference's log_softmax over the same cells for
+# every prompt row and layer 0's decode rows (the decode rows of later layers depend on the eviction, which the
+# full-cache engine does not run); it splices the reference's rows into the trace replayed (layers >= 1's decode
+# rows stay the tool's), and the kept sets must equal kvevict-llama's at every step.
+independent_logits() {  # policy
+  [ -n "${GEN:-}" ] || { echo "kvevict-generate not built (tools/llama2 needs SentencePiece and PCRE2)"; exit 77; }
+  local policy=$1 P=400 T=24 L=5 text
+  text=$(head -c 1000 "$TEXT")  # ASCII, 515 tokens: more than P + T + 1
+  "$KVL" --model "$MODEL" --prompt "$text" --prompt-tokens $P --teacher-force $T --threads 1 --policy "$policy" \
+    --budget 64 --kept-out "$w/kept.jsonl" --trace-out "$w/trace.npy" >"$w/nll.txt" 2>"$w/summary.txt" \
+    || { cat "$w/summary.txt" >&2; fail "kvevict-llama failed"; }
+  cat "$w/summary.txt"
+  grep -q "cells reused [1-9]" "$w/summary.txt" || fail "llama.cpp reused no freed cell (the case tests the cell map)"
+  for ((l = 0; l < L; ++l)); do
+    "$GEN" --model "$MODEL" --prompt "$text" --steps 0 --threads 1 --dump-logits "$w/ref$l.npy" --dump-layer $l \
+      >/dev/null 2>"$w/gen.txt" || { cat "$w/gen.txt" >&2; fail "kvevict-generate failed"; }
+  done
+  "$CHECK_TRACE" logits "$w/trace.npy" "$w/kept.jsonl" $P $L "$w/ref" "$w/spliced.npy" \
+    || fail "kvevict-llama's logits differ from kvevict-generate's"
+  local gen=()
+  [ "$policy" = keyformer ] && gen=(--gen-steps $T)
+  "$KVR" --logits "$w/spliced.npy" --prompt-len $P --q-heads-per-kv $(( L * 8 )) --policy "$policy" --budget 64 \
+    "${gen[@]}" >"$w/replay.jsonl"
+  "$CHECK_TRACE" kept "$w/kept.jsonl" "$w/replay.jsonl" \
+    || fail "kept sets differ from the replay of kvevict-generate's logits"
+}
+
 # A refusal: exit 2 and exactly this line on stderr.
 refuses() {  # expected-line args...
   local expected=$1
@@ -95,6 +131,54 @@ refuses() {  # expected-line args...
   [ "$rc" -eq 2 ] || fail "exit $rc, expected 2: $(cat "$w/err.txt")"
   [ "$(cat "$w/err.txt")" = "$expected" ] || fail "stderr was: $(cat "$w/err.txt")"
   echo "refused as expected: $expected"
+}
+
+# No output may be an input or another output, by any spelling (issue 51): each (output, input) and
+# (output, output) pair is refused before llama.cpp loads anything, exit 2, one line naming both flags, and
+# every input is left byte for byte; an empty --prompt-file is named as such.
+refuse_output_that_is_an_input() {
+  cp "$MODEL" "$w/m.gguf"
+  printf 'Once upon a time there was a little dog.' >"$w/p.txt"
+  mkdir -p "$w/sub"
+  ln -sf "$w/m.gguf" "$w/sub/model-link.gguf"
+  ln -f "$w/p.txt" "$w/sub/p-hard.txt"
+  local sums
+  sums=$(sha256sum "$w/m.gguf" "$w/p.txt")
+  expect_pair() {  # out_flag other_flag args...
+    local out_flag=$1 other=$2
+    shift 2
+    local rc=0
+    "$KVL" --threads 1 --steps 2 --budget 8 "$@" >/dev/null 2>"$w/err.txt" || rc=$?
+    [ "$rc" -eq 2 ] || fail "$*: exit $rc, expected 2: $(cat "$w/err.txt")"
+    grep -q "^kvevict-llama: $out_flag: '.*' is the same file as $other '" "$w/err.txt" ||
+      fail "$*: the message does not name $out_flag and $other: $(cat "$w/err.txt")"
+    [ "$(wc -l <"$w/err.txt")" -eq 1 ] || fail "$*: more than one line: $(cat "$w/err.txt")"
+    [ "$(sha256sum "$w/m.gguf" "$w/p.txt")" = "$sums" ] || fail "$*: an input changed"
+    ! ls "$w" "$w/sub" | grep -q '\.tmp\.' || fail "$*: a temporary file was left"
+  }
+  local m=(--model "$w/m.gguf" --prompt-file "$w/p.txt")
+  expect_pair --kept-out --model "${m[@]}" --policy h2o --kept-out "$w/m.gguf"
+  expect_pair --kept-out --model "${m[@]}" --policy h2o --kept-out "$w/sub/../m.gguf"
+  expect_pair --trace-out --model "${m[@]}" --policy h2o --trace-out "$w/sub/model-link.gguf"
+  expect_pair --keys-out --model "${m[@]}" --policy knorm --keys-out "$w/m.gguf"
+  expect_pair --kept-out --prompt-file "${m[@]}" --policy h2o --kept-out "$w/p.txt"
+  expect_pair --trace-out --prompt-file "${m[@]}" --policy h2o --trace-out "$w/sub/p-hard.txt"
+  expect_pair --keys-out --prompt-file "${m[@]}" --policy keydiff --keys-out "$w/./p.txt"
+  expect_pair --trace-out --kept-out "${m[@]}" --policy h2o --kept-out "$w/o.jsonl" --trace-out "$w/sub/../o.jsonl"
+  expect_pair --keys-out --kept-out "${m[@]}" --policy knorm --kept-out "$w/o.npy" --keys-out "$w/o.npy"
+  # Distinct outputs run, and are written whole.
+  "$KVL" --threads 1 --steps 2 --budget 8 "${m[@]}" --policy h2o --kept-out "$w/k.jsonl" --trace-out "$w/t.npy" \
+    >/dev/null 2>"$w/err.txt" || fail "distinct outputs refused: $(cat "$w/err.txt")"
+  [ "$(wc -l <"$w/k.jsonl")" -eq 3 ] || fail "--kept-out: expected 3 lines: $(cat "$w/k.jsonl")"
+  ! ls "$w" | grep -q '\.tmp\.' || fail "a temporary file was left"
+  # An empty --prompt-file is named as the flag given, and as empty.
+  : >"$w/empty.txt"
+  local rc=0
+  "$KVL" --model "$w/m.gguf" --prompt-file "$w/empty.txt" --threads 1 >/dev/null 2>"$w/err.txt" || rc=$?
+  [ "$rc" -eq 2 ] || fail "empty --prompt-file: exit $rc"
+  grep -qx "kvevict-llama: --prompt-file: '$w/empty.txt' is empty; give a file with the prompt's text" "$w/err.txt" ||
+    fail "empty --prompt-file: $(cat "$w/err.txt")"
+  echo "every (output, input) and (output, output) pair refused, inputs intact"
 }
 
 case "$case_name" in
@@ -163,9 +247,9 @@ case "$case_name" in
     # Output files are checked before any work: writable, and not one path for two outputs.
     refuses "kvevict-llama: --kept-out: needs a value (got an empty one)" \
       --model "$MODEL" --prompt hi --policy knorm --kept-out ""
-    refuses "kvevict-llama: --keys-out: cannot write '/proc/kvevict-no/k.npy'" \
+    refuses "kvevict-llama: --keys-out: cannot write '/proc/kvevict-no/k.npy': the folder '/proc/kvevict-no' does not exist; create it or choose another --keys-out" \
       --model "$MODEL" --prompt hi --policy knorm --keys-out /proc/kvevict-no/k.npy
-    refuses "kvevict-llama: --keys-out: '$w/./same' is also --kept-out's file" \
+    refuses "kvevict-llama: --keys-out: '$w/./same' is the same file as --kept-out '$w/same'; give each output its own file" \
       --model "$MODEL" --prompt hi --policy knorm --kept-out "$w/same" --keys-out "$w/./same"
     refuses "kvevict-llama: --keys-out: records the keys a key score is given: it needs --policy knorm or keydiff (got --no-kvevict)" \
       --model "$MODEL" --prompt hi --no-kvevict --keys-out "$w/k.npy"
@@ -199,5 +283,9 @@ case "$case_name" in
       "$w/on.jsonl" "$w/off.jsonl"
     echo "streaming keeps the same positions with flash attention on and off"
     ;;
+  independent_logits_h2o) independent_logits h2o ;;
+  independent_logits_keyformer) independent_logits keyformer ;;
+  independent_logits_tova) independent_logits tova ;;
+  refuse_output_that_is_an_input) refuse_output_that_is_an_input ;;
   *) fail "unknown case $case_name" ;;
 esac
