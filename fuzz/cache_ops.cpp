@@ -11,7 +11,10 @@
 // the per-head decode step: begin_decode_step, score_decode_head in any order with bad, repeated and
 // out-of-range heads, end_decode_step, and every other call while a step is open).
 // The cache runs on an executor that claims 1, 2, 3, 7 or 16 workers and runs the tasks serially in
-// either order.
+// either order. Size arguments also reach 2^64 − 1 (issue 51; kvfuzz::kHugeSizes, all >= 2^62): a view
+// field (n_kv_heads, capacity, head_dim, a stride) at construction, prefill's P, a step's or a chunk's n and
+// C, prefill_chunk_qk's n_q_heads and its scratch's capacity; each must be refused (invalid_argument or
+// length_error) with the state and storage unchanged, while the harness's own buffers stay small.
 //
 // Throwing std::invalid_argument or std::length_error is allowed. After every call the
 // invariants below are checked; a violation aborts (a libFuzzer finding):
@@ -584,14 +587,19 @@ struct Harness {
         }
         case 4: case 5: {  // prefill
           std::size_t P = n;
-          if (in.ConsumeIntegralInRange<int>(0, 7) == 0) P = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
-          const std::vector<float> x = pick_floats(in, s().n_q * P * P);
+          const int p_draw = in.ConsumeIntegralInRange<int>(0, 15);
+          if (p_draw == 0) P = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+          const bool huge = p_draw == 8;  // issue 51: P >= 2^62 over a 16-float logits buffer, refused
+          if (huge) P = in.PickValueInArray(kvfuzz::kHugeSizes);
+          const std::size_t count = huge ? 16 : s().n_q * P * P;
+          const std::vector<float> x = pick_floats(in, count);
           const int ptrs = in.ConsumeIntegralInRange<int>(0, 7);
-          const std::vector<float> z = ptrs == 1 ? pick_floats(in, s().n_q * P * P) : std::vector<float>();
+          const std::vector<float> z = ptrs == 1 ? pick_floats(in, count) : std::vector<float>();
           const std::vector<std::int64_t> prompt(kv.head_positions(0), kv.head_positions(0) + n);
           const bool ok = call("prefill", [&](Layer<T>&, CI& c) {
             c.prefill(ptrs == 0 ? nullptr : x.data(), P, z.empty() ? nullptr : z.data());
           });
+          KVFUZZ_CHECK(!ok || !huge, where(), ": prefill accepted prompt_len = ", P);
           if (ok) {
             KVFUZZ_CHECK(!prefilled && !chunking, where(), ": a prefill succeeded after another prefill or a chunk");
             const std::size_t k = s().cache->budget();
@@ -608,15 +616,20 @@ struct Harness {
         }
         case 6: case 7: case 8: {  // decode step
           std::size_t m = n;
-          if (in.ConsumeIntegralInRange<int>(0, 7) == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
-          const std::vector<float> x = pick_floats(in, s().n_q * m);
+          const int m_draw = in.ConsumeIntegralInRange<int>(0, 15);
+          if (m_draw == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+          const bool huge = m_draw == 8;  // issue 51: n >= 2^62 over a 16-float logits buffer, refused
+          if (huge) m = in.PickValueInArray(kvfuzz::kHugeSizes);
+          const std::size_t count = huge ? 16 : s().n_q * m;
+          const std::vector<float> x = pick_floats(in, count);
           const int ptrs = in.ConsumeIntegralInRange<int>(0, 7);
-          const std::vector<float> z = ptrs == 1 ? pick_floats(in, s().n_q * m) : std::vector<float>();
+          const std::vector<float> z = ptrs == 1 ? pick_floats(in, count) : std::vector<float>();
           const std::int64_t new_pos = m >= 1 && m <= n ? kv.head_positions(0)[m - 1] : 0;
           const std::size_t before = managed;
           const bool ok = call("decode_step", [&](Layer<T>&, CI& c) {
             c.decode_step(ptrs == 0 ? nullptr : x.data(), m, z.empty() ? nullptr : z.data());
           });
+          KVFUZZ_CHECK(!ok || !huge, where(), ": decode_step accepted n = ", m);
           if (ok) {
             KVFUZZ_CHECK(prefilled && m == before + 1 && m == n, where(), ": decode_step(n = ", m,
                          ") accepted with ", before, " managed slots, view length ", n);
@@ -654,15 +667,22 @@ struct Harness {
         }
         case 11: case 12: {  // a chunk of the prompt, materialised: usually every slot appended since
           std::size_t C = n >= managed ? n - managed : 0, m = n;
-          if (in.ConsumeIntegralInRange<int>(0, 5) == 0) C = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
-          if (in.ConsumeIntegralInRange<int>(0, 7) == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
-          const std::vector<float> x = pick_floats(in, s().n_q * C * m);
+          const int c_draw = in.ConsumeIntegralInRange<int>(0, 11);
+          if (c_draw == 0) C = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+          if (c_draw == 6) C = in.PickValueInArray(kvfuzz::kHugeSizes);  // issue 51: refused
+          const int m_draw = in.ConsumeIntegralInRange<int>(0, 15);
+          if (m_draw == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+          if (m_draw == 8) m = in.PickValueInArray(kvfuzz::kHugeSizes);
+          const bool huge = c_draw == 6 || m_draw == 8;
+          const std::size_t count = huge ? 16 : s().n_q * C * m;
+          const std::vector<float> x = pick_floats(in, count);
           const int ptrs = in.ConsumeIntegralInRange<int>(0, 7);
-          const std::vector<float> z = ptrs == 1 ? pick_floats(in, s().n_q * C * m) : std::vector<float>();
+          const std::vector<float> z = ptrs == 1 ? pick_floats(in, count) : std::vector<float>();
           const std::vector<std::int64_t> fresh(kv.head_positions(0) + std::min(managed, n), kv.head_positions(0) + n);
           const bool ok = call("prefill_chunk", [&](Layer<T>&, CI& c) {
             c.prefill_chunk(ptrs == 0 ? nullptr : x.data(), C, m, z.empty() ? nullptr : z.data());
           });
+          KVFUZZ_CHECK(!ok || !huge, where(), ": prefill_chunk accepted C = ", C, ", n = ", m);
           if (ok) {
             took_chunk(C, m, fresh);
             if (!chunks.empty() && chunks.front().z.empty() != z.empty()) replayable = false;
@@ -672,23 +692,32 @@ struct Harness {
         }
         case 13: {  // a chunk scored from Q and K, with the cache's query-head count or another one
           std::size_t C = n >= managed ? n - managed : 0, nq = s().n_q;
-          if (in.ConsumeIntegralInRange<int>(0, 5) == 0) C = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
-          switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+          const int c_draw = in.ConsumeIntegralInRange<int>(0, 11);
+          if (c_draw == 0) C = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+          if (c_draw == 6) C = in.PickValueInArray(kvfuzz::kHugeSizes);  // issue 51: refused
+          bool huge = c_draw == 6;
+          switch (in.ConsumeIntegralInRange<int>(0, 15)) {
             case 0: nq = 2 * s().n_q; break;
             case 1: nq = std::max<std::size_t>(1, s().n_q / 2); break;
             case 2: nq = in.ConsumeIntegralInRange<std::size_t>(0, 9); break;
+            case 8: nq = in.PickValueInArray(kvfuzz::kHugeSizes), huge = true; break;  // issue 51: refused
             default: break;
           }
-          std::vector<float> q(C * nq * layer().hd);
+          std::vector<float> q(huge ? 16 : C * nq * layer().hd);
           for (float& f : q) f = static_cast<float>(in.ConsumeIntegralInRange<int>(-16, 16)) / 8.0f;
-          const std::size_t scratch_cap = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? std::max<std::size_t>(1, n / 2)
-                                                                                     : layer().cap;
+          const int scratch_draw = in.ConsumeIntegralInRange<int>(0, 15);
+          const std::size_t scratch_cap = scratch_draw == 0   ? std::max<std::size_t>(1, n / 2)
+                                          : scratch_draw == 8 ? in.PickValueInArray(kvfuzz::kHugeSizes)
+                                                              : layer().cap;
+          huge = huge || scratch_draw == 8;
           const float scale = in.ConsumeBool() ? 0.5f : 1.0f;
           const std::vector<std::int64_t> fresh(kv.head_positions(0) + std::min(managed, n), kv.head_positions(0) + n);
           const bool ok = call("prefill_chunk_qk", [&](Layer<T>& L, CI& c) {
             QKChunkScratch scratch(scratch_cap, L.hd);
             prefill_chunk_qk(c, L.view, q.empty() ? nullptr : q.data(), C, nq, scale, scratch);
           });
+          KVFUZZ_CHECK(!ok || !huge, where(), ": prefill_chunk_qk accepted C = ", C, ", n_q_heads = ", nq,
+                       ", scratch capacity ", scratch_cap);
           if (ok) {
             KVFUZZ_CHECK(nq == s().n_q, where(), ": prefill_chunk_qk accepted n_q_heads = ", nq, " for a cache of ",
                          s().n_q);
@@ -714,9 +743,12 @@ struct Harness {
           const std::size_t nkv = layer().nkv, g = s().n_q / nkv;
           if (!open_step) {
             std::size_t m = n;
-            if (in.ConsumeIntegralInRange<int>(0, 7) == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+            const int m_draw = in.ConsumeIntegralInRange<int>(0, 15);
+            if (m_draw == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+            if (m_draw == 8) m = in.PickValueInArray(kvfuzz::kHugeSizes);  // issue 51: refused
             const std::size_t before = managed;
             if (!call("begin_decode_step", [&](Layer<T>&, CI& c) { c.begin_decode_step(m); })) break;
+            KVFUZZ_CHECK(m_draw != 8, where(), ": begin_decode_step accepted n = ", m);
             KVFUZZ_CHECK(prefilled && m == before + 1 && m == n, where(), ": begin_decode_step(n = ", m,
                          ") accepted with ", before, " managed slots, view length ", n);
             open_step = true;
@@ -785,6 +817,8 @@ kvtools::ThreadPool& real_threads() {
 struct Geometry {
   std::size_t nkv = 1, cap = 1, hd = 1, pad = 0;
   bool slot_major = false, with_twin = false, not_empty = false;
+  int hostile_field = -1;       // >= 0: a cache over a copy of the view with this field huge must be refused
+  std::size_t hostile_value = 0;
 };
 Geometry draw_geometry(FuzzedDataProvider& in) {
   Geometry g;
@@ -797,7 +831,12 @@ Geometry draw_geometry(FuzzedDataProvider& in) {
   g.slot_major = in.ConsumeBool();
   g.pad = in.ConsumeIntegralInRange<std::size_t>(0, 2);
   g.with_twin = in.ConsumeIntegralInRange<int>(0, 3) == 0;
-  g.not_empty = in.ConsumeIntegralInRange<int>(0, 31) == 0;
+  const int draw = in.ConsumeIntegralInRange<int>(0, 63);
+  g.not_empty = draw == 0;
+  if (draw == 63) {  // issue 51: a view field from kvfuzz::kHugeSizes
+    g.hostile_field = in.ConsumeIntegralInRange<int>(0, 4);
+    g.hostile_value = in.PickValueInArray(kvfuzz::kHugeSizes);
+  }
   return g;
 }
 int draw_type(FuzzedDataProvider& in) { return in.ConsumeIntegralInRange<int>(0, 2); }
@@ -813,6 +852,33 @@ void fuzz_one(const std::uint8_t* data, std::size_t size) {
   };
   Side<T> main{Layer<T>(g.nkv, g.cap, g.hd, g.slot_major, g.pad), {}};
   if (g.not_empty) main.layer.append(0);  // not empty at construction: must throw
+  if (g.hostile_field >= 0) {  // a cache over the view with one field huge: refused before any allocation
+    KVView<T> bad = main.layer.view;
+    const std::size_t H = g.hostile_value;
+    static const char* const names[] = {"n_kv_heads", "capacity", "head_dim", "head_stride", "slot_stride"};
+    switch (g.hostile_field) {
+      case 0: bad.n_kv_heads = H; break;
+      case 1: bad.capacity = H; break;
+      case 2: bad.head_dim = bad.slot_stride = H; break;  // slot_stride >= head_dim: the extent is what is refused
+      case 3: bad.head_stride = H; break;
+      default: bad.slot_stride = H; break;
+    }
+    // A stride the layout never steps (one head's head_stride, one slot's slot_stride) leaves the view valid.
+    const bool unused = (g.hostile_field == 3 && g.nkv == 1) || (g.hostile_field == 4 && g.cap == 1);
+    const std::vector<T> k0 = main.layer.k, v0 = main.layer.v;
+    bool built = false;
+    try {
+      Subject hostile = make_subject(in, pick_config(in, g.nkv, g.cap), bad);
+      built = true;
+    } catch (const std::invalid_argument&) {
+    } catch (const std::length_error&) {
+    }
+    KVFUZZ_CHECK(!built || unused, "a cache was built over a view with ", names[g.hostile_field], " = ", H);
+    KVFUZZ_CHECK(std::memcmp(main.layer.k.data(), k0.data(), k0.size() * sizeof(T)) == 0 &&
+                     std::memcmp(main.layer.v.data(), v0.data(), v0.size() * sizeof(T)) == 0,
+                 "a refused construction wrote K or V");
+    return;
+  }
 
   CacheConfig config;
   try {

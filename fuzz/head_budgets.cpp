@@ -10,7 +10,9 @@
 //    two caches built from it (one driven by decode_step, one by the per-head step), and up to 64 calls: a
 //    prefill of 1–24 tokens with random, NaN and ±inf logits, decode steps (each head one more token) whose rows
 //    past a head's length are NaN, with a wrong n, a head not appended to, NaN inside a head's length, or a
-//    position that does not rise; reset.
+//    position that does not rise; reset. Issue 51: sizes up to 2^64 − 1 (kvfuzz::kHugeSizes, all >= 2^62): a
+//    cache over a copy of the view with its capacity, head_dim or n_kv_heads huge, and a decode step's n; each
+//    must be refused with nothing changed.
 // Invariants (a violation aborts):
 //  - the allocation equals the reference, each count in [min(floor, n, cap), min(n, cap)], the total exact;
 //  - both caches have the same outcome (thrown or not, the same message) and afterwards the same positions,
@@ -162,6 +164,23 @@ void fuzz_cache(FuzzedDataProvider& in) {
   if (odd == 1) cfg.bounded_prefill = true, cfg.max_prefill_chunk = 4;
   if (odd == 2) cfg.head_budgets = HeadBudgets::uniform(), cfg.head_budgets.floor = alpha;
   Side A(H, cap, d), B(H, cap, d);
+  if (odd == 3) {  // issue 51: a huge view field, refused before anything is allocated
+    KVView<float> bad = A.kv;
+    const int field = in.ConsumeIntegralInRange<int>(0, 2);
+    const std::size_t huge = in.PickValueInArray(kvfuzz::kHugeSizes);
+    if (field == 0) bad.capacity = huge;
+    if (field == 1) bad.head_dim = bad.slot_stride = huge;
+    if (field == 2) bad.n_kv_heads = huge;
+    bool built = false;
+    try {
+      (void)make_cache(policy, cfg, bad, params);
+      built = true;
+    } catch (const std::invalid_argument&) {
+    } catch (const std::length_error&) {
+    }
+    KVFUZZ_CHECK(!built, "an adaptive cache was built over a view with field ", field, " = ", huge);
+    return;
+  }
   try {
     A.cache = make_cache(policy, cfg, A.kv, params);
     B.cache = make_cache(policy, cfg, B.kv, params);
@@ -226,11 +245,15 @@ void fuzz_cache(FuzzedDataProvider& in) {
       }
       std::size_t n = 0;
       for (std::size_t j = 0; j < H; ++j) n = std::max(n, A.kv.lengths[j]);
-      const std::size_t passed = bad == 3 ? n + 1 : bad == 4 && n > 1 ? n - 1 : n;
-      std::vector<float> x(H * g * std::max<std::size_t>(passed, n), kNaN);
+      const std::size_t passed = bad == 3                ? n + 1
+                                 : bad == 4 && n > 1     ? n - 1
+                                 : bad == 6              ? in.PickValueInArray(kvfuzz::kHugeSizes)  // issue 51
+                                                         : n;
+      std::vector<float> x(H * g * (bad == 6 ? n : std::max<std::size_t>(passed, n)), kNaN);
       for (std::size_t h = 0; h < H * g; ++h)
         for (std::size_t s = 0; s < A.kv.lengths[h / g]; ++s)
-          x[h * passed + s] = bad == 5 ? logit() : static_cast<float>(in.ConsumeIntegralInRange<int>(-8, 8));
+          x[h * (bad == 6 ? n : passed) + s] =
+              bad == 5 ? logit() : static_cast<float>(in.ConsumeIntegralInRange<int>(-8, 8));
       bool dirty = false;
       const bool ok = both(A, B, [&](Side& s, bool per_head) {
         if (!per_head) {

@@ -12,7 +12,11 @@
 //  - layer_budgets with every schedule, k up to SIZE_MAX, floors up to k, weights with zeros,
 //    negatives and NaN;
 //  - Expected Attention: QueryStatistics::add, expected_attention_scores / _logits with drawn statistics,
-//    options, RoPE, next position, row stride and hostile keys, values and queries.
+//    options, RoPE, next position, row stride and hostile keys, values and queries; n_q_heads, head_dim, the
+//    rows added and the row stride also from kvfuzz::kHugeSizes / kHugeStrides (issue 51, items 5 and 6);
+//  - sizes (issue 51): KVBuffer, KVView (contiguous and drawn fields, and a cache on it), QKChunkScratch,
+//    attention_logits' n_q_heads, PagedKVView, softmax_scratch_size and the CUDA host sizing functions with
+//    size arguments up to 2^64 − 1 over small storage.
 // Throwing std::invalid_argument is allowed. Invariants (a violation aborts):
 //  - attention_logits: on success, out[h][s] equals scale · (q[h] · K[h / g][s]) + bias[h][s]
 //    (a double reference, within float rounding); on a throw, out is untouched;
@@ -21,18 +25,24 @@
 //  - layer_budgets: on success n_layers budgets, each >= floor, summing to n_layers · k exactly;
 //  - Expected Attention: a refused add adds nothing, a refused call writes nothing; on success every written
 //    score is finite and >= 0 (logits: finite), nothing past a head's length is written, and a head's sinks
-//    share one score above every other token's.
+//    (its n_sink held tokens with the lowest positions) share one score above every other token's; a huge
+//    n_q_heads or head_dim, a row count whose q overflows and a stride over two or more rows are refused;
+//  - sizes: a size >= 2^62 that the storage needs is refused (invalid_argument, or length_error from a vector
+//    before it allocates) and nothing is written; the CUDA sizes are exact or refused exactly on overflow.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
+#include <kvevict/cuda/views.cuh>
 #include <kvevict/kvevict.hpp>
 #include <kvevict/layer_budgets.hpp>
 
@@ -217,7 +227,23 @@ void fuzz_expected_attention(FuzzedDataProvider& in, DrawnView& d) {
     return in.ConsumeIntegralInRange<int>(0, 5) == 0 ? in.PickValueInArray(hostile)
                                                      : usual * static_cast<float>(in.ConsumeIntegralInRange<int>(-8, 8));
   };
-  const std::size_t nq = in.ConsumeIntegralInRange<std::size_t>(0, 9), hd = in.ConsumeBool() ? d.view.head_dim : 3;
+  // n_q_heads 0–9, or (issue 51, item 5) n_q_heads or head_dim from kvfuzz::kHugeSizes: refused.
+  const std::size_t nq_draw = in.ConsumeIntegralInRange<std::size_t>(0, 15);
+  std::size_t nq = nq_draw, hd = in.ConsumeBool() ? d.view.head_dim : 3;
+  if (nq_draw >= 10) {
+    if (nq_draw <= 12)
+      nq = in.PickValueInArray(kvfuzz::kHugeSizes);
+    else
+      nq = nq_draw - 12, hd = in.PickValueInArray(kvfuzz::kHugeSizes);
+    try {
+      QueryStatistics huge(nq, hd);
+    } catch (const std::invalid_argument&) {  // n_q_heads · head_dim² overflows
+      return;
+    } catch (const std::length_error&) {      // above std::vector's max_size(), nothing allocated
+      return;
+    }
+    KVFUZZ_CHECK(false, "QueryStatistics accepted n_q_heads = ", nq, ", head_dim = ", hd);
+  }
   std::unique_ptr<QueryStatistics> st;
   try {
     st = std::make_unique<QueryStatistics>(nq, hd);
@@ -225,12 +251,17 @@ void fuzz_expected_attention(FuzzedDataProvider& in, DrawnView& d) {
     if (nq >= 1 && hd >= 1) std::abort();  // only a zero size may be refused
     return;
   }
-  const std::size_t rows = in.ConsumeIntegralInRange<std::size_t>(0, 4);
-  std::vector<float> q(std::max<std::size_t>(1, rows * nq * hd));
+  // 0–4 rows, or a huge row count whose n_rows · n_q_heads · head_dim overflows (a q no array holds): refused.
+  const std::size_t rows_draw = in.ConsumeIntegralInRange<std::size_t>(0, 7);
+  std::size_t rows = rows_draw <= 4 ? rows_draw : in.PickValueInArray(kvfuzz::kHugeSizes), elements = 0;
+  const bool huge_rows = rows_draw > 4 && __builtin_mul_overflow(rows, nq * hd, &elements);
+  if (rows_draw > 4 && !huge_rows) rows = 0;  // a product that fits would need that many floats of q: skip
+  std::vector<float> q(huge_rows ? 1 : std::max<std::size_t>(1, rows * nq * hd));
   for (auto& x : q) x = pick(0.25f);
   const std::size_t count = st->count();
   try {
     st->add(q.data(), rows);
+    KVFUZZ_CHECK(!huge_rows, "QueryStatistics::add accepted n_rows = ", rows, " of ", nq, " x ", hd);
   } catch (const std::invalid_argument&) {
     if (st->count() != count) std::abort();  // a refused add adds nothing
   }
@@ -250,9 +281,15 @@ void fuzz_expected_attention(FuzzedDataProvider& in, DrawnView& d) {
     const std::size_t e = in.ConsumeIntegralInRange<std::size_t>(0, d.k.size() - 1);
     (in.ConsumeBool() ? d.k : d.v)[e] = in.PickValueInArray(hostile);
   }
-  const std::size_t stride = in.ConsumeIntegralInRange<std::size_t>(0, 14);
+  // Row stride 0–14, or (issue 51, item 6) one above SIZE_MAX / 2 (kvfuzz::kHugeStrides): out then has room for
+  // row 0 only (16 floats, above any drawn length), which is all a call may write when it has one row; with two or
+  // more rows the extent overflows and the call must be refused before it sizes or writes anything.
+  const std::size_t stride_draw = in.ConsumeIntegralInRange<std::size_t>(0, 31);
+  const bool huge_stride = stride_draw > 14;
+  const std::size_t stride = huge_stride ? in.PickValueInArray(kvfuzz::kHugeStrides) : stride_draw;
   const std::size_t nkv = std::max<std::size_t>(d.view.n_kv_heads, 1);
-  std::vector<float> out(nkv * std::max<std::size_t>(stride, 1) * std::max<std::size_t>(nq, 1), -7.0f);
+  std::vector<float> out(huge_stride ? 16 : nkv * std::max<std::size_t>(stride, 1) * std::max<std::size_t>(nq, 1),
+                         -7.0f);
   const std::vector<float> before = out;
   float* dst = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? nullptr : out.data();
   ExpectedAttentionScratch ws;
@@ -268,12 +305,20 @@ void fuzz_expected_attention(FuzzedDataProvider& in, DrawnView& d) {
   }
   // Success: the view was valid, stats fit it, the stride holds every head.
   if (!d.valid || dst == nullptr || st->count() == 0 || nq % d.view.n_kv_heads != 0) std::abort();
-  const std::size_t g = nq / d.view.n_kv_heads;
-  for (std::size_t h = 0; h < (logits ? nq : d.view.n_kv_heads); ++h) {
+  const std::size_t g = nq / d.view.n_kv_heads, out_rows = logits ? nq : d.view.n_kv_heads;
+  KVFUZZ_CHECK(!huge_stride || out_rows == 1, "expected_attention_", logits ? "logits" : "scores", " accepted ",
+               out_rows, " rows of stride ", stride);
+  for (std::size_t h = 0; h < out_rows; ++h) {
     const std::size_t j = logits ? h / g : h, n = d.view.length(j);
     if (n > stride) std::abort();
+    // The sinks: the head's min(n_sink, n) held tokens with the lowest (position, slot).
+    std::vector<std::pair<std::int64_t, std::size_t>> by_pos;
+    for (std::size_t s = 0; s < n; ++s) by_pos.emplace_back(d.view.head_positions(j)[s], s);
+    std::sort(by_pos.begin(), by_pos.end());
+    std::vector<bool> is_sink(n, false);
+    for (std::size_t i = 0; i < n && i < o.n_sink; ++i) is_sink[by_pos[i].second] = true;
     float live_max = 0.0f, sink = -1.0f;
-    for (std::size_t s = 0; s < stride; ++s) {
+    for (std::size_t s = 0; s < std::min(stride, out.size() - h * stride); ++s) {
       const float x = out[h * stride + s];
       if (s >= n) {
         if (x != -7.0f) std::abort();  // past the head's length: untouched
@@ -282,7 +327,7 @@ void fuzz_expected_attention(FuzzedDataProvider& in, DrawnView& d) {
       if (!std::isfinite(x)) std::abort();
       const float score = logits ? std::exp(x) : x;
       if (!logits && score < 0.0f) std::abort();
-      if (d.view.head_positions(j)[s] < static_cast<std::int64_t>(o.n_sink)) {
+      if (is_sink[s]) {
         if (sink >= 0.0f && score != sink) std::abort();  // every sink of a head the same score
         sink = score;
       } else {
@@ -293,11 +338,187 @@ void fuzz_expected_attention(FuzzedDataProvider& in, DrawnView& d) {
   }
 }
 
+/// A size argument: small (0–4), or one of kvfuzz::kHugeSizes (>= 2^62).
+std::size_t pick_size(FuzzedDataProvider& in, bool& huge) {
+  const int c = in.ConsumeIntegralInRange<int>(0, 7);
+  if (c < 5) return static_cast<std::size_t>(c);
+  huge = true;
+  return in.PickValueInArray(kvfuzz::kHugeSizes);
+}
+
+/// The product of `terms` in 128 bits into `out`, and whether it fits std::size_t (a term 0: 0, fits).
+bool fits(std::initializer_list<unsigned __int128> terms, std::size_t& out) {
+  unsigned __int128 p = 1;
+  for (const auto t : terms)
+    if (t == 0) return out = 0, true;
+  for (const auto t : terms) {
+    p *= t;
+    if (p > SIZE_MAX) return false;
+  }
+  out = static_cast<std::size_t>(p);
+  return true;
+}
+
+/// Runs `f`; std::invalid_argument and std::length_error (a std::vector above its max_size(), nothing allocated)
+/// are refusals. A call that `must` be refused and is not is a finding.
+template <class F>
+void expect_refused(const char* what, bool must, F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument&) {
+    return;
+  } catch (const std::length_error&) {
+    return;
+  }
+  KVFUZZ_CHECK(!must, what, " accepted a size >= 2^62");
+}
+
+/// Issue 51: the size arguments of the constructors and functions that size a buffer or address an array, from
+/// kvfuzz::kHugeSizes as well as small values, over small storage. A call given a huge size that its storage
+/// needs must be refused (std::invalid_argument, or std::length_error from a std::vector above its max_size(),
+/// before anything is allocated) without writing anything. The CUDA host sizing functions must return the exact
+/// product (a 128-bit reference) or throw std::invalid_argument exactly when it does not fit std::size_t.
+void fuzz_sizes(FuzzedDataProvider& in) {
+  bool huge = false;
+  switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+    case 0: {  // KVBuffer: any huge dimension
+      const std::size_t a = pick_size(in, huge), b = pick_size(in, huge), c = pick_size(in, huge);
+      expect_refused("KVBuffer", huge, [&] { KVBuffer<Eigen::half> buf(a, b, c); });
+      break;
+    }
+    case 1: {  // a view's fields over 64 floats of K and V, 64 position IDs, 4 lengths
+      std::vector<float> k(64, 1.0f), v(64, 2.0f);
+      std::vector<std::int64_t> pos(64, 0);
+      std::vector<std::size_t> len(4, 0);
+      const bool contiguous = in.ConsumeBool();
+      bool n_huge = false, cap_huge = false, hd_huge = false, hs_huge = false, ss_huge = false;
+      const std::size_t n = pick_size(in, n_huge), cap = pick_size(in, cap_huge), hd = pick_size(in, hd_huge);
+      if (contiguous) {
+        const bool must = n_huge || cap_huge || hd_huge;
+        if (!must && n * cap * hd > 64) break;  // (small) storage the harness lacks
+        expect_refused("KVView::contiguous", must, [&] {
+          (void)KVView<float>::contiguous(k.data(), v.data(), pos.data(), len.data(), n, cap, hd);
+        });
+        break;
+      }
+      KVView<float> view;
+      view.k = k.data();
+      view.v = v.data();
+      view.positions = pos.data();
+      view.lengths = len.data();
+      view.n_kv_heads = n;
+      view.capacity = cap;
+      view.head_dim = hd;
+      view.head_stride = pick_size(in, hs_huge);
+      view.slot_stride = pick_size(in, ss_huge);
+      // A huge stride the layout never steps (head_stride of one head, slot_stride of one slot) is allowed.
+      const bool must = n_huge || cap_huge || hd_huge || (hs_huge && n >= 2) || (ss_huge && cap >= 2);
+      expect_refused("KVView::validate", must, [&] { view.validate(); });  // reads lengths only (n <= 4)
+      if (must) expect_refused("Cache", true, [&] { H2O cache(CacheConfig{}, view); });
+      KVFUZZ_CHECK(std::all_of(k.begin(), k.end(), [](float x) { return x == 1.0f; }) &&
+                       std::all_of(v.begin(), v.end(), [](float x) { return x == 2.0f; }) &&
+                       std::all_of(pos.begin(), pos.end(), [](std::int64_t x) { return x == 0; }),
+                   "a refused view's storage was written");
+      break;
+    }
+    case 2: {  // QKChunkScratch: any huge size
+      const std::size_t a = pick_size(in, huge), b = pick_size(in, huge), c = pick_size(in, huge),
+                        e = pick_size(in, huge);
+      expect_refused("QKChunkScratch", huge, [&] { QKChunkScratch scratch(a, b, c, e); });
+      break;
+    }
+    case 3: {  // attention_logits' n_q_heads on a valid one-head view of 3 slots of head_dim 2
+      KVBuffer<float> buf(1, 4, 2);
+      auto kv = buf.view();
+      const float row[2] = {1, -1};
+      for (std::int64_t p = 0; p < 3; ++p) kv.append(p, row, row);
+      const std::size_t nq = pick_size(in, huge);
+      std::vector<float> q(8, 0.5f), out(12, -7.0f);
+      const std::vector<float> out0 = out;
+      try {
+        attention_logits(kv, q.data(), nq, out.data(), 1.0f);
+        KVFUZZ_CHECK(!huge && nq >= 1, "attention_logits accepted n_q_heads = ", nq);
+      } catch (const std::invalid_argument&) {
+        KVFUZZ_CHECK(out == out0, "attention_logits threw but wrote");
+      }
+      break;
+    }
+    case 4: {  // softmax_scratch_size: exact, or refused exactly when n + 2 ceil(n / 512) does not fit
+      const std::size_t n = in.ConsumeBool() ? in.ConsumeIntegral<std::size_t>() : pick_size(in, huge);
+      const unsigned __int128 exact =
+          static_cast<unsigned __int128>(n) + 2 * ((static_cast<unsigned __int128>(n) + 511) / 512);
+      try {
+        const std::size_t got = softmax_scratch_size(n);
+        KVFUZZ_CHECK(exact <= SIZE_MAX && got == static_cast<std::size_t>(exact), "softmax_scratch_size(", n,
+                     ") = ", got);
+      } catch (const std::invalid_argument&) {
+        KVFUZZ_CHECK(exact > SIZE_MAX, "softmax_scratch_size(", n, ") refused a size that fits");
+      }
+      break;
+    }
+    case 5: {  // a paged view's fields (validate reads only *length): any huge field is refused
+      std::vector<float> k(64), v(64);
+      std::vector<std::int32_t> table(8, kNoPage);
+      std::vector<std::int64_t> pos(64);
+      std::size_t length = 0;
+      PagedKVView<float> view{k.data(), v.data(), 1, 1, 1, 1, PageLayout::NHD, table.data(), 1, &length, pos.data()};
+      view.num_pages = pick_size(in, huge);
+      view.page_size = pick_size(in, huge);
+      view.n_kv_heads = pick_size(in, huge);
+      view.head_dim = pick_size(in, huge);
+      view.max_pages = pick_size(in, huge);
+      if (in.ConsumeBool()) view.page_stride_elements = pick_size(in, huge);
+      view.layout = in.ConsumeBool() ? PageLayout::HND : PageLayout::NHD;
+      expect_refused("PagedKVView::validate", huge, [&] { view.validate(); });
+      break;
+    }
+    default: {  // the CUDA host sizes
+      auto u32 = [&] {
+        switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+          case 0: return std::uint32_t{0xffffffffu};
+          case 1: return in.ConsumeIntegral<std::uint32_t>();
+          default: return in.ConsumeIntegralInRange<std::uint32_t>(0, 600);
+        }
+      };
+      const std::uint32_t a = u32(), b = u32(), c = u32(), e = u32();
+      namespace kc = kvevict::cuda;
+      auto expect = [&](const char* what, bool ok, std::size_t want, auto&& f) {
+        try {
+          const std::size_t got = f();
+          KVFUZZ_CHECK(ok && got == want, what, "(", a, ", ", b, ", ", c, ", ", e, ") = ", got, ", expected ",
+                       ok ? "" : "a refusal ", want);
+        } catch (const std::invalid_argument&) {
+          KVFUZZ_CHECK(!ok, what, "(", a, ", ", b, ", ", c, ", ", e, ") refused a size that fits");
+        }
+      };
+      const auto cc = static_cast<std::uint32_t>((std::uint64_t{c} + kc::kChunk - 1) / kc::kChunk);
+      KVFUZZ_CHECK(kc::chunk_count(c) == cc, "chunk_count(", c, ") = ", kc::chunk_count(c));
+      std::size_t want = 0, ring = 0;
+      bool ok = fits({a, b, kc::kLanes + 2, cc}, want);
+      expect("step_workspace_floats", ok, want, [&] { return kc::step_workspace_floats(a, b, c); });
+      ok = fits({a, b, c}, want);
+      expect("prefill_acc_floats", ok, want, [&] { return kc::prefill_acc_floats(a, b, c); });
+      ok = fits({a, b, static_cast<unsigned __int128>(c) + 1}, want);
+      expect("prefill_keep_ints", ok, want, [&] { return kc::prefill_keep_ints(a, b, c); });
+      ok = fits({a, b, c}, want) && fits({a, b, std::max<std::uint32_t>(e, 1)}, ring);
+      expect("contiguous_state_sizes", ok, want, [&] { return kc::contiguous_state_sizes(a, b, c, e).scores; });
+      const unsigned __int128 bytes = (8 + 4 * static_cast<unsigned __int128>(c) + 15) / 16 * 16 +
+                                      2 * static_cast<unsigned __int128>(c) * e;
+      ok = bytes + 15 <= SIZE_MAX && fits({a, b, kc::kStageSlots, (bytes + 15) / 16 * 16}, want);
+      expect("prefill_stage_bytes", ok, want, [&] { return kc::prefill_stage_bytes(a, b, c, e); });
+    }
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  const int what = in.ConsumeIntegralInRange<int>(0, 3);
+  const int what = in.ConsumeIntegralInRange<int>(0, 7);
   if (what == 2) {
     fuzz_layer_budgets(in);
+    return 0;
+  }
+  if (what >= 4) {
+    fuzz_sizes(in);
     return 0;
   }
   DrawnView d(in);

@@ -12,6 +12,9 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIZE_MAX = 2**64 - 1
+# kvfuzz::kHugeSizes and kHugeStrides (fuzz_util.hpp), the sizes no array can have (issue 51).
+HUGE_SIZES = [2**62, 2**62 + 1, 2**63, 2**63 + 1, SIZE_MAX // 3, SIZE_MAX // 2, SIZE_MAX - 1, SIZE_MAX]
+HUGE_STRIDES = [2**63, 2**63 + 1, 2**63 + 2**62, SIZE_MAX - 1, SIZE_MAX]
 
 
 class Encoder:
@@ -58,7 +61,9 @@ TAUS = [1.0, 2.0, 0.5, 0.0, -1.0, "nan", "inf", "-inf", 1e-40, 1e-38, "min", 1e-
 
 
 class CacheOps(Encoder):
-    def layer(self, elem=0, nkv=1, cap=9, hd=2, slot_major=False, pad=0, twin=False):
+    def layer(self, elem=0, nkv=1, cap=9, hd=2, slot_major=False, pad=0, twin=False, hostile=None):
+        """`hostile`: (field, value), a cache over the view with that field (0 n_kv_heads, 1 capacity, 2 head_dim,
+        3 head_stride, 4 slot_stride) set to a value of HUGE_SIZES, which must be refused (the input ends there)."""
         self.cap = cap
         self.int_in(elem, 0, 2).int_in(nkv, 1, 4)
         if cap > 512:
@@ -67,7 +72,9 @@ class CacheOps(Encoder):
             self.int_in(1, 0, 31).int_in(cap, 1, 40)
         self.int_in(hd, 1, 8).boolean(slot_major).int_in(pad, 0, 2)
         self.int_in(0 if twin else 1, 0, 3)  # 0: a twin on real threads
-        return self.int_in(1, 0, 31)  # 1: no append before construction
+        if hostile is not None:
+            return self.int_in(63, 0, 63).int_in(hostile[0], 0, 4).pick(HUGE_SIZES.index(hostile[1]), 8)
+        return self.int_in(1, 0, 63)  # 1: no append before construction
 
     def count(self, v):  # pick_count
         special = {SIZE_MAX: 0, 2**53: 1, 2**53 + 1: 2, 2**63: 3, SIZE_MAX - 1: 4}
@@ -136,12 +143,19 @@ class CacheOps(Encoder):
             self.u8(255 if v is None else int(v * 8 + 100))
         return self
 
-    def prefill(self, values, null=False):
-        self.int_in(4, 0, 15).int_in(1, 0, 7).logits(values)
+    def prefill(self, values, null=False, huge_p=None):
+        """`huge_p`: prompt_len from HUGE_SIZES (over 16 floats of logits), which must be refused."""
+        if huge_p is not None:
+            self.int_in(4, 0, 15).int_in(8, 0, 15).pick(HUGE_SIZES.index(huge_p), 8).logits(values)
+        else:
+            self.int_in(4, 0, 15).int_in(1, 0, 15).logits(values)
         return self.int_in(0 if null else 2, 0, 7)
 
-    def decode(self, values, null=False):
-        self.int_in(6, 0, 15).int_in(1, 0, 7).logits(values)
+    def decode(self, values, null=False, huge_n=None):
+        if huge_n is not None:
+            self.int_in(6, 0, 15).int_in(8, 0, 15).pick(HUGE_SIZES.index(huge_n), 8).logits(values)
+        else:
+            self.int_in(6, 0, 15).int_in(1, 0, 15).logits(values)
         return self.int_in(0 if null else 2, 0, 7)
 
     def restore(self):
@@ -149,15 +163,20 @@ class CacheOps(Encoder):
 
     def chunk(self, values):
         """prefill_chunk of every slot appended since the last chunk, logits `values`, no noise."""
-        self.int_in(11, 0, 15).int_in(1, 0, 5).int_in(1, 0, 7).logits(values)
+        self.int_in(11, 0, 15).int_in(1, 0, 11).int_in(1, 0, 15).logits(values)
         return self.int_in(2, 0, 7)
 
-    def chunk_qk(self, q_values, nq_mode=3):
-        """prefill_chunk_qk of every slot appended since; nq_mode 0: twice the cache's n_q_heads."""
-        self.int_in(13, 0, 15).int_in(1, 0, 5).int_in(nq_mode, 0, 7)
+    def chunk_qk(self, q_values, nq_mode=3, huge_nq=None):
+        """prefill_chunk_qk of every slot appended since; nq_mode 0: twice the cache's n_q_heads; `huge_nq`: an
+        n_q_heads from HUGE_SIZES (q of 16 values), which must be refused."""
+        self.int_in(13, 0, 15).int_in(1, 0, 11)
+        if huge_nq is not None:
+            self.int_in(8, 0, 15).pick(HUGE_SIZES.index(huge_nq), 8)
+        else:
+            self.int_in(nq_mode, 0, 15)
         for v in q_values:
             self.int_in(v, -16, 16)
-        return self.int_in(1, 0, 7).boolean(True)
+        return self.int_in(1, 0, 15).boolean(True)
 
     def finish(self):
         return self.int_in(14, 0, 15)
@@ -234,6 +253,56 @@ def cache_ops_seeds():
     # Regression: n_q_heads = 2^40 + 1 threw std::bad_alloc before the check that names it.
     e = CacheOps().layer(cap=8, hd=1).config(k=3, w=1, huge_q=0).h2o()
     write("cache_ops", "regression-n-q-heads-2pow40", e.bytes())
+
+
+def cache_ops_issue51_seeds():
+    """Issue 51: size arguments from HUGE_SIZES, each refused before anything is sized or addressed."""
+    # A view with 2 KV heads whose head_stride is 2^63: K's extent overflows std::size_t (it was accepted).
+    e = CacheOps().layer(nkv=2, cap=8, hd=2, hostile=(3, 2**63)).config(k=3, w=1).h2o()
+    write("cache_ops", "issue51-view-head-stride-2pow63", e.bytes())
+    # A view of capacity 2^62: n_kv_heads * capacity position IDs overflow.
+    e = CacheOps().layer(cap=8, hd=2, hostile=(1, 2**62)).config(k=3, w=1).h2o()
+    write("cache_ops", "issue51-view-capacity-2pow62", e.bytes())
+    # head_dim (and slot_stride) SIZE_MAX / 3 over one slot: K's bytes exceed PTRDIFF_MAX.
+    e = CacheOps().layer(cap=1, hd=2, hostile=(2, SIZE_MAX // 3)).config(k=3, w=1).h2o()
+    write("cache_ops", "issue51-view-head-dim-size-max-div-3", e.bytes())
+    # H2O, k = 3: a prefill with prompt_len 2^63, a decode step with n = SIZE_MAX, a prefill_chunk_qk with
+    # n_q_heads 2^62; then the real prompt and a step.
+    e = CacheOps().layer(cap=8, hd=2).config(k=3, w=1).h2o()
+    e.append_next(4).prefill([0] * 16, huge_p=2**63).decode([0] * 16, huge_n=SIZE_MAX)
+    e.chunk_qk([1] * 16, huge_nq=2**62)
+    e.prefill([0] * 16).append_next().decode([0] * 5)
+    write("cache_ops", "issue51-huge-prompt-step-and-qk-heads", e.bytes())
+
+
+# ---------------------------------------------------------------- paged_ops (see paged_ops.cpp)
+def paged_ops_issue51_seeds():
+    """Issue 51: a page-unit window cache (one float sequence of 10 pages of 2 slots, 1 KV head, head_dim 2, the
+    pool's own free list, k = 8, w = 0) whose start_pages is huge: start_pages * page_size wrapped, so the rule
+    k >= start_pages * page_size + max(w, 1) held and the cache was built; and one whose view is given
+    max_pages = 2^62 (its position IDs overflow), refused before any allocation."""
+    for name, start_pages, hostile, ratio in (("issue51-page-unit-start-pages-2pow63", 2**63, None, False),
+                                              ("issue51-page-unit-start-pages-size-max", SIZE_MAX, None, False),
+                                              ("issue51-view-max-pages-2pow62", 1, (4, 2**62), False)):
+        e = Encoder().int_in(1, 0, 3)  # float
+        e.int_in(16, 1, 24).int_in(1, 0, 15).int_in(2, 1, 6).int_in(1, 1, 3).int_in(2, 1, 4).boolean(False)
+        e.int_in(1, 0, 2).int_in(1, 1, 3).int_in(10, 1, 10)  # own free list; one sequence of 10 pages
+        e.int_in(1, 1, 3)  # n_q_heads = 1
+        if hostile is None:
+            e.int_in(1, 0, 31)
+        else:
+            e.int_in(0, 0, 31).int_in(8 + hostile[0], 0, 15).pick(HUGE_SIZES.index(hostile[1]), 8)
+        e.int_in(0 if ratio else 1, 0, 3).boolean(True)  # a ratio (0.5) or token budget; a token window
+        e.int_in(2, 0, 15).int_in(8, 0, 22).int_in(2, 0, 15).int_in(0, 0, 22)  # k = 8, w = 0
+        e.int_in(32, 0, 80).int_in(0, 0, 70).int_in(1, 0, 31).u64(0)  # (ratios unused), shared heads, seed
+        e.boolean(True)  # the page unit
+        if start_pages in HUGE_SIZES:
+            e.int_in(0, 0, 3).int_in(3, 0, 7).pick(HUGE_SIZES.index(start_pages), 8)
+        else:
+            e.int_in(0, 0, 3).int_in(start_pages, 0, 7)
+        e.int_in(1, 0, 3).pick(0, 6).pick(0, 6).int_in(0, 0, 6).boolean(False).int_in(0, 0, 5)
+        e.pick(3, 8).int_in(1, 0, 3).pick(0, 5)  # Policy::window, no mean attention, 1 worker
+        write("paged_ops", name, e.bytes())
 
 
 # ---------------------------------------------------------------- select_keep
@@ -480,7 +549,7 @@ class Helpers(Encoder):
         return self.int_in(0, 0, 15)
 
     def budgets(self, n_layers, k_huge=None, k=None):
-        self.int_in(2, 0, 3).int_in(n_layers, 0, 40)
+        self.int_in(2, 0, 7).int_in(n_layers, 0, 40)
         if k_huge is not None:
             return self.int_in(0, 0, 3).pick(HUGE_K.index(k_huge), len(HUGE_K))
         return self.int_in(1, 0, 3).int_in(k, 0, 300)
@@ -506,34 +575,87 @@ def helpers_seeds():
         e.int_in(1, 0, 9).int_in(w, 0, 4)
     write("helpers", "regression-floor-ties-110", e.boolean(True).boolean(True).bytes())
     # attention_logits on a view with n_kv_heads = 0 (SIGFPE inside its own check), n_q_heads 1.
-    e = Helpers().int_in(0, 0, 3).view(0, 8, 2, 0).int_in(1, 0, 9)
+    e = Helpers().int_in(0, 0, 7).view(0, 8, 2, 0).int_in(1, 0, 9)
     for _ in range(2 + 4):
         e.int_in(4, -8, 8)
     write("helpers", "regression-attention-zero-kv-heads", e.int_in(0, 0, 5).int_in(2, -4, 4).bytes())
     # attention_logits on lengths 12 > capacity 8 (read past K).
-    e = Helpers().int_in(0, 0, 3).view(1, 8, 2, 12).int_in(1, 0, 9)
+    e = Helpers().int_in(0, 0, 7).view(1, 8, 2, 12).int_in(1, 0, 9)
     for _ in range(2 + 4):
         e.int_in(4, -8, 8)
     write("helpers", "regression-attention-length-above-capacity", e.int_in(0, 0, 5).int_in(2, -4, 4).bytes())
     # attention_logits with bias == out (the logits doubled): 1 KV head, 4 slots, 3 live, head_dim 1.
-    e = Helpers().int_in(0, 0, 3).view(1, 4, 1, 3).int_in(1, 0, 9)
+    e = Helpers().int_in(0, 0, 7).view(1, 4, 1, 3).int_in(1, 0, 9)
     for _ in range(3 + 3 + 1 + 4):
         e.int_in(8, -8, 8)
     write("helpers", "regression-attention-bias-is-out", e.int_in(2, 0, 5).int_in(2, -4, 4).bytes())
     # rope_rotate_keys on lengths 12 > capacity 8 (heap overflow at rope.hpp:73), theta 10000, delta 7.
-    e = Helpers().int_in(1, 0, 3).view(1, 8, 4, 12).boolean(True).usual(8).usual(8).int_in(0, 0, 2)
+    e = Helpers().int_in(1, 0, 7).view(1, 8, 4, 12).boolean(True).usual(8).usual(8).int_in(0, 0, 2)
     write("helpers", "regression-rope-length-above-capacity", e.int_in(0, 0, 4).int_in(0, 0, 9).bytes())
     # rope_rotate_keys with theta = 1e-300, delta = 1e300: the angle overflowed, NaN written into K.
-    e = Helpers().int_in(1, 0, 3).view(1, 2, 4, 1).boolean(True).hostile(1e-300).hostile(1e300).int_in(0, 0, 2)
+    e = Helpers().int_in(1, 0, 7).view(1, 2, 4, 1).boolean(True).hostile(1e-300).hostile(1e300).int_in(0, 0, 2)
     write("helpers", "regression-rope-infinite-angle", e.int_in(0, 0, 4).int_in(0, 0, 9).bytes())
     # Expected Attention that succeeds: 1 KV head, 4 slots, 3 live, head_dim 2; 2 query heads, 2 rows; F = 8, one
     # sink, covariance and ||v|| on, ε 0; interleaved, θ = 10000; next position 5; row stride 4; the scores.
-    e = Helpers().int_in(3, 0, 3).view(1, 4, 2, 3).int_in(2, 0, 9).boolean(True).int_in(2, 0, 4)
+    e = Helpers().int_in(3, 0, 7).view(1, 4, 2, 3).int_in(2, 0, 15).boolean(True).int_in(2, 0, 7)
     for i in range(2 * 2 * 2):
         e.int_in(1, 0, 5).int_in((i % 5) - 2, -8, 8)
     e.int_in(8, 0, 600).int_in(1, 0, 6).boolean(True).boolean(True).boolean(True).int_in(0, 0, 2)
     e.int_in(1, 0, 3).int_in(8, -40, 40).int_in(1, 0, 3).int_in(5, 0, 40).int_in(1, 0, 3)
-    write("helpers", "expected-attention-scores", e.int_in(4, 0, 14).int_in(1, 0, 15).boolean(False).bytes())
+    write("helpers", "expected-attention-scores", e.int_in(4, 0, 31).int_in(1, 0, 15).boolean(False).bytes())
+    helpers_issue51_seeds()
+
+
+def ea_options(e):
+    """The options, RoPE and next position of the expected-attention-scores seed; no hostile element."""
+    e.int_in(8, 0, 600).int_in(1, 0, 6).boolean(True).boolean(True).boolean(True).int_in(0, 0, 2)
+    return e.int_in(1, 0, 3).int_in(8, -40, 40).int_in(1, 0, 3).int_in(5, 0, 40).int_in(1, 0, 3)
+
+
+def helpers_issue51_seeds():
+    # Item 5: QueryStatistics(2^62, 4) (head_dim from a view of head_dim 4): n_q_heads * head_dim wrapped to 0 and
+    # add() wrote through empty buffers.
+    e = Helpers().int_in(3, 0, 7).view(1, 2, 4, 1).int_in(10, 0, 15).boolean(True).pick(HUGE_SIZES.index(2**62), 8)
+    write("helpers", "issue51-item5-query-statistics-2pow62-by-4", e.bytes())
+    # QueryStatistics::add with 2^63 rows of 2 query heads of head_dim 2: the rows' element count wrapped.
+    e = Helpers().int_in(3, 0, 7).view(1, 4, 2, 3).int_in(2, 0, 15).boolean(True)
+    e.int_in(5, 0, 7).pick(HUGE_SIZES.index(2**63), 8).int_in(1, 0, 5).int_in(1, -8, 8)
+    write("helpers", "issue51-query-statistics-add-2pow63-rows", ea_options(e).int_in(4, 0, 31).int_in(1, 0, 15)
+          .boolean(False).bytes())
+    # Item 6: 2 KV heads (2 query heads), row_stride 2^63: n_kv_heads * row_stride wrapped, the scratch was 1 float
+    # and head 1 was written at 2^63 + s. The logits and the scores.
+    for logits in (True, False):
+        e = Helpers().int_in(3, 0, 7).view(2, 4, 2, 3).int_in(2, 0, 15).boolean(True).int_in(2, 0, 7)
+        for i in range(2 * 2 * 2):
+            e.int_in(1, 0, 5).int_in((i % 5) - 2, -8, 8)
+        ea_options(e).int_in(15, 0, 31).pick(HUGE_STRIDES.index(2**63), 5).int_in(1, 0, 15).boolean(logits)
+        write("helpers", "issue51-item6-%s-two-kv-heads-row-stride-2pow63" % ("logits" if logits else "scores"),
+              e.bytes())
+    # The sizes mode: KVBuffer(2^62, 2, 2); a view of capacity 2^62 and a cache on it; attention_logits with
+    # n_q_heads 2^62; softmax_scratch_size(SIZE_MAX); a paged view of 2^62 pages in its table; every CUDA size at
+    # 2^32 − 1.
+    def size(e, v):
+        return e.int_in(v, 0, 7) if v < 5 else e.int_in(5, 0, 7).pick(HUGE_SIZES.index(v), 8)
+    e = Helpers().int_in(4, 0, 7).int_in(0, 0, 7)
+    for v in (2**62, 2, 2):
+        size(e, v)
+    write("helpers", "issue51-sizes-kv-buffer-2pow62", e.bytes())
+    e = Helpers().int_in(4, 0, 7).int_in(1, 0, 7).boolean(False)
+    for v in (1, 2**62, 2, 0, 2):
+        size(e, v)
+    write("helpers", "issue51-sizes-view-capacity-2pow62", e.bytes())
+    e = Helpers().int_in(4, 0, 7).int_in(3, 0, 7)
+    write("helpers", "issue51-sizes-attention-logits-2pow62-q-heads", size(e, 2**62).bytes())
+    e = Helpers().int_in(4, 0, 7).int_in(4, 0, 7).boolean(True).u64(SIZE_MAX)
+    write("helpers", "issue51-sizes-softmax-scratch-size-max", e.bytes())
+    e = Helpers().int_in(4, 0, 7).int_in(5, 0, 7)
+    for v in (1, 4, 1, 2, 2**62):
+        size(e, v)
+    write("helpers", "issue51-sizes-paged-view-max-pages-2pow62", e.boolean(False).boolean(False).bytes())
+    e = Helpers().int_in(4, 0, 7).int_in(7, 0, 7)
+    for _ in range(4):
+        e.int_in(0, 0, 3)
+    write("helpers", "issue51-sizes-cuda-all-2pow32-minus-1", e.bytes())
 
 
 def trace_json_duplicate_seeds():
@@ -545,6 +667,8 @@ def trace_json_duplicate_seeds():
 if __name__ == "__main__":
     cache_ops_seeds()
     cache_ops_issue37_seeds()
+    cache_ops_issue51_seeds()
+    paged_ops_issue51_seeds()
     select_keep_seeds()
     trace_json_seeds()
     replay_seeds()

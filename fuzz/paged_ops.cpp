@@ -15,6 +15,9 @@
 // corrupted page table (a duplicated entry, kNoPage, an id out of range, a free page: must be
 // rejected), restore_position_order, reset / release_sequence, and pages the harness takes with
 // PagePool::allocate and gives back with release_list (duplicates named, sometimes a bad id).
+// Size arguments also reach 2^64 − 1 (issue 51; kvfuzz::kHugeSizes, all >= 2^62): a view field
+// (num_pages, page_size, n_kv_heads, head_dim, max_pages, page_stride_elements) of a cache built over a copy
+// of the view, start_pages, prefill's P and a step's n; each must be refused with nothing changed.
 //
 // Throwing std::invalid_argument or std::length_error is allowed (and the engine's own exception
 // from a failing allocate). After every call:
@@ -423,7 +426,13 @@ template <class T>
 void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, PagePool& pool) {
   CacheConfig c;
   c.n_q_heads = nkv * in.ConsumeIntegralInRange<std::size_t>(1, 3);
-  if (in.ConsumeIntegralInRange<int>(0, 31) == 0) c.n_q_heads = in.ConsumeIntegralInRange<std::size_t>(0, 7);
+  int hostile_field = -1;  // issue 51: a cache over a copy of the view with this field huge must be refused
+  if (in.ConsumeIntegralInRange<int>(0, 31) == 0) {
+    const std::size_t v = in.ConsumeIntegralInRange<std::size_t>(0, 15);
+    if (v < 8) c.n_q_heads = v;
+    else hostile_field = static_cast<int>(v - 8) % 6;
+  }
+  const std::size_t hostile_value = hostile_field >= 0 ? in.PickValueInArray(kvfuzz::kHugeSizes) : 0;
   const std::size_t cap = s.view.capacity();
   const bool budget_tokens = in.ConsumeIntegralInRange<int>(0, 3) != 0, recent_tokens = in.ConsumeBool();
   const std::size_t budget_count = pick_count(in, cap), recent_count = pick_count(in, cap);
@@ -433,7 +442,8 @@ void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, Pag
   c.seed = in.ConsumeIntegral<std::uint64_t>();
   PagedEvictionConfig paged;
   paged.unit = in.ConsumeBool() ? EvictUnit::page : EvictUnit::token;
-  paged.start_pages = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? in.ConsumeIntegralInRange<std::size_t>(0, 2) : 0;
+  paged.start_pages = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? in.ConsumeIntegralInRange<std::size_t>(0, 7) : 0;
+  if (paged.start_pages >= 3) paged.start_pages = in.PickValueInArray(kvfuzz::kHugeSizes);  // issue 51: refused
   paged.page_score = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? PageScore::mean : PageScore::sum;
   PolicyParams params;
   static const float taus[] = {1.0f, 2.0f, 0.5f, 0.0f, kNaN, 1e-40f};
@@ -461,6 +471,24 @@ void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, Pag
   try {  // Budget / RecentWindow check their values too (e.g. a ratio of 0)
     c.budget = budget_tokens ? Budget::tokens(budget_count) : Budget::ratio(budget_ratio);
     c.recent = recent_tokens ? RecentWindow::tokens(recent_count) : RecentWindow::ratio(recent_ratio);
+    if (hostile_field >= 0) {
+      PagedKVView<T> bad = s.view;
+      static const char* const names[] = {"num_pages", "page_size", "n_kv_heads", "head_dim", "max_pages",
+                                          "page_stride_elements"};
+      std::size_t* fields[] = {&bad.num_pages, &bad.page_size, &bad.n_kv_heads, &bad.head_dim, &bad.max_pages,
+                               &bad.page_stride_elements};
+      *fields[hostile_field] = hostile_value;
+      const std::size_t used = pool.used_pages();
+      bool built = false;
+      try {
+        (void)make_paged_cache(p, c, paged, bad, pool, params);
+        built = true;
+      } catch (const std::invalid_argument&) {
+      } catch (const std::length_error&) {
+      }
+      KVFUZZ_CHECK(!built, "a paged cache was built over a view with ", names[hostile_field], " = ", hostile_value);
+      KVFUZZ_CHECK(pool.used_pages() == used, "a refused paged cache changed the pool");
+    }
     s.cache = make_paged_cache(p, c, paged, s.view, pool, params);
     s.cache->set_executor(*s.executor);
   } catch (const std::invalid_argument&) {
@@ -468,6 +496,10 @@ void make_cache_for(FuzzedDataProvider& in, Sequence<T>& s, std::size_t nkv, Pag
     s.name = "no cache";
     return;
   }
+  // A huge start_pages is refused at construction with a token budget; a ratio budget is resolved (and the page
+  // unit's rule checked) at prefill, which must then refuse it (below).
+  KVFUZZ_CHECK(paged.start_pages <= 2 || c.budget.is_ratio(), "a paged cache was built with start_pages = ",
+               paged.start_pages);
   s.name = std::string(policy_name(p)) + (params.mean_attention ? "+mean" : "") + (s.page_unit ? "/page" : "/token");
   s.streaming = p == Policy::streaming_llm || p == Policy::window;
   s.any_kept = p == Policy::snapkv && params.snap_decode == SnapDecode::window;
@@ -516,8 +548,10 @@ void run(FuzzedDataProvider& in) {
       case 5: case 6: {  // prefill, sometimes with a wrong length or a corrupted page table
         if (!s.cache) break;
         std::size_t P = n;
-        if (in.ConsumeIntegralInRange<int>(0, 7) == 0) P = in.ConsumeIntegralInRange<std::size_t>(0, s.view.capacity() + 1);
-        const std::vector<float> x = pick_floats(in, s.n_q * P * P);
+        const int p_draw = in.ConsumeIntegralInRange<int>(0, 15);
+        if (p_draw == 0) P = in.ConsumeIntegralInRange<std::size_t>(0, s.view.capacity() + 1);
+        if (p_draw == 8) P = in.PickValueInArray(kvfuzz::kHugeSizes);  // issue 51: refused
+        const std::vector<float> x = pick_floats(in, p_draw == 8 ? 16 : s.n_q * P * P);
         const std::vector<std::int64_t> prompt(s.positions.begin(), s.positions.begin() + static_cast<std::ptrdiff_t>(n));
         const std::size_t used = s.view.pages_used();
         const int corrupt = used >= 1 ? in.ConsumeIntegralInRange<int>(0, 11) : 0;
@@ -537,6 +571,8 @@ void run(FuzzedDataProvider& in) {
           break;
         }
         const bool ok = H.call("prefill", i, [&] { s.cache->prefill(in.ConsumeIntegralInRange<int>(0, 15) != 0 ? x.data() : nullptr, P); });
+        KVFUZZ_CHECK(!ok || p_draw != 8, H.where(i), ": prefill accepted prompt_len = ", P);
+        KVFUZZ_CHECK(!ok || s.start_pages <= 2, H.where(i), ": prefill accepted start_pages = ", s.start_pages);
         if (!ok) break;
         KVFUZZ_CHECK(!s.prefilled, H.where(i), ": a second prefill succeeded");
         KVFUZZ_CHECK(std::is_sorted(prompt.begin(), prompt.end()), H.where(i), ": unordered prompt accepted");
@@ -560,10 +596,13 @@ void run(FuzzedDataProvider& in) {
       case 7: case 8: case 9: {  // decode step
         if (!s.cache) break;
         std::size_t m = n;
-        if (in.ConsumeIntegralInRange<int>(0, 7) == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, s.view.capacity() + 1);
-        const std::vector<float> x = pick_floats(in, s.n_q * m);
+        const int m_draw = in.ConsumeIntegralInRange<int>(0, 15);
+        if (m_draw == 0) m = in.ConsumeIntegralInRange<std::size_t>(0, s.view.capacity() + 1);
+        if (m_draw == 8) m = in.PickValueInArray(kvfuzz::kHugeSizes);  // issue 51: refused
+        const std::vector<float> x = pick_floats(in, m_draw == 8 ? 16 : s.n_q * m);
         const std::int64_t new_pos = m >= 1 && m <= n ? s.positions[m - 1] : 0;
         const bool ok = H.call("decode_step", i, [&] { s.cache->decode_step(in.ConsumeIntegralInRange<int>(0, 15) == 0 ? nullptr : x.data(), m); });
+        KVFUZZ_CHECK(!ok || m_draw != 8, H.where(i), ": decode_step accepted n = ", m);
         if (!ok) break;
         KVFUZZ_CHECK(s.prefilled && m == s.managed + 1 && m == n, H.where(i), ": decode_step(n = ", m,
                      ") accepted with managed ", s.managed, ", length ", n);

@@ -164,6 +164,8 @@ class Cache final
     const float tau = checked_tau(0, "prefill");
     if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::Cache::prefill: logits must be non-null");
+      (void)detail::checked_mul("kvevict::Cache::prefill", "n_q_heads * prompt_len * prompt_len (the logits)",
+                                config_.n_q_heads, P, P);
       MaterializedChunk rows(logits, gumbel, P, P);
       scorer_.score_chunk(rows, 0, P, 1.0f / tau, "prefill");
     } else if constexpr (detail::has_key_score<Score>) {
@@ -201,11 +203,18 @@ class Cache final
     if constexpr (Score::kUsesLogits)
       detail::require(logits != nullptr, "kvevict::Cache::prefill_chunk: logits must be non-null");
     MaterializedChunk rows(logits, gumbel, chunk_len, n);
-    prefill_chunk(rows, chunk_len, n);
+    chunk_rows(rows, chunk_len, n, Score::kUsesLogits);
   }
   /// `prefill_chunk` with rows from `rows` (see `ChunkRows`); same contract, and throws
   /// `std::invalid_argument` if `rows.n_q_heads()` is known (not 0) and differs from `config.n_q_heads`.
   void prefill_chunk(ChunkRows& rows, std::size_t chunk_len, std::size_t n) override {
+    chunk_rows(rows, chunk_len, n, false);
+  }
+
+ private:
+  /// `prefill_chunk`; `materialized`: `rows` index the engine's `[q_head][C][n]` arrays, whose extent
+  /// `n_q_heads · C · n` is then checked (`detail::checked_mul`) once `C` and `n` are.
+  void chunk_rows(ChunkRows& rows, std::size_t chunk_len, std::size_t n, bool materialized) {
     live("prefill_chunk");
     no_open_step("prefill_chunk");
     const std::size_t C = chunk_len, cap = config_.max_prefill_chunk;
@@ -220,6 +229,9 @@ class Cache final
     detail::require(cap == 0 || C <= cap, "kvevict::Cache::prefill_chunk: chunk_len = ", C,
                     " exceeds config.max_prefill_chunk = ", cap);
     detail::check_chunk_view(kv(), C, n, n_, last_position_);
+    if (materialized)
+      (void)detail::checked_mul("kvevict::Cache::prefill_chunk", "n_q_heads * chunk_len * n (the logits)",
+                                config_.n_q_heads, C, n);
     const bool bounded = config_.bounded_prefill;
     const auto [k, w] = bounded ? resolve_budget(config_.budget.token_count(), "kvevict::Cache::prefill_chunk")
                                 : std::pair<std::size_t, std::size_t>{0, 0};
@@ -236,6 +248,7 @@ class Cache final
     }
   }
 
+ public:
   /// Ends a chunked prefill: resolves `k` and `w` for the prompt length (the
   /// tokens of every chunk) and cuts to `min(k, n)` as `prefill` does; decode
   /// steps may follow. Throws `std::invalid_argument` (state unchanged) if no

@@ -26,14 +26,18 @@ namespace kvevict {
 /// bounded prefill `capacity = k + C`, independent of the prompt length.
 class QKChunkScratch {
  public:
-  /// Throws `std::invalid_argument` if any size is 0.
+  /// Throws `std::invalid_argument` if any size is 0 or `row_tile · capacity` or `col_tile · head_dim`
+  /// overflows `std::size_t` (nothing allocated); `std::length_error` (from `std::vector`) above its `max_size()`.
   QKChunkScratch(std::size_t capacity, std::size_t head_dim, std::size_t row_tile = 16, std::size_t col_tile = 128)
       : capacity_(capacity), head_dim_(head_dim), row_tile_(row_tile), col_tile_(col_tile) {
-    detail::require(capacity >= 1 && head_dim >= 1 && row_tile >= 1 && col_tile >= 1,
-                    "kvevict::QKChunkScratch: capacity, head_dim, row_tile and col_tile must be >= 1 (got ", capacity,
-                    ", ", head_dim, ", ", row_tile, ", ", col_tile, ")");
-    block_.assign(row_tile * capacity, 0.0f);
-    k_tile_.assign(col_tile * head_dim, 0.0f);
+    const char* who = "kvevict::QKChunkScratch";
+    detail::require(capacity >= 1 && head_dim >= 1 && row_tile >= 1 && col_tile >= 1, who,
+                    ": capacity, head_dim, row_tile and col_tile must be >= 1 (got ", capacity, ", ", head_dim, ", ",
+                    row_tile, ", ", col_tile, ")");
+    const std::size_t block = detail::checked_mul(who, "row_tile * capacity", row_tile, capacity);
+    const std::size_t k_tile = detail::checked_mul(who, "col_tile * head_dim", col_tile, head_dim);
+    block_.assign(block, 0.0f);
+    k_tile_.assign(k_tile, 0.0f);
   }
   std::size_t capacity() const { return capacity_; }
   std::size_t head_dim() const { return head_dim_; }
@@ -144,7 +148,8 @@ class QKChunkRows final : public ChunkRows {
 /// Throws `std::invalid_argument` (nothing changed) if the view fails
 /// `KVView::validate` (e.g. a length above its capacity), `n_q_heads` is not a
 /// positive multiple of `kv.n_kv_heads`, `q` is null, heads hold different
-/// lengths, `C == 0` or `C > n`, or the scratch is too small; then whatever
+/// lengths, `C == 0` or `C > n`, `C · n_q_heads · head_dim` (the elements of `q`) overflows `std::size_t`,
+/// or the scratch is too small; then whatever
 /// `prefill_chunk` throws, including an `n_q_heads` that is not the cache's
 /// query-head count (`ChunkRows::n_q_heads`).
 template <class CacheT, class T, class Bias = NoBias>
@@ -159,6 +164,9 @@ void prefill_chunk_qk(CacheT& cache, const KVView<const T>& kv, const float* q, 
   for (std::size_t j = 1; j < kv.n_kv_heads; ++j)
     detail::require(kv.length(j) == n, who, ": KV head ", j, " holds ", kv.length(j), " slots, KV head 0 holds ", n);
   detail::require(chunk_len >= 1 && chunk_len <= n, who, ": chunk_len = ", chunk_len, " must be in [1, n = ", n, "]");
+  // q is [C][n_q_heads][head_dim]: its rows are addressed as (i · n_q_heads + h) · head_dim.
+  (void)detail::checked_mul(who, "chunk_len * n_q_heads * head_dim (the elements of q)", chunk_len, n_q_heads,
+                            kv.head_dim);
   detail::require(scratch.capacity() >= n && scratch.head_dim() == kv.head_dim, who, ": scratch (capacity ",
                   scratch.capacity(), ", head_dim ", scratch.head_dim(), ") does not fit n = ", n,
                   " slots of head_dim ", kv.head_dim);

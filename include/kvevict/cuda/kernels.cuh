@@ -189,10 +189,12 @@ inline void reset_status(const EvictionState& st, std::uint32_t batch, cudaStrea
   const cudaError_t e = cudaMemsetAsync(st.status, 0, sizeof(std::int32_t) * batch, stream);
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
-inline void check_logits(const PolicyParams& p, const LogitsView& lg, const char* what) {
+inline void check_logits(const PolicyParams& p, const LogitsView& lg, std::uint32_t batch, bool prefill,
+                         const char* what) {
   detail::require(!p.uses_logits() || lg.x != nullptr, what, ": logits must be non-null for this score");
   detail::require(!p.uses_logits() || lg.indptr != nullptr || lg.stride >= 1, what,
                   ": dense logits need stride >= 1 (got ", lg.stride, ")");
+  if (p.uses_logits()) check_logits_extent(lg, batch, p.n_q_heads, prefill, what);
 }
 }  // namespace launch_detail
 
@@ -209,7 +211,8 @@ void decode_step(const ContiguousKV<T>& kv, const EvictionState& st, const Polic
                  float* ws, std::uint32_t ws_slots, cudaStream_t stream) {
   const char* what = "kvevict::cuda::decode_step";
   check_policy(p, kv.n_kv_heads, kv.capacity, 0, what);
-  launch_detail::check_logits(p, lg, what);
+  launch_detail::check_logits(p, lg, kv.batch, false, what);
+  check_kv_extent(kv, what);
   detail::require(kv.batch >= 1 && kv.k != nullptr && kv.v != nullptr && kv.positions != nullptr &&
                       kv.lengths != nullptr && kv.head_dim >= 1,
                   what, ": the KV view needs batch >= 1, head_dim >= 1 and non-null k, v, positions, lengths");
@@ -233,7 +236,8 @@ void decode_step(const PagedKV<T>& kv, const EvictionState& st, const PolicyPara
                  cudaStream_t stream) {
   const char* what = "kvevict::cuda::decode_step (paged)";
   check_policy(p, kv.n_kv_heads, min_capacity, kv.page_size, what);
-  launch_detail::check_logits(p, lg, what);
+  launch_detail::check_logits(p, lg, kv.batch, false, what);
+  check_kv_extent(kv, what);
   detail::require(kv.batch >= 1 && kv.k != nullptr && kv.v != nullptr && kv.positions != nullptr &&
                       kv.lengths != nullptr && kv.indices != nullptr && kv.table_indptr != nullptr &&
                       kv.page_size >= 1 && kv.head_dim >= 1 && kv.num_pages >= 1,
@@ -260,7 +264,8 @@ void prefill(const ContiguousKV<T>& kv, const EvictionState& st, const PolicyPar
              const core::PrefillWork& pw, cudaStream_t stream) {
   const char* what = "kvevict::cuda::prefill";
   check_policy(p, kv.n_kv_heads, kv.capacity, 0, what);
-  launch_detail::check_logits(p, lg, what);
+  launch_detail::check_logits(p, lg, kv.batch, true, what);
+  check_kv_extent(kv, what);
   detail::require(lg.indptr == nullptr, what, ": prefill logits are dense [B][q_head][P_max][P_max]");
   detail::require(
       pw.step_ws != nullptr && pw.acc != nullptr && pw.keep != nullptr && pw.stage != nullptr && pw.max_prompt >= 1,
@@ -281,7 +286,8 @@ void prefill(const PagedKV<T>& kv, const EvictionState& st, const PolicyParams& 
              cudaStream_t stream) {
   const char* what = "kvevict::cuda::prefill (paged)";
   check_policy(p, kv.n_kv_heads, min_capacity, kv.page_size, what);
-  launch_detail::check_logits(p, lg, what);
+  launch_detail::check_logits(p, lg, kv.batch, true, what);
+  check_kv_extent(kv, what);
   detail::require(lg.indptr == nullptr, what, ": prefill logits are dense [B][q_head][P_max][P_max]");
   detail::require(
       pw.step_ws != nullptr && pw.acc != nullptr && pw.keep != nullptr && pw.stage != nullptr && pw.max_prompt >= 1,

@@ -26,8 +26,9 @@ constexpr std::uint32_t kLanes = 16;
 /// Slots a block moves per tile when it compacts in place (the prefill cut).
 constexpr std::uint32_t kStageSlots = 256;
 
-/// Chunks of `kChunk` slots in a row of `n` slots. O(1).
-KVEVICT_HD constexpr std::uint32_t chunk_count(std::uint32_t n) { return (n + kChunk - 1) / kChunk; }
+/// Chunks of `kChunk` slots in a row of `n` slots: `ceil(n / kChunk)`, also for `n` within `kChunk` of 2^32
+/// (where `n + kChunk − 1` would wrap). O(1).
+KVEVICT_HD constexpr std::uint32_t chunk_count(std::uint32_t n) { return n / kChunk + (n % kChunk != 0 ? 1u : 0u); }
 
 /// What a token's score is (the CPU score policies, score/score_policies.hpp).
 enum class ScoreKind : std::int32_t {
@@ -197,6 +198,8 @@ struct EvictionState {
 
 /// Element counts of the `EvictionState` arrays of a batch: `scores`, `recent`, `ring` (with
 /// `ring_stride = max(w, 1)`) and `rows_state`; `status`, `seeds` and `pages_freed` have `batch`.
+/// The sizing functions below throw `std::invalid_argument` naming the product (`detail::checked_mul`,
+/// "… overflows std::size_t") when a count does not fit `std::size_t`, instead of returning a wrapped one.
 struct StateSizes {
   std::size_t scores = 0, recent = 0, ring = 0, rows = 0;
   std::uint32_t ring_stride = 1;
@@ -204,11 +207,12 @@ struct StateSizes {
 /// Contiguous KV: every (b, head) of `capacity` slots selects alone. O(1).
 inline StateSizes contiguous_state_sizes(std::uint32_t batch, std::uint32_t n_kv_heads, std::uint32_t capacity,
                                          std::uint32_t w) {
+  const char* who = "kvevict::cuda::contiguous_state_sizes";
   StateSizes z;
   z.ring_stride = w > 0 ? w : 1;
-  z.rows = static_cast<std::size_t>(batch) * n_kv_heads;
-  z.scores = z.recent = z.rows * capacity;
-  z.ring = z.rows * z.ring_stride;
+  z.rows = static_cast<std::size_t>(batch) * n_kv_heads;  // < 2^64
+  z.scores = z.recent = detail::checked_mul(who, "batch * n_kv_heads * capacity", batch, n_kv_heads, capacity);
+  z.ring = detail::checked_mul(who, "batch * n_kv_heads * max(w, 1)", batch, n_kv_heads, z.ring_stride);
   return z;
 }
 /// Paged KV with `total_slots = table_indptr[batch] · page_size`: one row per sequence, a score per
@@ -218,9 +222,10 @@ inline StateSizes paged_state_sizes(std::uint32_t batch, std::uint32_t n_kv_head
   StateSizes z;
   z.ring_stride = w > 0 ? w : 1;
   z.rows = batch;
-  z.scores = total_slots * n_kv_heads;
+  z.scores = detail::checked_mul("kvevict::cuda::paged_state_sizes", "total_slots * n_kv_heads", total_slots,
+                                 n_kv_heads);
   z.recent = total_slots;
-  z.ring = z.rows * z.ring_stride;
+  z.ring = z.rows * z.ring_stride;  // < 2^64
   return z;
 }
 
@@ -260,6 +265,20 @@ struct LogitsView {
     return (static_cast<std::size_t>(b) * n_q_heads + h) * stride;
   }
 };
+
+/// Host check of dense logits' extent (`lg.indptr == nullptr`; ragged offsets are the engine's):
+/// `batch · n_q_heads · stride` floats for a step's `[B][q_head][stride]`, `batch · n_q_heads · stride · stride`
+/// for a prefill's `[B][q_head][P_max][P_max]`. Throws `std::invalid_argument` "<who>: … overflows
+/// std::size_t" (`detail::checked_mul`). O(1).
+inline void check_logits_extent(const LogitsView& lg, std::uint32_t batch, std::uint32_t n_q_heads, bool prefill,
+                                const char* who) {
+  if (lg.indptr != nullptr) return;
+  if (prefill)
+    (void)detail::checked_mul(who, "batch * n_q_heads * stride * stride (the prefill logits)", batch, n_q_heads,
+                              lg.stride, lg.stride);
+  else
+    (void)detail::checked_mul(who, "batch * n_q_heads * stride (the step's logits)", batch, n_q_heads, lg.stride);
+}
 
 /// Host-side check of a launch's parameters against a store of `capacity` slots per
 /// selection row and `n_kv_heads` heads (the CPU budget rule, detail/budget_rule.hpp, on resolved
@@ -309,7 +328,8 @@ inline void check_policy(const PolicyParams& p, std::uint32_t n_kv_heads, std::u
 /// and rows of up to `max_slots` slots: per (b, q_head) `(kLanes + 2) · chunk_count(max_slots)`
 /// (lane partials, chunk sums / factors, chunk maxes). O(1).
 inline std::size_t step_workspace_floats(std::uint32_t batch, std::uint32_t n_q_heads, std::uint32_t max_slots) {
-  return static_cast<std::size_t>(batch) * n_q_heads * (kLanes + 2) * chunk_count(max_slots);
+  return detail::checked_mul("kvevict::cuda::step_workspace_floats", "batch * n_q_heads * (kLanes + 2) * "
+                             "chunk_count(max_slots)", batch, n_q_heads, kLanes + 2, chunk_count(max_slots));
 }
 /// `b` rounded up to a multiple of 16. O(1).
 KVEVICT_HD inline std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
@@ -334,14 +354,41 @@ KVEVICT_HD inline std::size_t stage_bytes(std::uint32_t heads_moved, std::uint32
 ///    each `stage_bytes(heads_per_row, head_dim · sizeof(T))` (heads_per_row: 1 contiguous,
 ///    n_kv_heads paged). O(1).
 inline std::size_t prefill_acc_floats(std::uint32_t batch, std::uint32_t n_q_heads, std::uint32_t max_prompt) {
-  return static_cast<std::size_t>(batch) * n_q_heads * max_prompt;
+  return detail::checked_mul("kvevict::cuda::prefill_acc_floats", "batch * n_q_heads * max_prompt", batch, n_q_heads,
+                             max_prompt);
 }
 inline std::size_t prefill_keep_ints(std::uint32_t batch, std::uint32_t rows, std::uint32_t max_prompt) {
-  return static_cast<std::size_t>(batch) * rows * (max_prompt + 1);
+  // max_prompt + 1 in 64 bits: in uint32 it wrapped to 0 for max_prompt = 2^32 − 1
+  return detail::checked_mul("kvevict::cuda::prefill_keep_ints", "batch * rows * (max_prompt + 1)", batch, rows,
+                             std::size_t{max_prompt} + 1);
 }
 inline std::size_t prefill_stage_bytes(std::uint32_t batch, std::uint32_t rows, std::uint32_t heads_per_row,
                                        std::uint32_t row_bytes) {
-  return static_cast<std::size_t>(batch) * rows * kStageSlots * stage_bytes(heads_per_row, row_bytes);
+  const char* who = "kvevict::cuda::prefill_stage_bytes";
+  // stage_bytes' own sum, checked: 2 · heads_per_row · row_bytes + its header, rounded up to 16
+  const std::size_t rows_bytes = detail::checked_mul(who, "2 * heads_per_row * row_bytes", 2, heads_per_row, row_bytes);
+  (void)detail::checked_add(who, "2 * heads_per_row * row_bytes + the staging header + 15", rows_bytes,
+                            stage_header_bytes(heads_per_row) + 15);
+  return detail::checked_mul(who, "batch * rows * kStageSlots * stage_bytes(heads_per_row, row_bytes)", batch, rows,
+                             kStageSlots, stage_bytes(heads_per_row, row_bytes));
+}
+
+/// Host checks of the storage a launch addresses (the kernels index it with the products below in 64
+/// bits): contiguous K and V, `batch · n_kv_heads · capacity · head_dim` elements of `T` in bytes, and their
+/// `batch · n_kv_heads · capacity` position IDs; each paged pool, `num_pages · page_size · n_kv_heads · head_dim`
+/// elements in bytes. Throws `std::invalid_argument` "<who>: … overflows std::size_t" (`detail::checked_mul`).
+/// O(1).
+template <class T>
+void check_kv_extent(const ContiguousKV<T>& kv, const char* who) {
+  (void)detail::checked_mul(who, "batch * n_kv_heads * capacity * head_dim * sizeof(T) (the bytes of K)", kv.batch,
+                            kv.n_kv_heads, kv.capacity, kv.head_dim, sizeof(T));
+  (void)detail::checked_mul(who, "batch * n_kv_heads * capacity * sizeof(std::int64_t) (the position IDs)", kv.batch,
+                            kv.n_kv_heads, kv.capacity, sizeof(std::int64_t));
+}
+template <class T>
+void check_kv_extent(const PagedKV<T>& kv, const char* who) {
+  (void)detail::checked_mul(who, "num_pages * page_size * n_kv_heads * head_dim * sizeof(T) (the bytes of a pool)",
+                            kv.num_pages, kv.page_size, kv.n_kv_heads, kv.head_dim, sizeof(T));
 }
 
 }  // namespace cuda

@@ -96,10 +96,14 @@ struct ErasedPagedKV {
 class PagedSlotTable {
  public:
   PagedSlotTable() = default;
-  /// Allocates scores, flags and scratch for `kv` (O(n_kv_heads · capacity)).
+  /// Allocates scores, flags and scratch for `kv` (O(n_kv_heads · capacity)). Throws `std::invalid_argument`
+  /// "kvevict::PagedCache: n_kv_heads * capacity … overflows std::size_t" before any allocation when the scores'
+  /// count does (the view's checks bound `capacity` and the pools, not their product).
   explicit PagedSlotTable(const ErasedPagedKV& kv)
       : kv_(kv),
-        scores_(kv.n_kv_heads * kv.capacity(), 0.0f),
+        scores_(checked_mul("kvevict::PagedCache", "n_kv_heads * capacity (max_pages * page_size) score floats",
+                            kv.n_kv_heads, kv.capacity()),
+                0.0f),
         window_(1, kv.capacity()),
         index_(kv.capacity(), 0),
         stash_(2 * kv.n_kv_heads * kv.row_bytes, 0),

@@ -17,13 +17,16 @@ namespace kvevict {
 ///
 /// Memory: `2 * n_kv_heads * capacity * head_dim * sizeof(T)` bytes for K and
 /// V plus `n_kv_heads * capacity * 8` for position IDs, allocated once.
-/// Throws `std::invalid_argument` if a dimension is 0.
+/// Throws `std::invalid_argument` if a dimension is 0 or `n_kv_heads * capacity * head_dim` overflows
+/// `std::size_t` (before anything is allocated).
 /// The buffer is movable; moving it keeps views valid (vector storage moves).
 template <class T>
 class KVBuffer {
  public:
   /// Allocates `[n_kv_heads][capacity][head_dim]` K and V (value-initialised),
-  /// position IDs and lengths (0). Throws `std::invalid_argument` if a dimension is 0.
+  /// position IDs and lengths (0). Throws `std::invalid_argument` if a dimension is 0 or the element count
+  /// `n_kv_heads * capacity * head_dim` overflows `std::size_t` (nothing allocated); `std::length_error` (from
+  /// `std::vector`) above its `max_size()`.
   KVBuffer(std::size_t n_kv_heads, std::size_t capacity, std::size_t head_dim)
       : n_kv_heads_((check(n_kv_heads, capacity, head_dim), n_kv_heads)),
         capacity_(capacity),
@@ -57,6 +60,7 @@ class KVBuffer {
     detail::require(n_kv_heads >= 1, "kvevict::KVBuffer: n_kv_heads must be >= 1 (got ", n_kv_heads, ")");
     detail::require(capacity >= 1, "kvevict::KVBuffer: capacity must be >= 1 (got ", capacity, ")");
     detail::require(head_dim >= 1, "kvevict::KVBuffer: head_dim must be >= 1 (got ", head_dim, ")");
+    (void)detail::checked_mul("kvevict::KVBuffer", "n_kv_heads * capacity * head_dim", n_kv_heads, capacity, head_dim);
   }
 
   std::size_t n_kv_heads_, capacity_, head_dim_;

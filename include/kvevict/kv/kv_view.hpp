@@ -80,7 +80,8 @@ struct KVView {
   /// Builds a view with the default `[kv_head][slot][head_dim]` layout over
   /// caller storage of at least `n_kv_heads * capacity * head_dim` elements
   /// for `k` and `v`, `n_kv_heads * capacity` for `positions` and `n_kv_heads`
-  /// for `lengths`. Throws `std::invalid_argument` via `validate()`.
+  /// for `lengths`. Throws `std::invalid_argument` if `capacity * head_dim` overflows `std::size_t`, and via
+  /// `validate()`.
   static KVView contiguous(T* k, T* v, position_type* positions, length_type* lengths, std::size_t n_kv_heads,
                            std::size_t capacity, std::size_t head_dim) {
     KVView view;
@@ -91,7 +92,7 @@ struct KVView {
     view.n_kv_heads = n_kv_heads;
     view.capacity = capacity;
     view.head_dim = head_dim;
-    view.head_stride = capacity * head_dim;
+    view.head_stride = detail::checked_mul("kvevict::KVView::contiguous", "capacity * head_dim", capacity, head_dim);
     view.slot_stride = head_dim;
     view.validate();
     return view;
@@ -119,8 +120,14 @@ struct KVView {
 
   /// Checks pointers, sizes and that rows of distinct (head, slot) pairs do
   /// not overlap for the two standard layouts. Also checks every
-  /// `lengths[h] <= capacity`. Throws `std::invalid_argument` naming the field.
+  /// `lengths[h] <= capacity`, and that the storage the fields describe can exist: the
+  /// `n_kv_heads · capacity` position IDs in bytes fit `std::size_t`, and K (and V) spanning
+  /// `(n_kv_heads − 1) · head_stride + (capacity − 1) · slot_stride + head_dim` elements of `sizeof(T)`
+  /// bytes fit `PTRDIFF_MAX` bytes (`detail::checked_mul`: "kvevict::KVView: … overflows std::size_t"),
+  /// so that every row offset, and every buffer a cache sizes from these fields, is bounded by the
+  /// view's own storage. Throws `std::invalid_argument` naming the field. O(n_kv_heads).
   void validate() const {
+    const char* who = "kvevict::KVView";
     detail::require(k != nullptr && v != nullptr, "kvevict::KVView: k and v must be non-null");
     detail::require(positions != nullptr, "kvevict::KVView: positions must be non-null");
     detail::require(lengths != nullptr, "kvevict::KVView: lengths must be non-null");
@@ -129,8 +136,21 @@ struct KVView {
     detail::require(head_dim >= 1, "kvevict::KVView: head_dim must be >= 1 (got ", head_dim, ")");
     detail::require(slot_stride >= head_dim, "kvevict::KVView: slot_stride (", slot_stride,
                     ") must be >= head_dim (", head_dim, ")");
-    const bool head_major = head_stride >= capacity * slot_stride;
-    const bool slot_major = head_stride >= head_dim && slot_stride >= n_kv_heads * head_stride;
+    (void)detail::checked_mul(who, "n_kv_heads * capacity * sizeof(std::int64_t) (position IDs)", n_kv_heads,
+                              capacity, sizeof(std::int64_t));
+    const std::size_t span = detail::checked_add(
+        who, "(n_kv_heads - 1) * head_stride + (capacity - 1) * slot_stride + head_dim (elements of K)",
+        detail::checked_mul(who, "(n_kv_heads - 1) * head_stride", n_kv_heads - 1, head_stride),
+        detail::checked_add(who, "(capacity - 1) * slot_stride + head_dim",
+                            detail::checked_mul(who, "(capacity - 1) * slot_stride", capacity - 1, slot_stride),
+                            head_dim));
+    const std::size_t bytes = detail::checked_mul(who, "the elements of K * sizeof(T)", span, sizeof(T));
+    detail::require(bytes <= static_cast<std::size_t>(PTRDIFF_MAX), who, ": K spans ", span, " elements of ",
+                    sizeof(T), " bytes = ", bytes, " bytes, more than PTRDIFF_MAX (no array is that large)");
+    // The layouts' bounds in wide arithmetic: a product that overflows std::size_t exceeds any stride.
+    const bool head_major = slot_stride <= SIZE_MAX / capacity && head_stride >= capacity * slot_stride;
+    const bool slot_major = head_stride >= head_dim && head_stride <= SIZE_MAX / n_kv_heads &&
+                            slot_stride >= n_kv_heads * head_stride;
     detail::require(n_kv_heads == 1 || head_major || slot_major, "kvevict::KVView: head_stride (",
                     head_stride, ") and slot_stride (", slot_stride, ") make rows of different heads overlap");
     for (std::size_t h = 0; h < n_kv_heads; ++h)

@@ -152,6 +152,8 @@ class PagedCache final
     const float tau = checked_tau(0, "prefill");
     if constexpr (Score::kUsesLogits) {
       detail::require(logits != nullptr, "kvevict::PagedCache::prefill: logits must be non-null");
+      (void)detail::checked_mul("kvevict::PagedCache::prefill", "n_q_heads * prompt_len * prompt_len (the logits)",
+                                config_.n_q_heads, P, P);
       MaterializedChunk rows(logits, gumbel, P, P);
       scorer_.score_chunk(rows, 0, P, 1.0f / tau, "prefill");  // Scorer::score_prompt, checked before its fold
     } else if constexpr (detail::has_key_score<Score>) {
@@ -324,8 +326,11 @@ class PagedCache final
       need.why = "a page goes when the sequence reaches k + page_size";
     }
     const auto kw = this->resolve_kw(k, need, who);
+    // k >= start_pages · ps + m without the product (a huge start_pages wrapped it to a small bound): for k >= m,
+    // equivalent to start_pages <= (k − m) / ps.
+    const std::size_t m = std::max<std::size_t>(kw.second, 1);
     if (page)
-      detail::require(k >= paged_.start_pages * ps + std::max<std::size_t>(kw.second, 1), who,
+      detail::require(k >= m && paged_.start_pages <= (k - m) / ps, who,
                       ": page unit needs k >= start_pages * page_size + max(w, 1) (k = ", k, ", start_pages = ",
                       paged_.start_pages, ", page_size = ", ps, ", w = ", kw.second, ")");
     return kw;

@@ -167,7 +167,10 @@ struct PagedKVView {
 
   /// Checks pointers, sizes, `*length <= capacity()`, that a page stride holds
   /// a page (`page_stride_elements` 0 or `>= page_elements()`) and that no element
-  /// lies in both the K and the V pool. Does not read the page table (see
+  /// lies in both the K and the V pool; and that the storage the fields describe fits: the
+  /// `max_pages · page_size` position IDs in bytes and `page_elements()` (`detail::checked_mul`:
+  /// "… overflows std::size_t"), each pool's `num_pages · page stride` elements in bytes (at most
+  /// `PTRDIFF_MAX / 2`). Does not read the page table (see
   /// `PagePool::check_table`). Throws `std::invalid_argument` naming the field. O(1).
   void validate() const {
     detail::require(k != nullptr && v != nullptr, "kvevict::PagedKVView: k and v must be non-null");
@@ -183,12 +186,13 @@ struct PagedKVView {
     detail::require(max_pages >= 1, "kvevict::PagedKVView: max_pages must be >= 1 (got ", max_pages, ")");
     detail::require(layout == PageLayout::NHD || layout == PageLayout::HND,
                     "kvevict::PagedKVView: layout must be NHD or HND (got ", static_cast<int>(layout), ")");
+    // The position IDs, `[max_pages * page_size]` int64, and one page of a pool fit std::size_t (bytes).
+    (void)detail::checked_mul("kvevict::PagedKVView", "max_pages * page_size * sizeof(std::int64_t) (position IDs)",
+                              max_pages, page_size, sizeof(std::int64_t));
     detail::require(*length <= capacity(), "kvevict::PagedKVView: length ", *length, " exceeds capacity ",
                     capacity(), " (max_pages ", max_pages, " * page_size ", page_size, ")");
-    const std::size_t e = page_elements();
-    detail::require(e / page_size / n_kv_heads == head_dim, "kvevict::PagedKVView: page_size * n_kv_heads * "
-                    "head_dim overflows (page_size ", page_size, ", n_kv_heads ", n_kv_heads, ", head_dim ", head_dim,
-                    ")");
+    const std::size_t e = detail::checked_mul("kvevict::PagedKVView", "page_size * n_kv_heads * head_dim", page_size,
+                                              n_kv_heads, head_dim);
     detail::require(page_stride_elements == 0 || page_stride_elements >= e, "kvevict::PagedKVView: "
                     "page_stride_elements (", page_stride_elements, ") must be 0 or at least page_elements() (", e,
                     "): the pages of a pool would overlap");

@@ -66,12 +66,17 @@ namespace kvevict {
 /// `8 · n_q_heads · (head_dim² + head_dim)` bytes.
 class QueryStatistics {
  public:
-  /// Throws `std::invalid_argument` if `n_q_heads` or `head_dim` is 0.
+  /// Throws `std::invalid_argument` if `n_q_heads` or `head_dim` is 0, or if `n_q_heads · head_dim · head_dim`
+  /// (the covariances' element count) overflows `std::size_t` ("kvevict::QueryStatistics: n_q_heads * head_dim *
+  /// head_dim = … overflows std::size_t", `detail::checked_mul`), before anything is allocated; `std::length_error`
+  /// (from `std::vector`) for a count above `max_size()`. O(n_q_heads · head_dim²).
   QueryStatistics(std::size_t n_q_heads, std::size_t head_dim) : nq_(n_q_heads), d_(head_dim) {
-    detail::require(n_q_heads >= 1 && head_dim >= 1, "kvevict::QueryStatistics: n_q_heads (", n_q_heads,
-                    ") and head_dim (", head_dim, ") must be >= 1");
-    sum_.assign(nq_ * d_, 0.0);
-    outer_.assign(nq_ * d_ * d_, 0.0);
+    const char* who = "kvevict::QueryStatistics";
+    detail::require(n_q_heads >= 1 && head_dim >= 1, who, ": n_q_heads (", n_q_heads, ") and head_dim (", head_dim,
+                    ") must be >= 1");
+    const std::size_t outer = detail::checked_mul(who, "n_q_heads * head_dim * head_dim", nq_, d_, d_);
+    sum_.assign(nq_ * d_, 0.0);  // <= outer
+    outer_.assign(outer, 0.0);
   }
   std::size_t n_q_heads() const { return nq_; }
   std::size_t head_dim() const { return d_; }
@@ -79,11 +84,14 @@ class QueryStatistics {
   std::size_t count() const { return count_; }
 
   /// Adds `n_rows` query rows, `q[row][q_head][head_dim]` row-major, before RoPE. Throws `std::invalid_argument`
-  /// (nothing added) if `q` is null with `n_rows > 0` or an element is not finite. O(n_rows · n_q_heads · d²).
+  /// (nothing added) if `q` is null with `n_rows > 0`, `n_rows · n_q_heads · head_dim` (the elements of `q`)
+  /// overflows `std::size_t`, or an element is not finite. O(n_rows · n_q_heads · d²).
   void add(const float* q, std::size_t n_rows) {
     if (n_rows == 0) return;
     detail::require(q != nullptr, "kvevict::QueryStatistics::add: q must be non-null (n_rows = ", n_rows, ")");
-    for (std::size_t i = 0; i < n_rows * nq_ * d_; ++i)
+    const std::size_t elements =
+        detail::checked_mul("kvevict::QueryStatistics::add", "n_rows * n_q_heads * head_dim", n_rows, nq_, d_);
+    for (std::size_t i = 0; i < elements; ++i)
       detail::require(std::isfinite(q[i]), "kvevict::QueryStatistics::add: q[", i / (nq_ * d_), "][",
                       (i / d_) % nq_, "][", i % d_, "] is ", q[i], " (must be finite)");
     for (std::size_t r = 0; r < n_rows; ++r)
@@ -159,44 +167,59 @@ inline void average_rope_rotation(std::size_t head_dim, const RopeSpec& spec, st
 /// Expected Attention's settings, kvpress's defaults (ExpectedAttentionPress).
 struct ExpectedAttentionOptions {
   std::size_t n_future_positions = 512;  ///< F: the future positions R̄ averages over, >= 1
-  std::size_t n_sink = 4;                ///< tokens with position ID < n_sink are sinks: kept, never softmaxed
+  std::size_t n_sink = 4;                ///< per KV head, the n_sink held tokens with the lowest position IDs are
+                                         ///< sinks (kept, never softmaxed); ties: the lower slot
   bool use_covariance = true;            ///< the ½ kᵀΣ'k / d term
   bool use_vnorm = true;                 ///< the factor ||v||
   float epsilon = 0.0f;                  ///< ε added to the attention before the ||v|| factor, finite and >= 0
 };
 
+class ExpectedAttentionScratch;
+namespace detail {
+template <class T>
+void expected_attention_run(const QueryStatistics&, const KVView<const T>&, const RopeSpec&, std::int64_t,
+                            const ExpectedAttentionOptions&, const float*, std::size_t, ExpectedAttentionScratch&);
+}  // namespace detail
+
 /// Work space of `expected_attention_scores` and `expected_attention_logits`, reused across calls (they then
-/// allocate only when a layer holds more slots than before).
+/// allocate only when a layer holds more slots than before). Sized by the view's held slots, never by the
+/// caller's `row_stride`.
 class ExpectedAttentionScratch {
  public:
   ExpectedAttentionScratch() = default;
 
  private:
   template <class T>
+  friend void detail::expected_attention_run(const QueryStatistics&, const KVView<const T>&, const RopeSpec&,
+                                             std::int64_t, const ExpectedAttentionOptions&, const float*, std::size_t,
+                                             ExpectedAttentionScratch&);
+  template <class T>
   friend void expected_attention_scores(const QueryStatistics&, const KVView<const T>&, const RopeSpec&, std::int64_t,
                                         const ExpectedAttentionOptions&, float*, std::size_t, ExpectedAttentionScratch&);
+  template <class T>
+  friend void expected_attention_logits(const QueryStatistics&, const KVView<T>&, const RopeSpec&, std::int64_t,
+                                        const ExpectedAttentionOptions&, float*, std::size_t,
+                                        ExpectedAttentionScratch&);
   std::vector<double> cos_, sin_, mu_, cov_;
   Eigen::MatrixXf u_, us_;                 // [n][d]: the keys rotated by R̄ᵀ, and times Σ
-  Eigen::VectorXf mu_f_, x_, att_;         // [d], [n], [n_kv_heads · row_stride]
+  Eigen::VectorXf mu_f_, x_, att_;         // [d], [n], [n_kv_heads][longest]: every score of the last call
   Eigen::MatrixXf cov_f_;                  // [d][d]
+  std::vector<unsigned char> sink_;        // [n_kv_heads][longest]: 1 = a sink
+  std::vector<std::size_t> order_;         // [n]: slots, to find a head's n_sink lowest positions
+  std::size_t longest_ = 0;                // the row stride of att_ and sink_ (>= 1)
 };
 
-/// Expected Attention's score of every held slot (the formula at the top of this header), `out[j * row_stride + s]`
-/// for KV head j and slot s < kv.length(j), in the view's slot order; the rest of each row is left as it is.
-///  - `stats`: the layer's pre-RoPE query statistics, `stats.n_q_heads()` a positive multiple of `kv.n_kv_heads`,
-///    `stats.head_dim() == kv.head_dim`, `stats.count() >= 1`;
-///  - `kv`: the layer's held keys (post-RoPE, at their position IDs) and values; K and V of type `T` (float,
-///    `Eigen::half`, `Eigen::bfloat16`), converted to float; KV heads may hold different lengths;
-///  - `rope`: the model's RoPE (pairing, θ), `next_position` the first future position (the prompt's length at
-///    prefill, the new token's position + 1 after a decode step's append).
-/// Computed in float (μ', Σ' in double, then rounded) with Eigen products; softmax in float with the row maximum
-/// subtracted. Scores are finite and >= 0. Throws `std::invalid_argument` (nothing written) for mismatched sizes,
-/// `row_stride` below the longest head, a null `out`, options out of range (F = 0, ε negative or not finite), a
-/// non-finite key or value element, or an expected logit that is not finite. O(n_q_heads · (n · d² + d³) + d · F).
+namespace detail {
+
+/// The work of `expected_attention_scores` and `expected_attention_logits`: every check (throws as
+/// `expected_attention_scores` documents, naming `kvevict::expected_attention_scores`), then every held slot's
+/// score into `ws.att_` (`[n_kv_heads][ws.longest_]`, sinks at the layer's largest non-sink score + 1) and the sink
+/// flags into `ws.sink_`. Writes nothing else; `out` is only checked for null. The scratch is sized by the view's
+/// held slots (`n_kv_heads · longest`, bounded by the view's storage), not by `row_stride`.
 template <class T>
-void expected_attention_scores(const QueryStatistics& stats, const KVView<const T>& kv, const RopeSpec& rope,
-                               std::int64_t next_position, const ExpectedAttentionOptions& opts, float* out,
-                               std::size_t row_stride, ExpectedAttentionScratch& ws) {
+void expected_attention_run(const QueryStatistics& stats, const KVView<const T>& kv, const RopeSpec& rope,
+                            std::int64_t next_position, const ExpectedAttentionOptions& opts, const float* out,
+                            std::size_t row_stride, ExpectedAttentionScratch& ws) {
   const char* who = "kvevict::expected_attention_scores";
   kv.validate();
   const std::size_t d = kv.head_dim, nq = stats.n_q_heads(), nkv = kv.n_kv_heads;
@@ -209,6 +232,8 @@ void expected_attention_scores(const QueryStatistics& stats, const KVView<const 
   for (std::size_t j = 0; j < nkv; ++j) longest = std::max(longest, kv.length(j));
   detail::require(row_stride >= longest, who, ": row_stride = ", row_stride, " is below the longest KV head's ",
                   longest, " slots");
+  // out is [n_kv_heads][row_stride]: a stride no array can hold is refused before anything is sized or written.
+  (void)detail::checked_mul(who, "n_kv_heads * row_stride", nkv, row_stride);
   detail::require(opts.n_future_positions >= 1, who, ": n_future_positions must be >= 1 (got 0)");
   detail::require(std::isfinite(opts.epsilon) && opts.epsilon >= 0.0f, who, ": epsilon must be finite and >= 0 (got ",
                   opts.epsilon, ")");
@@ -223,18 +248,37 @@ void expected_attention_scores(const QueryStatistics& stats, const KVView<const 
   };
   const auto di = static_cast<Eigen::Index>(d);
   ws.mu_.resize(d);
-  ws.cov_.resize(d * d);
+  ws.cov_.resize(d * d);  // d² <= n_q_heads · d², which QueryStatistics checked (stats.head_dim() == d)
   ws.mu_f_.resize(di);
   ws.cov_f_.resize(di, di);
   // x = μ'ᵀk/√d + ½ kᵀΣ'k/d with μ' = R̄μ, Σ' = R̄ΣR̄ᵀ: written as u = R̄ᵀk, x = μᵀu/√d + ½ uᵀΣu/d.
   const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(d)), half_inv_d = 0.5f / static_cast<float>(d);
   std::vector<float> group_att;  // one [n] row per KV head
-  ws.att_.resize(static_cast<Eigen::Index>(std::max<std::size_t>(1, row_stride * nkv)));  // before any write
+  const std::size_t L = std::max<std::size_t>(1, longest);  // the scratch's row stride; nkv · L <= the view's slots
+  ws.longest_ = L;
+  ws.att_.resize(static_cast<Eigen::Index>(nkv * L));  // before any write
+  ws.sink_.assign(nkv * L, 0);
   float max_score = 0.0f;
-  // Pass 1: every KV head's non-sink scores (into out), sinks marked; pass 2: sinks = max + 1.
+  // Pass 1: every KV head's non-sink scores (into att_), sinks marked; pass 2: sinks = max + 1.
   for (std::size_t j = 0; j < nkv; ++j) {
     const std::size_t n = kv.length(j);
     const auto* pos = kv.head_positions(j);
+    unsigned char* sink = ws.sink_.data() + j * L;
+    // The sinks: the min(n_sink, n) held tokens with the lowest position IDs (ties: the lower slot), as kvpress
+    // takes the first n_sink entries of its position-ordered cache. A sequence from position 0 whose first n_sink
+    // tokens are held has exactly those: positions 0 .. n_sink − 1. O(n).
+    const std::size_t n_sinks = std::min(opts.n_sink, n);
+    if (n_sinks == n) {
+      std::fill_n(sink, n, static_cast<unsigned char>(1));
+    } else if (n_sinks > 0) {
+      ws.order_.resize(n);
+      for (std::size_t s = 0; s < n; ++s) ws.order_[s] = s;
+      const auto before = [pos](std::size_t a, std::size_t b) { return pos[a] != pos[b] ? pos[a] < pos[b] : a < b; };
+      std::nth_element(ws.order_.begin(), ws.order_.begin() + static_cast<std::ptrdiff_t>(n_sinks - 1),
+                       ws.order_.begin() + static_cast<std::ptrdiff_t>(n), before);
+      const std::size_t last = ws.order_[n_sinks - 1];  // the n_sink-th lowest (position, slot)
+      for (std::size_t s = 0; s < n; ++s) sink[s] = before(last, s) ? 0 : 1;
+    }
     ws.u_.resize(static_cast<Eigen::Index>(n), di);
     for (std::size_t s = 0; s < n; ++s) {
       const T* k = kv.k_row(j, s);
@@ -251,8 +295,7 @@ void expected_attention_scores(const QueryStatistics& stats, const KVView<const 
       }
     }
     group_att.assign(n, 0.0f);
-    std::size_t n_live = 0;
-    for (std::size_t s = 0; s < n; ++s) n_live += static_cast<std::uint64_t>(pos[s]) >= opts.n_sink ? 1 : 0;
+    const std::size_t n_live = n - n_sinks;
     for (std::size_t hh = 0; hh < g; ++hh) {
       const std::size_t h = j * g + hh;
       stats.mean(h, ws.mu_.data());
@@ -271,21 +314,20 @@ void expected_attention_scores(const QueryStatistics& stats, const KVView<const 
       float m = -std::numeric_limits<float>::infinity();
       for (std::size_t s = 0; s < n; ++s) {
         const float x = ws.x_(static_cast<Eigen::Index>(s));
-        if (static_cast<std::uint64_t>(pos[s]) < opts.n_sink) continue;
+        if (sink[s] != 0) continue;
         detail::require(std::isfinite(x), who, ": the expected logit of query head ", h, ", slot ", s, " is ", x,
                         " (a key or query statistic too large)");
         m = std::max(m, x);
       }
       float z = 0.0f;
       for (std::size_t s = 0; s < n; ++s)
-        if (static_cast<std::uint64_t>(pos[s]) >= opts.n_sink) z += std::exp(ws.x_(static_cast<Eigen::Index>(s)) - m);
+        if (sink[s] == 0) z += std::exp(ws.x_(static_cast<Eigen::Index>(s)) - m);
       const float inv_z = 1.0f / z;
       for (std::size_t s = 0; s < n; ++s)
-        if (static_cast<std::uint64_t>(pos[s]) >= opts.n_sink)
-          group_att[s] += std::exp(ws.x_(static_cast<Eigen::Index>(s)) - m) * inv_z;
+        if (sink[s] == 0) group_att[s] += std::exp(ws.x_(static_cast<Eigen::Index>(s)) - m) * inv_z;
     }
     for (std::size_t s = 0; s < n; ++s) {
-      if (static_cast<std::uint64_t>(pos[s]) < opts.n_sink) continue;
+      if (sink[s] != 0) continue;
       float v = group_att[s] / static_cast<float>(g);
       if (opts.use_vnorm) {
         const T* vr = kv.v_row(j, s);
@@ -299,16 +341,40 @@ void expected_attention_scores(const QueryStatistics& stats, const KVView<const 
       group_att[s] = v;
       max_score = std::max(max_score, v);
     }
-    for (std::size_t s = 0; s < n; ++s) ws.att_(static_cast<Eigen::Index>(j * row_stride + s)) = group_att[s];
+    for (std::size_t s = 0; s < n; ++s) ws.att_(static_cast<Eigen::Index>(j * L + s)) = group_att[s];
   }
-  // Every check passed: write out, sinks at the layer's largest non-sink score + 1 (kvpress's F.pad value).
-  for (std::size_t j = 0; j < nkv; ++j) {
-    const auto* pos = kv.head_positions(j);
+  // Every check passed: sinks at the layer's largest non-sink score + 1 (kvpress's F.pad value).
+  for (std::size_t j = 0; j < nkv; ++j)
     for (std::size_t s = 0; s < kv.length(j); ++s)
-      out[j * row_stride + s] = static_cast<std::uint64_t>(pos[s]) < opts.n_sink
-                                    ? max_score + 1.0f
-                                    : ws.att_(static_cast<Eigen::Index>(j * row_stride + s));
-  }
+      if (ws.sink_[j * L + s] != 0) ws.att_(static_cast<Eigen::Index>(j * L + s)) = max_score + 1.0f;
+}
+
+}  // namespace detail
+
+/// Expected Attention's score of every held slot (the formula at the top of this header), `out[j * row_stride + s]`
+/// for KV head j and slot s < kv.length(j), in the view's slot order; the rest of each row is left as it is.
+///  - `stats`: the layer's pre-RoPE query statistics, `stats.n_q_heads()` a positive multiple of `kv.n_kv_heads`,
+///    `stats.head_dim() == kv.head_dim`, `stats.count() >= 1`;
+///  - `kv`: the layer's held keys (post-RoPE, at their position IDs) and values; K and V of type `T` (float,
+///    `Eigen::half`, `Eigen::bfloat16`), converted to float; KV heads may hold different lengths;
+///  - `rope`: the model's RoPE (pairing, θ), `next_position` the first future position (the prompt's length at
+///    prefill, the new token's position + 1 after a decode step's append).
+/// The sinks of KV head j are its `min(opts.n_sink, kv.length(j))` held tokens with the lowest position IDs (ties:
+/// the lower slot), whatever position the sequence starts at; each scores the layer's largest non-sink score + 1.
+/// Computed in float (μ', Σ' in double, then rounded) with Eigen products; softmax in float with the row maximum
+/// subtracted. Scores are finite and >= 0. Throws `std::invalid_argument` (nothing written) for mismatched sizes,
+/// `row_stride` below the longest head, `n_kv_heads · row_stride` overflowing `std::size_t`, a null `out`, options
+/// out of range (F = 0, ε negative or not finite), a non-finite key or value element, or an expected logit that is
+/// not finite. The scratch grows with the held slots only. O(n_q_heads · (n · d² + d³) + d · F).
+template <class T>
+void expected_attention_scores(const QueryStatistics& stats, const KVView<const T>& kv, const RopeSpec& rope,
+                               std::int64_t next_position, const ExpectedAttentionOptions& opts, float* out,
+                               std::size_t row_stride, ExpectedAttentionScratch& ws) {
+  detail::expected_attention_run(stats, kv, rope, next_position, opts, out, row_stride, ws);
+  // ---- nothing below can throw ----
+  for (std::size_t j = 0; j < kv.n_kv_heads; ++j)
+    for (std::size_t s = 0; s < kv.length(j); ++s)
+      out[j * row_stride + s] = ws.att_(static_cast<Eigen::Index>(j * ws.longest_ + s));
 }
 
 /// `expected_attention_scores` on a writable view (read through `kv.read_only()`).
@@ -324,23 +390,28 @@ void expected_attention_scores(const QueryStatistics& stats, const KVView<T>& kv
 /// slot s < kv.length(h / g), `score` from `expected_attention_scores` (same arguments). Pass `out` as a decode
 /// step's logits (`decode_step(out, n)`, so `row_stride` = n, the live slots), or its rows as a prefill's last row
 /// (`SingleRowLogits`). Scores
-/// below FLT_MIN (only a zero value vector gives one) tie at FLT_MIN. Throws as `expected_attention_scores` (nothing
-/// written). O(that + n_q_heads · n).
+/// below FLT_MIN tie at FLT_MIN: 0 from a zero value vector (any ε), or from an attention that underflows to 0 in
+/// float (an expected logit about 104 or more below its row's maximum, ε = 0). Throws as
+/// `expected_attention_scores` (nothing written), and first `std::invalid_argument` if `n_q_heads · row_stride`
+/// (the extent of `out`) overflows `std::size_t`. No allocation beyond the scratch's. O(that + n_q_heads · n).
 template <class T>
 void expected_attention_logits(const QueryStatistics& stats, const KVView<T>& kv, const RopeSpec& rope,
                                std::int64_t next_position, const ExpectedAttentionOptions& opts, float* out,
                                std::size_t row_stride, ExpectedAttentionScratch& ws) {
-  detail::require(out != nullptr, "kvevict::expected_attention_logits: out must be non-null");
+  const char* who = "kvevict::expected_attention_logits";
+  detail::require(out != nullptr, who, ": out must be non-null");
   const std::size_t nkv = kv.n_kv_heads, nq = stats.n_q_heads();
-  detail::require(nkv >= 1 && nq % nkv == 0, "kvevict::expected_attention_logits: stats.n_q_heads() = ", nq,
-                  " is not a multiple of n_kv_heads = ", nkv);
-  std::vector<float> scores(std::max<std::size_t>(1, nkv * row_stride));
-  expected_attention_scores(stats, kv, rope, next_position, opts, scores.data(), row_stride, ws);
+  detail::require(nkv >= 1 && nq % nkv == 0, who, ": stats.n_q_heads() = ", nq, " is not a multiple of n_kv_heads = ",
+                  nkv);
+  // out is [n_q_heads][row_stride]: refused before the scratch is sized or anything is written.
+  (void)detail::checked_mul(who, "n_q_heads * row_stride", nq, row_stride);
+  detail::expected_attention_run(stats, kv.read_only(), rope, next_position, opts, out, row_stride, ws);
+  // ---- nothing below can throw ----
   const std::size_t g = nq / nkv;
   for (std::size_t h = 0; h < nq; ++h) {
     const std::size_t j = h / g;
     for (std::size_t s = 0; s < kv.length(j); ++s)
-      out[h * row_stride + s] = std::log(std::max(scores[j * row_stride + s], FLT_MIN));
+      out[h * row_stride + s] = std::log(std::max(ws.att_(static_cast<Eigen::Index>(j * ws.longest_ + s)), FLT_MIN));
   }
 }
 

@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 
 #include <Eigen/Core>
 
+#include "kvevict/detail/check.hpp"
 #include "kvevict/detail/fast_math.hpp"
 #include "kvevict/detail/simd.hpp"
 #include "kvevict/detail/vec16.hpp"
@@ -290,8 +292,16 @@ inline void add_chunks(const float* e, const float* f, std::size_t n, float* acc
 }  // namespace detail
 
 /// Floats of scratch space `accumulate_softmax` needs for a row of `n`:
-/// `n` for the numerators plus `2 · ceil(n / 512)` for the per-chunk factors.
-inline constexpr std::size_t softmax_scratch_size(std::size_t n) { return n + 2 * detail::chunk_count(n); }
+/// `n` for the numerators plus `2 · ceil(n / 512)` for the per-chunk factors. Throws
+/// `std::invalid_argument` if that count overflows `std::size_t` (no row of `n` floats exists then).
+inline constexpr std::size_t softmax_scratch_size(std::size_t n) {
+  // ceil(n / 512) without n + 511, which wraps for the largest n
+  const std::size_t factors = 2 * (n / detail::kChunk + (n % detail::kChunk != 0 ? 1 : 0));
+  return n <= SIZE_MAX - factors ? n + factors
+                                 : throw std::invalid_argument(detail::concat(
+                                       "kvevict::softmax_scratch_size: n + 2 * ceil(n / 512) = ", n, " + ", factors,
+                                       " overflows std::size_t"));
+}
 
 /// Adds `p = softmax((x + ζ) / τ)` over one attention row into `acc`
 /// (Keyformer Eq. 7 with noise; H2O's accumulated attention with `ζ = 0`, τ = 1).
