@@ -180,8 +180,11 @@ void QualityRun::validate() {
 }
 
 void QualityRun::check_files() const {
-  // No output may be an input or another output (compared as files, not spellings), before anything is
-  // loaded or written: the model, its tokenizer, the text or every document of the folder.
+  // The output folders first (they need no model), then: no output may be an input or another output
+  // (compared as files, not spellings), before anything is loaded or written: the model, its tokenizer, the text
+  // or every document of the folder.
+  kvcli::check_output_prefix(out_prefix, "--out");
+  if (!prompts_out.empty()) kvcli::check_output_file(prompts_out, "--prompts-out");
   kvcli::FileRoles roles;
   llama2::add_model_inputs(roles, model_path, tokenizer_path);
   const std::string data = data_path.empty() ? kvcli::shared_dir() + "/data/tinystories-val/tinystories_val.txt"
@@ -201,8 +204,6 @@ void QualityRun::check_files() const {
     roles.output(std::string("--out (") + out_prefix + suffix + ")", out_prefix + suffix);
   roles.output("--prompts-out", prompts_out);
   roles.check();
-  kvcli::check_output_prefix(out_prefix, "--out");
-  if (!prompts_out.empty()) kvcli::check_output_file(prompts_out, "--prompts-out");
 }
 
 kvcli::EvictionFlags QualityRun::flags_for(double ratio, const RowSpec* row) const {

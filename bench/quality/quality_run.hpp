@@ -50,9 +50,9 @@ class QualityRun {
   // ---- quality_options.cpp ----
   /// Checks every flag (errors name the flag), then the output folder; sets the validated fields.
   void validate();
-  /// The one rule for files (kvcli::FileRoles): no output (each file --out PREFIX names, --prompts-out) is
-  /// the model, the tokenizer, --data's text or one of its documents, or another output; then the output
-  /// folders are writable. Throws `kvcli::UsageError` naming both flags. Loads nothing.
+  /// The output folders are writable; then the one rule for files (kvcli::FileRoles): no output (each file
+  /// --out PREFIX names, --prompts-out) is the model, the tokenizer, --data's text or one of its documents, or
+  /// another output. Throws `kvcli::UsageError` naming the flag (both flags for a pair). Loads nothing.
   void check_files() const;
   /// The flags of one row at one ratio: its @recent=Q replaces --recent, +pyramid sets the schedule.
   kvcli::EvictionFlags flags_for(double ratio, const RowSpec* row) const;
