@@ -1,6 +1,7 @@
-// cache.hpp — the per-layer evicting cache: orchestrates a score policy
-// (detail/scorer.hpp runs it), a temperature schedule and a selection policy
-// (contracts in concepts.hpp) over the slots of a KV view (detail/slot_table.hpp).
+// cache.hpp — the per-layer evicting cache's life cycle and engine protocol (prefill, chunks, decode steps, the
+// per-head step, reset): it orchestrates a score policy (detail/scorer.hpp runs it), a temperature schedule and a
+// selection policy (contracts in concepts.hpp) over the slots of a KV view (detail/slot_table.hpp); its eviction
+// paths, one per-KV-head general case for uniform and head-adaptive budgets, are detail/head_eviction.hpp.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
@@ -17,6 +18,8 @@
 #include "kvevict/detail/check.hpp"
 #include "kvevict/core/executor.hpp"
 #include "kvevict/detail/eviction_core.hpp"  // the policies, the scorer, the state and the checks
+#include "kvevict/detail/head_eviction.hpp"  // the per-KV-head cuts and evictions
+#include "kvevict/detail/per_head_step.hpp"  // begin_decode_step / score_decode_head / end_decode_step
 #include "kvevict/detail/erased_kv.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/detail/slot_table.hpp"
@@ -63,12 +66,17 @@ namespace kvevict {
 /// Threads: one cache per layer per sequence, called by one thread; that call may run its
 /// work on an executor's workers (`set_executor`), with bit-identical results for any count.
 template <class Score, class Temperature, class Selection>
-class Cache final
-    : public detail::EvictionCore<CacheInterface, detail::SlotTable, Score, Temperature, Selection> {
-  // The shared state, policies and checks (detail/eviction_core.hpp; it also asserts the policy contracts).
-  using Core = detail::EvictionCore<CacheInterface, detail::SlotTable, Score, Temperature, Selection>;
+class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
+  // The shared state, policies and checks (detail/eviction_core.hpp; it also asserts the policy contracts), the
+  // per-KV-head eviction paths (detail/head_eviction.hpp) and the decode step in parts (detail/per_head_step.hpp).
+  using Step = detail::PerHeadStep<Score, Temperature, Selection>;
+  using Heads = typename Step::Heads;
+  using Core = typename Heads::Core;
   using Core::config_, Core::slots_, Core::scorer_, Core::selection_, Core::last_position_, Core::k_, Core::w_,
       Core::n_, Core::step_, Core::tau_, Core::prefilled_, Core::kv, Core::checked_tau, Core::live, Core::check_head;
+  using Heads::held_, Heads::head_k_, Heads::step_lens_, Heads::victims_, Heads::shared_budget_, Heads::cut,
+      Heads::enter_recent, Heads::evict_step, Heads::even_lengths;
+  using Step::chunking_, Step::no_open_step;
 
  public:
   /// Builds a cache over `kv` (lengths must be 0). Allocates
@@ -84,11 +92,9 @@ class Cache final
   Cache(const CacheConfig& config, KVView<T> kv, Score score = Score(), Temperature temperature = Temperature(),
         Selection selection = Selection())
       // The view is validated (SlotTable's ErasedKV) before the core checks n_q_heads against it.
-      : Core(config, detail::SlotTable(detail::ErasedKV::from(kv)), std::move(score), std::move(temperature),
+      : Step(config, detail::SlotTable(detail::ErasedKV::from(kv)), std::move(score), std::move(temperature),
              std::move(selection), "kvevict::Cache", detail::key_reader<Score, T>(kv.head_dim)) {
     const std::size_t nkv = kv.n_kv_heads;
-    head_done_.assign(nkv, 0);
-    victims_.assign(nkv, 0);
     for (std::size_t h = 0; h < nkv; ++h)
       detail::require(kv.lengths[h] == 0, "kvevict::Cache: the view must be empty at construction (lengths[", h,
                       "] = ", kv.lengths[h], ")");
@@ -108,13 +114,9 @@ class Cache final
                       "(sums of attention, comparable across KV heads); ", detail::score_name<Score>(), " has none");
       detail::require(kv.capacity <= std::size_t{0xffffffffu}, "kvevict::Cache: head_budgets = adaptive needs a "
                       "capacity below 2^32 (got ", kv.capacity, ")");
-      adaptive_ = true;
-      head_k_.assign(nkv, 0);
-      head_n_.assign(nkv, 0);
-      step_lens_.assign(nkv, 0);
-      alloc_scores_.assign(nkv * kv.capacity, 0.0f);
-      alloc_.resize(nkv * kv.capacity);
     }
+    this->init_heads();
+    this->init_step();
     if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::Cache");
   }
 
@@ -123,7 +125,7 @@ class Cache final
   /// `std::invalid_argument` if `h >= n_kv_heads`. O(1).
   std::size_t head_budget(std::size_t h) const {
     check_head(h, "head_budget");
-    return adaptive_ && allocated_ ? head_k_[h] : k_;
+    return shared_budget_ ? head_k_[h] : k_;
   }
 
   // Copying would alias the same view: forbidden (the core's copy is deleted); moving is fine (the
@@ -243,7 +245,7 @@ class Cache final
     // ---- nothing below can throw ----
     take_chunk(C, tau);
     if (bounded && n_ > k) {
-      n_ = cut(k, w);
+      cut(k, w, /*at_prefill=*/true);
       scorer_.reload(slots_.all_scores(), slots_.capacity(), n_);
     }
   }
@@ -300,158 +302,28 @@ class Cache final
     detail::require(prefilled_, chunking_ ? "kvevict::Cache::decode_step: the chunked prompt is not finished; call "
                                             "finish_prefill() first"
                                           : "kvevict::Cache::decode_step: call prefill() first");
-    if (adaptive_) {
-      decode_step_adaptive(logits, n, gumbel);
-      return;
-    }
-    const std::int64_t new_pos = detail::check_step_view(kv(), n, n_, last_position_);
+    // Every KV head held held_[j] tokens and the engine appended one to each: with even lengths (always with
+    // uniform budgets) the one fused step over n slots; else each head's rows over its own length.
+    const bool even = even_lengths();
+    const std::int64_t new_pos =
+        even ? detail::check_step_view(kv(), n, held_.front(), last_position_)
+             : detail::check_ragged_step_view(kv(), n, held_.data(), last_position_, "kvevict::Cache::decode_step");
     const float tau = checked_tau(step_ + 1, "decode_step");
-    this->score_step(logits, gumbel, n, tau, new_pos);
-    // ---- nothing below can throw ----
-    slots_.enter_window(n - 1);
-    last_position_ = new_pos;
-    if (n > k_) {
-      if (config_.shared_heads) {
-        evict_shared(n);
-      } else {  // per KV head, on the executor: head j's search and move touch only head j
-        detail::for_each_head(scorer_.executor(), kv().n_kv_heads, [&](std::size_t j) noexcept {
-          slots_.evict(j, selection_.victim(scorer_.ranked(slots_.scores(j), slots_.positions(j), new_pos, n, j),
-                                            slots_.recent(j), slots_.positions(j), n), n); });
-      }
-      n_ = n - 1;
-    } else {
-      n_ = n;
+    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) step_lens_[j] = held_[j] + 1;
+    if (even) {
+      this->score_step(logits, gumbel, n, tau, new_pos);
+    } else if constexpr (Score::kUsesLogits) {  // uneven lengths come only from head-adaptive budgets
+      detail::require(logits != nullptr, "kvevict::Cache::decode_step: logits must be non-null");
+      scorer_.score_step_ragged(logits, gumbel, n, step_lens_.data(), 1.0f / tau, slots_.all_scores(),
+                                slots_.capacity(), static_cast<std::uint64_t>(new_pos));
     }
+    // ---- nothing below can throw ----
+    slots_.enter_window_each([&](std::size_t j) { return step_lens_[j] - 1; });
+    last_position_ = new_pos;
+    evict_step(n, /*victims_found=*/false);
     ++step_;
     tau_ = tau;
   }
-
-  /// The decode step in parts, for an engine that scores each KV head while its logits are still in
-  /// cache (issue 36: after the attention has streamed a layer's K and V, a whole layer's logits come
-  /// back from DRAM; one KV head's, scored right after its q·K, from L1/L2):
-  ///
-  ///     begin_decode_step(n);                       // the new token appended to every KV head, as for decode_step
-  ///     for each KV head j, in any order, on any thread (distinct j may run concurrently):
-  ///       compute logits x_j = [g][n] of j's query heads, then score_decode_head(j, x_j);
-  ///     end_decode_step();
-  ///
-  /// The result is `decode_step(x, n)` with the rows `x_j` concatenated (`[q_head][n]`), bit for bit:
-  /// the same kernel adds each row in the same order, and each KV head evicts the same victim. With
-  /// per-head selection (`shared_heads = false`) `score_decode_head(j, …)` also finds head `j`'s victim
-  /// right after scoring it (its scores and flags are then hot too); with `shared_heads` the layer's one
-  /// victim is found from the summed scores at the end. The view is not changed before
-  /// `end_decode_step`, which moves the victims' slots (O(n_kv_heads · head_dim)): the engine's attention
-  /// may go on reading every head's K and V (the V product of head j, of other heads) while heads are
-  /// scored.
-  /// Between `begin` and `end` the step is open: `length`, `scores` and `positions` show heads scored
-  /// so far, and `prefill`, `prefill_chunk`, `finish_prefill`, `decode_step`, `restore_position_order`
-  /// and a second `begin_decode_step` throw `std::invalid_argument` ("… a per-head decode step is open:
-  /// score every KV head and call end_decode_step(), or reset()"); `reset` abandons it.
-  ///
-  /// `begin_decode_step` checks what `decode_step` checks before scoring (prefilled, `n` = previous
-  /// length + 1 on every head, the new position the same on every head and above the last, τ_t) and
-  /// throws `std::invalid_argument` with the state unchanged; a score without logits (a key score, or
-  /// none) scores the new slot here, with its checks. O(n_kv_heads) (+ a key score's O(n_kv_heads ·
-  /// head_dim)). Call it on one thread, not concurrently with any other call.
-  void begin_decode_step(std::size_t n) override {
-    live("begin_decode_step");
-    no_open_step("begin_decode_step");
-    detail::require(prefilled_, chunking_ ? "kvevict::Cache::begin_decode_step: the chunked prompt is not finished; "
-                                            "call finish_prefill() first"
-                                          : "kvevict::Cache::begin_decode_step: call prefill() first");
-    const std::int64_t new_pos =
-        adaptive_ ? detail::check_ragged_step_view(kv(), n, head_n_.data(), last_position_,
-                                                   "kvevict::Cache::begin_decode_step")
-                  : detail::check_step_view(kv(), n, n_, last_position_, "kvevict::Cache::begin_decode_step");
-    const float tau = checked_tau(step_ + 1, "begin_decode_step");
-    if constexpr (!Score::kUsesLogits) this->score_step(nullptr, nullptr, n, tau, new_pos);
-    // ---- nothing below can throw ----
-    if (adaptive_) {  // the victim searches of score_decode_head read the flags
-      for (std::size_t j = 0; j < kv().n_kv_heads; ++j) step_lens_[j] = head_n_[j] + 1;
-      slots_.enter_window_each([&](std::size_t j) { return step_lens_[j] - 1; });
-    } else {
-      slots_.enter_window(n - 1);  // the victim searches of score_decode_head read the flags
-    }
-    step_n_ = n;
-    step_pos_ = new_pos;
-    step_tau_ = tau;
-    step_open_ = true;
-  }
-  /// KV head `j`'s part of the open step: `logits` `[g][n]` (query head `j · g + q` at row `q`, by slot
-  /// as the engine's attention reads the view, valid during the call; may be `nullptr` for a score
-  /// without logits), `gumbel` optional, same layout (as `decode_step`'s rows). Adds each row's
-  /// `softmax((x + ζ) / τ_t)` into head `j`'s scores; with per-head selection and `n > k`, then
-  /// finds head `j`'s victim (moved by `end_decode_step`). O(g · n + n) on the calling thread; no
-  /// allocation. Throws
-  /// `std::invalid_argument`, head `j` and the step unchanged (so the call may be repeated with good
-  /// logits), if no step is open, `j >= n_kv_heads`, head `j` was already scored in this step, `logits`
-  /// is null when needed, or a value of `x + ζ` is NaN / `+inf` (naming the q_head). Distinct heads may
-  /// be scored concurrently; one head is scored by one thread.
-  void score_decode_head(std::size_t kv_head, const float* logits, const float* gumbel = nullptr) override {
-    live("score_decode_head");
-    const std::size_t j = kv_head, n = step_n_;
-    detail::require(step_open_, "kvevict::Cache::score_decode_head: no decode step is open; call "
-                                "begin_decode_step(n) first");
-    detail::require(j < kv().n_kv_heads, "kvevict::Cache::score_decode_head: kv_head ", j,
-                    " out of range (n_kv_heads = ", kv().n_kv_heads, ")");
-    detail::require(head_done_[j] == 0, "kvevict::Cache::score_decode_head: KV head ", j,
-                    " was already scored in this step");
-    if constexpr (Score::kUsesLogits) {
-      detail::require(logits != nullptr, "kvevict::Cache::score_decode_head: logits must be non-null");
-      scorer_.score_step_head(j, logits, gumbel, adaptive_ ? step_lens_[j] : n, 1.0f / step_tau_,
-                              slots_.all_scores(), slots_.capacity(), static_cast<std::uint64_t>(step_pos_),
-                              "score_decode_head", n);
-    }
-    // ---- nothing below can throw ----
-    if (adaptive_) {
-      if (allocated_ && step_lens_[j] > head_k_[j])
-        victims_[j] = selection_.victim(scorer_.ranked(slots_.scores(j), slots_.positions(j), step_pos_,
-                                                       step_lens_[j], j),
-                                        slots_.recent(j), slots_.positions(j), step_lens_[j]);
-    } else if (!config_.shared_heads && n > k_)  // the search reads the scores just written; the move waits for end
-      victims_[j] = selection_.victim(scorer_.ranked(slots_.scores(j), slots_.positions(j), step_pos_, n, j),
-                                      slots_.recent(j), slots_.positions(j), n);
-    head_done_[j] = 1;
-  }
-  /// Closes the open step: if `n > k`, each KV head's victim (with `shared_heads`: the layer's, from the
-  /// scores summed over KV heads) leaves it, its slot filled with slot `n − 1`; then the step counts (`step()`, `temperature()` = τ_t). Throws
-  /// `std::invalid_argument` (the step stays open) if no step is open, a KV head was not scored
-  /// (naming the lowest) or the view's lengths changed since `begin_decode_step` (an append). O(n_kv_heads) (+ O(n_kv_heads · n) for the shared selection); no allocation.
-  void end_decode_step() override {
-    live("end_decode_step");
-    detail::require(step_open_, "kvevict::Cache::end_decode_step: no decode step is open; call "
-                                "begin_decode_step(n) first");
-    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) {
-      detail::require(head_done_[j] != 0, "kvevict::Cache::end_decode_step: KV head ", j,
-                      " was not scored (call score_decode_head(", j, ", logits) first)");
-      const std::size_t want = adaptive_ ? step_lens_[j] : step_n_;
-      detail::require(kv().lengths[j] == want, "kvevict::Cache::end_decode_step: the view's lengths[", j, "] = ",
-                      kv().lengths[j], " changed during the step (begin_decode_step(", step_n_,
-                      ")): append nothing between begin_decode_step and end_decode_step");
-    }
-    // ---- nothing below can throw ----
-    const std::size_t n = step_n_;
-    last_position_ = step_pos_;
-    if (adaptive_) {
-      evict_adaptive(n, /*victims_found=*/true);
-    } else if (n > k_) {
-      if (config_.shared_heads) {
-        evict_shared(n);
-      } else {
-        for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victims_[j], n);
-      }
-      n_ = n - 1;
-    } else {
-      n_ = n;
-    }
-    ++step_;
-    tau_ = step_tau_;
-    step_open_ = false;
-    std::fill(head_done_.begin(), head_done_.end(), std::uint8_t{0});
-  }
-  bool has_per_head_step() const override { return true; }
-  /// Whether a per-head decode step is open (between `begin_decode_step` and `end_decode_step`).
-  bool decode_step_open() const { return step_open_; }
 
   /// Forgets the sequence: every length 0, scores 0, step 0, no recent window,
   /// and sets the noise seed to `seed`. The view's K/V bytes are left as
@@ -462,11 +334,8 @@ class Cache final
     this->reset_state(seed);
     chunking_ = false;
     prompt_len_ = 0;
-    step_open_ = false;  // an open per-head step is abandoned
-    std::fill(head_done_.begin(), head_done_.end(), std::uint8_t{0});
-    allocated_ = false;
-    std::fill(head_k_.begin(), head_k_.end(), std::size_t{0});
-    std::fill(head_n_.begin(), head_n_.end(), std::size_t{0});
+    this->abandon_step();  // an open per-head step is abandoned
+    this->reset_heads();
   }
   void reset() { reset(config_.seed); }  ///< `reset(seed)` with the seed of the configuration.
 
@@ -490,9 +359,7 @@ class Cache final
     no_open_step("restore_position_order");
     if (!prefilled_ && !chunking_) detail::check_lengths(kv(), "kvevict::Cache::restore_position_order");
     for (std::size_t j = 0; j < kv().n_kv_heads; ++j)
-      slots_.sort_by_position(j, adaptive_ && prefilled_ ? head_n_[j]
-                                 : prefilled_ || chunking_ ? n_
-                                                           : kv().lengths[j]);
+      slots_.sort_by_position(j, prefilled_ ? held_[j] : chunking_ ? n_ : kv().lengths[j]);
   }
 
  private:
@@ -510,129 +377,20 @@ class Cache final
     tau_ = tau;
     chunking_ = true;
   }
-  /// Keeps `selection.prefill_keep`'s `m = min(k, n_)` of slots `[0, n_)` per KV head (one selection for the
-  /// layer with `shared_heads`), ranked by the scorer's `selection_scores` (the scores, or the score's
-  /// `selection_scores` hook: SnapKV pools them),
-  /// compacted in order; returns `m`. No throw.
-  std::size_t cut(std::size_t k, std::size_t w) noexcept {
-    std::size_t m = 0;
-    if (config_.shared_heads) {
-      const float* sum = this->summed_scores(n_);
-      m = selection_.prefill_keep(scorer_.cut_scores(sum, slots_.positions(0), last_position_, n_, 0), n_, k, w,
-                                  slots_.index());
-      for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.compact(j, slots_.index(), m);
-    } else {
-      for (std::size_t j = 0; j < kv().n_kv_heads; ++j) {
-        m = selection_.prefill_keep(scorer_.cut_scores(slots_.scores(j), slots_.positions(j), last_position_, n_, j),
-                                    n_, k, w, slots_.index());
-        slots_.compact(j, slots_.index(), m);
-      }
-    }
-    return m;
-  }
-  /// The end of the prompt: the final cut, the recent window (the last `min(w, m)` prompt tokens, now the
-  /// last slots), step 0. Cannot throw.
+  /// The end of the prompt: the layer's budget shared and the cut to it (`HeadEviction::cut`), unless the budget is
+  /// shared only at the first cut and the prompt fits (head-adaptive: every head then holds the prompt whole
+  /// until a decode step first exceeds `k`); then the recent window, the last `min(w, length)` prompt tokens of
+  /// every KV head, now its last slots; step 0. Cannot throw.
   void finish(std::size_t k, std::size_t w) noexcept {
-    if (adaptive_) {
-      k_ = k, w_ = w, step_ = 0;
-      prefilled_ = true;
-      if (n_ > k) {
-        cut_adaptive(/*at_prefill=*/true);
-      } else {  // the prompt fits: every head holds it whole until a decode step first exceeds k
-        slots_.reset_window(w);
-        for (std::size_t s = n_ - std::min(w, n_); s < n_; ++s) slots_.enter_window(s);
-        std::fill(head_n_.begin(), head_n_.end(), n_);
-      }
-      return;
-    }
-    const std::size_t m = cut(k, w);
-    slots_.reset_window(w);
-    for (std::size_t s = m - std::min(w, m); s < m; ++s) slots_.enter_window(s);
-    k_ = k, w_ = w, n_ = m, step_ = 0;
+    k_ = k, w_ = w, step_ = 0;
     prefilled_ = true;
-  }
-  /// Head-adaptive budgets, the layer's first cut (every KV head holds the same `n_` slots in position
-  /// order, `n_ > k_`): AdaKV's allocation (`allocate_head_budgets`) over each head's candidates outside its
-  /// last `w` slots, ranked as the cut ranks them (`at_prefill`: `cut_scores`, the prefill rule, e.g.
-  /// SnapKV's pooling; else `ranked`, the decode rule), floor `floor(α · (k − w))` key tokens and cap
-  /// `capacity − 1 − w`; then each head keeps `selection.prefill_keep`'s `k_j = w + count_j` tokens,
-  /// compacted in order, and its last `w` slots are the recent window. O(H n log(H n) + H n · head_dim).
-  /// Cannot throw.
-  void cut_adaptive(bool at_prefill) noexcept {
-    const std::size_t H = kv().n_kv_heads, cap = slots_.capacity(), n = n_, k = k_, w = w_;
-    const std::size_t per_head = k - w;
-    const auto floor = static_cast<std::size_t>(
-        std::floor(static_cast<double>(config_.head_budgets.floor) * static_cast<double>(per_head)));
-    auto ranks = [&](std::size_t j) {
-      return at_prefill ? scorer_.cut_scores(slots_.scores(j), slots_.positions(j), last_position_, n, j)
-                        : scorer_.ranked(slots_.scores(j), slots_.positions(j), last_position_, n, j);
-    };
-    for (std::size_t j = 0; j < H; ++j) std::copy_n(ranks(j), n - w, alloc_scores_.data() + j * cap);
-    allocate_head_budgets(alloc_scores_.data(), cap, H, n - w, per_head, std::min(floor, per_head), cap - 1 - w,
-                          alloc_.data(), head_k_.data());
-    for (std::size_t j = 0; j < H; ++j) {
-      head_k_[j] += w;
-      const std::size_t m = selection_.prefill_keep(ranks(j), n, head_k_[j], w, slots_.index());
-      slots_.compact(j, slots_.index(), m);
-      head_n_[j] = m;
+    if (n_ > k || !this->shares_at_first_cut()) {
+      cut(k, w, /*at_prefill=*/true);
+      shared_budget_ = true;
+    } else {
+      std::fill(held_.begin(), held_.end(), n_);
     }
-    allocated_ = true;
-    slots_.reset_window(w);
-    for (std::size_t i = 0; i < w; ++i) slots_.enter_window_each([&](std::size_t j) { return head_n_[j] - w + i; });
-    n_ = *std::max_element(head_n_.begin(), head_n_.end());
-  }
-  /// Head-adaptive budgets, the end of a decode step over `n = max_j step_lens_[j]` slots (the new token
-  /// entered): before the first cut and `n > k`, the first cut (the decode rule); after it, each KV head
-  /// over its budget (`step_lens_[j] > k_j`) evicts one token (`victims_found`: the victims of
-  /// `score_decode_head`, else found here). Then the tracked lengths. Cannot throw.
-  void evict_adaptive(std::size_t n, bool victims_found) noexcept {
-    const std::size_t H = kv().n_kv_heads;
-    if (!allocated_) {
-      std::fill(head_n_.begin(), head_n_.end(), n);
-      n_ = n;
-      if (n > k_) cut_adaptive(/*at_prefill=*/false);
-      return;
-    }
-    auto head = [&](std::size_t j) noexcept {
-      const std::size_t nj = step_lens_[j];
-      if (nj > head_k_[j]) {
-        const std::size_t v =
-            victims_found ? victims_[j]
-                          : selection_.victim(scorer_.ranked(slots_.scores(j), slots_.positions(j), last_position_, nj, j),
-                                              slots_.recent(j), slots_.positions(j), nj);
-        slots_.evict(j, v, nj);
-        head_n_[j] = nj - 1;
-      } else {
-        head_n_[j] = nj;
-      }
-    };
-    if (victims_found) {
-      for (std::size_t j = 0; j < H; ++j) head(j);
-    } else {  // per KV head, on the executor: head j's search and move touch only head j
-      detail::for_each_head(scorer_.executor(), H, head);
-    }
-    n_ = *std::max_element(head_n_.begin(), head_n_.end());
-  }
-  /// `decode_step` with head-adaptive budgets (after the common checks): KV head `j` held `head_n_[j]`
-  /// tokens and holds `head_n_[j] + 1` now; `n = max_j` of those is the row stride of `logits` /
-  /// `gumbel` (`[q_head][n]`, head `j`'s rows read on `[0, lengths[j])`). Scores every row
-  /// (`Scorer::score_step_ragged`: all rows checked first), enters each head's new slot into its
-  /// window, then `evict_adaptive`. Throws `std::invalid_argument` as `decode_step` (state unchanged).
-  void decode_step_adaptive(const float* logits, std::size_t n, const float* gumbel) {
-    const std::int64_t new_pos =
-        detail::check_ragged_step_view(kv(), n, head_n_.data(), last_position_, "kvevict::Cache::decode_step");
-    const float tau = checked_tau(step_ + 1, "decode_step");
-    detail::require(logits != nullptr, "kvevict::Cache::decode_step: logits must be non-null");
-    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) step_lens_[j] = head_n_[j] + 1;
-    if constexpr (Score::kUsesLogits)
-      scorer_.score_step_ragged(logits, gumbel, n, step_lens_.data(), 1.0f / tau, slots_.all_scores(),
-                                slots_.capacity(), static_cast<std::uint64_t>(new_pos));
-    // ---- nothing below can throw ----
-    slots_.enter_window_each([&](std::size_t j) { return step_lens_[j] - 1; });
-    last_position_ = new_pos;
-    evict_adaptive(n, /*victims_found=*/false);
-    ++step_;
-    tau_ = tau;
+    enter_recent(w);
   }
   /// `detail::resolve_budget` (detail/budget_rule.hpp, shared with `PagedCache`) for
   /// budget `k` over this view: the recent-window rule, `selection.validate(k,
@@ -650,36 +408,7 @@ class Cache final
     }
     return kw;
   }
-  /// A shared selection's decode-step eviction over `n` slots: the layer's one victim, from the scores summed
-  /// over KV heads, leaves every head. Cannot throw.
-  void evict_shared(std::size_t n) noexcept {
-    const float* sum = this->summed_scores(n);
-    const std::size_t victim = selection_.victim(scorer_.ranked(sum, slots_.positions(0), last_position_, n, 0),
-                                                 slots_.recent(0), slots_.positions(0), n);
-    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victim, n);
-  }
-  /// Throws `std::invalid_argument` naming `method` while a per-head decode step is open.
-  void no_open_step(const char* method) const {
-    detail::require(!step_open_, "kvevict::Cache::", method, ": a per-head decode step is open: score every KV "
-                    "head and call end_decode_step(), or reset()");
-  }
   std::size_t prompt_len_ = 0;  // prompt tokens scored so far
-  bool chunking_ = false;       // some prompt tokens were scored
-  // The open per-head decode step (begin_decode_step .. end_decode_step).
-  bool step_open_ = false;
-  std::size_t step_n_ = 0;
-  std::int64_t step_pos_ = 0;
-  float step_tau_ = 0.0f;
-  std::vector<std::uint8_t> head_done_;  // [kv_head]: scored in the open step
-  std::vector<std::size_t> victims_;     // [kv_head]: per-head selection's victim, found when the head is scored
-  // Head-adaptive budgets (HeadBudgets::adaptive; empty otherwise).
-  bool adaptive_ = false;                 // config_.head_budgets.is_adaptive()
-  bool allocated_ = false;                // the layer's first cut shared the budget: head_k_ holds it
-  std::vector<std::size_t> head_k_;       // [kv_head]: k_j, each head's share
-  std::vector<std::size_t> head_n_;       // [kv_head]: tokens each head holds (n_ is their maximum)
-  std::vector<std::size_t> step_lens_;    // [kv_head]: the lengths of the open / current decode step
-  std::vector<float> alloc_scores_;       // [kv_head][capacity]: the allocation's candidates' ranks
-  std::vector<HeadCandidate> alloc_;      // [kv_head · capacity]: the allocation's sort
 };
 
 }  // namespace kvevict
