@@ -23,18 +23,10 @@
 
 namespace {
 
+using kvtest::invalid_argument_message;
+
 using Positions = std::vector<std::int64_t>;
 
-/// The message of the `std::invalid_argument` that `f` throws, or "no throw" (another exception type escapes).
-template <class F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no throw";
-}
 
 TEST(QueryStatistics, MeanAndPopulationCovarianceByHand) {
   kvevict::QueryStatistics st(1, 2);

@@ -20,18 +20,10 @@
 
 namespace {
 
+using kvtest::invalid_argument_message;
+
 constexpr std::size_t k2p61 = std::size_t{1} << 61, k2p62 = std::size_t{1} << 62, k2p63 = std::size_t{1} << 63;
 
-/// The message of the `std::invalid_argument` that `f` throws, or "no throw" (another exception type escapes).
-template <class F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no throw";
-}
 
 TEST(CheckedMul, ProductsSumsAndMessages) {
   using kvevict::detail::checked_add;

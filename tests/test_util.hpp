@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -48,6 +49,17 @@ template <class T>
       }
     }
   return ::testing::AssertionSuccess();
+}
+
+/// The message of the `std::invalid_argument` that `f` throws, or "no throw" (another exception type escapes).
+template <class F>
+std::string invalid_argument_message(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no throw";
 }
 
 /// Causal logits [q_head][P][P] filled from a function f(h, r, c) for c <= r

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../llama2/test_support.hpp"
+#include "tool_files.hpp"
 
 namespace fs = std::filesystem;
 
@@ -37,17 +38,8 @@ struct ToolRun {
   }
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+using cli_test::slurp;
+using cli_test::spit;
 
 /// The folder every case runs in: synthetic checkpoints and files, created once.
 class Workspace {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../llama2/test_support.hpp"
+#include "tool_files.hpp"
 #include "cli/file_roles.hpp"
 #include "cli/kvevict_cli.hpp"
 #include "file_output.hpp"
@@ -28,17 +29,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+using cli_test::slurp;
+using cli_test::spit;
 
 /// A fresh folder per test, removed after it.
 class Dir {
