@@ -10,7 +10,7 @@ attends over the live slots [0, n) and hands the same pre-softmax logits to the 
 The model is a llama2.c checkpoint (legacy .bin, e.g. ../shared/models/stories260K), loaded
 with NumPy, or a llama-architecture GGUF file (e.g. SmolLM2-135M from scripts/get-models.sh), read
 and dequantized to float32 by kvevict.read_gguf; the format comes from the file's magic. The forward pass is llama2.c's run.c (RMSNorm, RoPE on interleaved pairs, GQA,
-SwiGLU) in the order tools/llama2/engine.cpp runs it, so greedy decoding reproduces
+SwiGLU) in the order tools/llama2/engine_step.cpp runs it, so greedy decoding reproduces
 kvevict-generate's ids: with --policy full (no eviction: a window as long as the context)
 the 345 reference ids of stories260K from BOS; with the eviction policies those of
 `kvevict-generate --temperature 0` with the same options (budget, recent window, sinks, tau,
