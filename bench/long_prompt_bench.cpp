@@ -6,7 +6,7 @@
 // Each benchmark reports the scoring time (the cache's calls only: prefill, or every
 // prefill_chunk / prefill_chunk_qk plus finish_prefill; the Q·K GEMM is part of the
 // latter) and the process's peak resident memory (getrusage ru_maxrss), so run each in
-// its own process: bench/long_prompt.sh does (see bench/README.md).
+// its own process: bench/long_prompt.sh does (see bench/docs/long-prompts.md).
 #include <sys/resource.h>
 
 #include <algorithm>

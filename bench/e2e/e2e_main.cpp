@@ -16,7 +16,7 @@
 //     their last position, `F * kv_bytes_full(P + G)`; the sequences that fit are
 //     `n = floor(M / held)`, `held` = the most KV bytes the single run held during decode (what a server
 //     with a shared page pool allocates per sequence; this engine's own buffers are sized per sequence, see
-//     bench/README.md). n engines prefill the prompt together (`Engine::prefill_batch`: one forward pass),
+//     bench/docs/end-to-end.md). n engines prefill the prompt together (`Engine::prefill_batch`: one forward pass),
 //     then `--batch-steps` S steps of `Engine::step_batch` (each weight block read once for all n), timed:
 //     aggregate tokens/s = n * S / seconds.
 // stdout: a CSV row (--header: the header line first). stderr: one progress line per phase.

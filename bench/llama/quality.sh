@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llama.cpp + kvevict quality on the SmolLM2 report's P = 2048 windows (issue 33; docs/quality.md's SmolLM2 part):
+# llama.cpp + kvevict quality on the SmolLM2 report's P = 2048 windows (issue 33; docs/quality-smollm2.md):
 # the python-howto documents (sorted by name, *.rst and *.txt), windows of PROMPT + PREDICT + 1 tokens taken
 # round-robin over the documents at offsets 0, W, 2W, ... (never crossing one; kvevict-quality's
 # document_windows), but tokenized by llama.cpp. Per window: the full cache, then keyformer, h2o, streaming,

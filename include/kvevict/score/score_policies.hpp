@@ -110,10 +110,10 @@ struct KeyNormScore {
 /// rounding is stored as 0. Recomputed for every held token whenever tokens enter (the anchor hooks,
 /// concepts.hpp), so it reads no logits (`nullptr` accepted). Norms and dot products are summed in one fixed
 /// order of 16 lanes (`detail::dot_fixed_order`), never contracted into FMAs: the same bits on every build, at
-/// 3.7× (baseline) to 6.3× (AVX2) fewer instructions than serial sums (bench/README.md). The ranking is kvpress's
-/// (`−cos`, highest kept) up to float rounding. A key with a NaN or infinite element makes its head's anchor (or
-/// its own score) NaN: the cache throws `std::invalid_argument` naming the KV head and the first slot whose score
-/// is NaN (state unchanged). O(n · head_dim) per KV head per call.
+/// 3.7× (baseline) to 6.3× (AVX2) fewer instructions than serial sums (bench/docs/instruction-counts.md). The
+/// ranking is kvpress's (`−cos`, highest kept) up to float rounding. A key with a NaN or infinite element
+/// makes its head's anchor (or its own score) NaN: the cache throws `std::invalid_argument` naming the KV head
+/// and the first slot whose score is NaN (state unchanged). O(n · head_dim) per KV head per call.
 struct KeyDiffScore {
   static constexpr const char* kName = "KeyDiff";
   static constexpr bool kUsesLogits = false;
