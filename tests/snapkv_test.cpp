@@ -420,6 +420,6 @@ TEST(SnapKV, LongRunKeepsTheCacheInvariants) {
   long_run_invariants<Eigen::bfloat16, kvevict::SnapKVWindow>();
 }
 
-// The paged twin (token unit == contiguous shared_heads, bit for bit) is in paged_test.cpp.
+// The paged twin (token unit == contiguous shared_heads, bit for bit) is in paged_eviction_test.cpp.
 
 }  // namespace
