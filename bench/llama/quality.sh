@@ -7,7 +7,8 @@
 # each `kvevict-llama --teacher-force PREDICT` (model-wide selection, eviction at every step).
 # Resumable: one CSV line per run in bench/llama/results/quality_p2048.csv; a run already there is skipped.
 # WINDOWS (default 12), THREADS (default 1), JOBS (runs at once, default 1), BUILD_DIR (default build-llama),
-# EXTRA (more rows after those, e.g. "knorm h2o+mean": the key norm, and h2o with --mean-attention).
+# EXTRA (more rows after those, e.g. "knorm h2o+mean h2o+summed": the key norm, h2o with --mean-attention, h2o with
+# --score-rows summed; the suffixes combine: "h2o+mean+summed"), RATIOS (default "0.1 0.2 0.5").
 # A run killed midway leaves its lock folder in $out.locks: remove that folder before resuming. At the end, prints the NLL
 # increase over the full cache per row, mean ± standard error over the windows run so far, beside kvevict's own
 # engine (per-KV-head selection) on the same windows from the committed report (summary.py).
@@ -45,8 +46,10 @@ run() {  # window doc offset policy ratio
   local key="$1,${docs[$2]},$3,$4,$5,"
   grep -qF "$key" "$out" && return 0
   mkdir "$locks/${key//\//_}" 2>/dev/null || return 0
-  local args=(--policy "${4%+mean}")
-  [ "$4" != "${4%+mean}" ] && args+=(--mean-attention)
+  local base=${4%+summed}
+  local args=(--policy "${base%+mean}")
+  [ "$base" != "${base%+mean}" ] && args+=(--mean-attention)
+  [ "$4" != "$base" ] && args+=(--score-rows summed)
   [ "$4" != full ] && args+=(--budget "$5")
   local json
   json=$("$kvl" --model "$model" --prompt-file "$data/${docs[$2]}" --skip-tokens "$3" --prompt-tokens "$prompt" \
@@ -63,7 +66,7 @@ sweep() {
     doc=${wins[$w]%%:*}
     off=${wins[$w]##*:}
     run "$w" "$doc" "$off" full 1
-    for r in 0.1 0.2 0.5; do
+    for r in ${RATIOS:-0.1 0.2 0.5}; do
       for p in keyformer h2o streaming window tova ${EXTRA:-}; do run "$w" "$doc" "$off" "$p" "$r"; done
     done
   done

@@ -14,7 +14,9 @@ import sys
 from collections import defaultdict
 
 POLICIES = ["window", "streaming", "h2o", "keyformer", "tova"]
-EXTRA = ["knorm", "h2o+mean"]  # quality.sh's EXTRA rows: shown over the windows they were run on (their n)
+# quality.sh's EXTRA rows: shown over the windows they were run on (their n). A "+summed" row (--score-rows summed)
+# is compared with its policy's per-head row of kvevict's engine.
+EXTRA = ["knorm", "h2o+mean", "h2o+summed", "keyformer+summed", "tova+summed", "h2o+mean+summed"]
 RATIOS = ["0.1", "0.2", "0.5"]
 
 
@@ -36,6 +38,11 @@ def increases(rows, key):
         if r["policy"] in POLICIES + EXTRA and key(r) in full:
             out[(r["policy"], f"{float(r['ratio']):g}")][key(r)] = float(r["nll"]) - full[key(r)]
     return out, full
+
+
+def per_head(cell):
+    """The per-head row of kvevict's engine that a model-wide row is compared with: the same policy and ratio."""
+    return (cell[0].replace("+summed", ""), cell[1])
 
 
 def table(title, cells):
@@ -73,4 +80,5 @@ if len(sys.argv) > 2:
     table("kvevict's engine (per-KV-head selection, the report's rows) on the same windows",
           {c: {w: v for w, v in m.items() if w in same} for c, m in theirs.items()})
     table("model-wide minus per-head NLL increase, paired by window (> 0: the model-wide selection costs more)",
-          {c: {w: ours[c][w] - theirs[c][w] for w in ours.get(c, {}) if w in theirs.get(c, {})} for c in ours})
+          {c: {w: ours[c][w] - theirs[per_head(c)][w] for w in ours.get(c, {}) if w in theirs.get(per_head(c), {})}
+           for c in ours})

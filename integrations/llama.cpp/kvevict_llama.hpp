@@ -8,6 +8,8 @@
 //     layer's attention probabilities `kq_soft_max-<layer>` (flash attention must be off) and the mask the
 //     softmax was given; log(p) is the logit row (softmax is shift-invariant, so every kvevict score of
 //     softmax((x + ζ) / τ) is the same as from the model's q·kᵀ/√d);
+//     `ScoreRows::summed` instead sums p over every layer and head, in place, into one row per token and gives
+//     the cache log of that sum (one query head; see `ScoreRows`);
 //   * keys (`--policy knorm` or `keydiff`, scores from the keys alone): the callback reads every layer's `Kcur-<layer>`
 //     (the batch's keys after RoPE, `[head_dim][n_head_kv][n_tokens]`, the last tensor of that name in the
 //     layer), which llama.cpp computes with flash attention on or off; the evictor's cache then has
@@ -75,6 +77,23 @@ struct SeqRmRefused : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// How the attention probabilities of every layer and head become the logits of the evictor's cache (the
+/// policies that `needs_scores`). Both give one selection for the model; they differ in what a step costs and
+/// in where Keyformer's noise enters.
+enum class ScoreRows {
+  /// Each layer's every head is a query head of its own: `n_layer · n_head` rows `log p` per token, and the
+  /// policy adds each head's `softmax((log p + ζ) / τ)` (Keyformer Eq. 7 per head). Per decode step
+  /// O(n_layer · n_head · n) logarithms and the policy's softmax (and noise) over as many entries.
+  per_head,
+  /// One row per token: `log Σ_{l,h} p_{l,h}` over the held positions (the probabilities read in place from
+  /// `kq_soft_max` and summed over layers, then heads, in float), and the policy scores that one row. H2O's
+  /// and TOVA's rankings are the per-head ones (`softmax(log Σ p) = Σ p / (n_layer · n_head)`, a constant
+  /// factor; equal up to rounding), mean attention's too; Keyformer draws one ζ per position and step on the
+  /// summed row instead of one per head. Per decode step O(n_layer · n_head · n_kv) contiguous adds and O(n)
+  /// logarithms and policy work.
+  summed,
+};
+
 /// Keeps one llama.cpp sequence within a kvevict budget (see the file comment for the protocol).
 class Evictor {
  public:
@@ -90,6 +109,14 @@ class Evictor {
     if (capacity == 0) throw std::invalid_argument("kvevict_llama::Evictor: capacity must be >= 1");
   }
 
+  /// How the attention becomes the cache's logits (`ScoreRows`; default `per_head`). Call before `attach`.
+  void set_score_rows(ScoreRows rows) {
+    if (ctx_ != nullptr) throw std::logic_error("kvevict_llama::Evictor::set_score_rows: call it before attach");
+    rows_ = rows;
+  }
+  /// The `ScoreRows` in use.
+  ScoreRows score_rows() const { return rows_; }
+
   /// Binds the evictor to `ctx` (created with `cb_eval = eval_callback`, `cb_eval_user_data = this`) and
   /// sequence `seq`. Throws `std::invalid_argument` if the evictor evicts and the model's memory is recurrent
   /// or hybrid (it cannot drop a middle range of positions), or if the model has no attention heads. (Flash
@@ -104,7 +131,7 @@ class Evictor {
     n_layer_ = static_cast<std::size_t>(llama_model_n_layer(model));
     n_head_ = static_cast<std::size_t>(llama_model_n_head(model));
     if (n_layer_ == 0 || n_head_ == 0) throw std::invalid_argument("the model has no attention layers");
-    config_.n_q_heads = n_layer_ * n_head_;
+    config_.n_q_heads = rows_ == ScoreRows::summed ? 1 : n_layer_ * n_head_;
     config_.shared_heads = false;
     if (evict_ && needs_keys(policy_)) {
       // One KV head per layer and llama.cpp KV head, [layer · n_head_kv + h][slot][head_dim], one selection.
@@ -193,6 +220,7 @@ class Evictor {
     batch_n_ = 0;
     max_cells_ = std::max(max_cells_, last_visible_);
     if (!cache_) return;
+    if (rows_ == ScoreRows::summed && needs_scores(policy_)) summed_logits(n);
     const float* x = needs_scores(policy_) ? x_.data() : nullptr;
     if (record_) record_rows(n);
     if (!prompt_done_) {
@@ -202,6 +230,7 @@ class Evictor {
     cache_->decode_step(x, cache_->length(0));
     require_newest_kept();
     drop_evicted();
+    if (!cell_pos_.empty() && top_cell() >= cache_->length(0) + compact_slack()) compact();
   }
 
   /// Ends the prompt: cuts it to the budget k and drops the evicted positions from llama.cpp's memory.
@@ -214,7 +243,50 @@ class Evictor {
     cache_->finish_prefill();
     require_newest_kept();
     drop_evicted();
+    if (dropped_ > 0) compact();
   }
+
+  /// Moves the sequence's cells to the front of llama.cpp's KV cache, in their order, positions and K/V
+  /// unchanged: llama.cpp attends over every cell up to the highest one in use (`n_kv`, padded to 256), so
+  /// after eviction has left holes the attention still costs the uncut context until the held cells are
+  /// packed. Through the public API: `llama_state_seq_get_data`, `llama_memory_seq_rm` of the sequence,
+  /// `llama_state_seq_set_data` (which places a sequence's cells, saved in ascending cell order, into the
+  /// free cells from 0 in that order: the held position of the i-th lowest cell moves to cell i; the map is
+  /// updated so, and the next batch's mask checks it). O(held cells · n_layer · (K + V row bytes)) copied
+  /// twice, once per call; `end_prompt` calls it after its cut and `end` whenever the cells attended exceed
+  /// the cells held by `compact_slack()` or more. Needs one sequence per context. Throws
+  /// `std::runtime_error` if llama.cpp does not save or restore the whole sequence (then it may be lost).
+  void compact() {
+    const std::size_t size = llama_state_seq_get_size(ctx_, seq_);
+    state_.resize(size);
+    if (llama_state_seq_get_data(ctx_, state_.data(), size, seq_) != size)
+      throw std::runtime_error("kvevict_llama: llama_state_seq_get_data did not save the sequence's " +
+                               std::to_string(size) + " bytes; nothing was moved");
+    if (!llama_memory_seq_rm(mem_, seq_, -1, -1))
+      throw std::runtime_error("kvevict_llama: llama_memory_seq_rm refused to clear the sequence for compaction; "
+                               "nothing was moved");
+    if (llama_state_seq_set_data(ctx_, state_.data(), size, seq_) != size)
+      throw std::runtime_error("kvevict_llama: llama_state_seq_set_data did not restore the sequence's " +
+                               std::to_string(size) + " bytes after compaction: its KV cache is lost");
+    ++compactions_;
+    if (cell_pos_.empty()) return;  // cells not tracked (flash attention: no mask read)
+    std::size_t next = 0;
+    for (std::size_t c = 0; c < cell_pos_.size(); ++c) {
+      const std::int64_t p = cell_pos_[c];
+      cell_pos_[c] = -1;
+      prev_pos_[c] = -1;
+      if (p < 0) continue;
+      cell_pos_[next] = p;  // next <= c: the cell was cleared or visited already
+      prev_pos_[next] = p;
+      pos_cell_[static_cast<std::size_t>(p)] = static_cast<std::int64_t>(next);
+      ++next;
+    }
+  }
+  /// How many cells beyond those held llama.cpp may attend before `end` compacts (256: llama.cpp pads the
+  /// attended range to 256 cells, so a smaller excess costs nothing).
+  static constexpr std::size_t compact_slack() { return 256; }
+  /// How often the sequence was compacted (`compact`).
+  std::size_t compactions() const { return compactions_; }
 
   /// Records the logits the cache is given as a trace `[n_q_heads][capacity][capacity]` (rows = positions;
   /// entries not in the cache are -inf), for `kvevict-replay`. Call before the first `begin`.
@@ -227,7 +299,8 @@ class Evictor {
 
   /// The kvevict cache (null for a full cache): its slots' positions and scores.
   const kvevict::CacheInterface* cache() const { return cache_.get(); }
-  /// Query heads of the model-wide selection: n_layer · n_head.
+  /// Query heads of the evictor's cache: n_layer · n_head (`ScoreRows::per_head`), 1 (`summed`), n_layer ·
+  /// n_head_kv (knorm, keydiff).
   std::size_t n_q_heads() const { return config_.n_q_heads; }
   /// Positions held now, ascending (a full cache: every position so far).
   std::vector<std::int64_t> kept() const {
@@ -287,7 +360,10 @@ class Evictor {
       throw_in_callback("layer " + std::to_string(layer) + "'s kq_soft_max has " + std::to_string(t->ne[2]) +
                         " heads; the model-wide selection needs " + std::to_string(n_head_) + " in each of " +
                         std::to_string(n_layer_) + " layers");
-    copy_scores(t, static_cast<std::size_t>(layer));
+    if (rows_ == ScoreRows::summed)
+      add_probabilities(t);
+    else
+      copy_scores(t, static_cast<std::size_t>(layer));
     ++layers_seen_;
     return true;
   }
@@ -368,6 +444,52 @@ class Evictor {
       }
   }
 
+  // ScoreRows::summed: one layer's probabilities added, head by head, into sum_[row][cell] (the layer's first
+  // call zeroes it); the rows are read in place, a contiguous add over the n_kv cells when ggml stores a row
+  // densely. Masked cells hold p = 0.
+  void add_probabilities(const ggml_tensor* t) {
+    const std::size_t rows = batch_n_, n_kv = static_cast<std::size_t>(t->ne[0]);
+    if (layers_seen_ == 0) {
+      sum_cells_ = n_kv;
+      sum_.assign(rows * n_kv, 0.0f);
+    } else if (n_kv != sum_cells_) {
+      throw_in_callback("kq_soft_max has " + std::to_string(n_kv) + " cells in one layer and " +
+                        std::to_string(sum_cells_) + " in another of the same batch");
+    }
+    const bool dense = t->nb[0] == sizeof(float);
+    for (std::size_t h = 0; h < n_head_; ++h)
+      for (std::size_t r = 0; r < rows; ++r) {
+        const char* row = static_cast<const char*>(t->data) + r * t->nb[1] + h * t->nb[2];
+        float* acc = sum_.data() + r * n_kv;
+        if (dense) {
+          const float* p = reinterpret_cast<const float*>(row);
+          for (std::size_t c = 0; c < n_kv; ++c) acc[c] += p[c];
+        } else {
+          for (std::size_t c = 0; c < n_kv; ++c) acc[c] += *reinterpret_cast<const float*>(row + c * t->nb[0]);
+        }
+      }
+  }
+
+  // ScoreRows::summed: the cache's logits [row][slot] = log of the summed probabilities of the slot's cell.
+  void summed_logits(std::size_t rows) {
+    const std::size_t n = cache_->length(0);
+    const std::int64_t* pos = cache_->positions(0);
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* out = x_.data() + r * n;
+      const float* acc = sum_.data() + r * sum_cells_;
+      const std::size_t limit = batch_first_ + r;  // causal: slots up to this position
+      for (std::size_t s = 0; s < n; ++s) {
+        if (static_cast<std::size_t>(pos[s]) > limit) continue;
+        const std::int64_t cell = pos_cell_[static_cast<std::size_t>(pos[s])];
+        if (cell < 0 || static_cast<std::size_t>(cell) >= sum_cells_)
+          throw std::runtime_error("kvevict_llama: position " + std::to_string(pos[s]) + " is held but its cell " +
+                                   std::to_string(cell) + " is not among the " + std::to_string(sum_cells_) +
+                                   " cells of kq_soft_max");
+        out[s] = std::log(acc[static_cast<std::size_t>(cell)]);
+      }
+    }
+  }
+
   // One layer's Kcur (F32; [head_dim][n_head_kv][n_tokens], or [n_head_kv · head_dim][n_tokens] before the
   // reshape): the batch's keys into the staging buffer. Every tensor of the name overwrites the last, so the
   // layer's last one (after RoPE, the one stored in the cache) stays.
@@ -437,6 +559,15 @@ class Evictor {
                              "holds, so the newest must stay (a recent window w >= 1 keeps it)");
   }
 
+  // 1 + the highest cell holding a position the cache holds: llama.cpp attends over the cells below it.
+  std::size_t top_cell() const {
+    const std::size_t n = cache_->length(0);
+    const std::int64_t* pos = cache_->positions(0);
+    std::int64_t top = -1;
+    for (std::size_t s = 0; s < n; ++s) top = std::max(top, pos_cell_[static_cast<std::size_t>(pos[s])]);
+    return static_cast<std::size_t>(top + 1);
+  }
+
   // Drops from llama.cpp's memory every position the cache no longer holds.
   void drop_evicted() {
     std::vector<bool> held(next_, false);
@@ -477,6 +608,11 @@ class Evictor {
   std::vector<std::int64_t> pos_cell_;  // position -> cell (-1: not held)
   std::vector<bool> evicted_;
   std::vector<float> x_, trace_;
+  ScoreRows rows_ = ScoreRows::per_head;
+  std::vector<float> sum_;  // ScoreRows::summed: the batch's probabilities summed over layers and heads, [row][cell]
+  std::size_t sum_cells_ = 0;
+  std::vector<std::uint8_t> state_;  // compact: the sequence's saved state
+  std::size_t compactions_ = 0;
   std::vector<float> zero_row_;        // one token's K/V rows of zeros, appended by `begin` (no allocation per step)
   std::vector<float> keys_, key_log_;  // knorm, keydiff: the batch's keys per layer; every key given (record_keys)
   std::vector<bool> key_layers_;       // knorm, keydiff: layers whose Kcur the callback saw in this batch

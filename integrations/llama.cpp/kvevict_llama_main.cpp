@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Run a GGUF model in llama.cpp with a kvevict policy (one selection for the whole model) deciding "
                "which KV positions to drop."};
   std::string model_path, prompt, prompt_file, prompt_tokens_text, skip_text, steps_text = "32", teacher_text, ctx_text,
-                                                                    batch_text = "64", threads_text, fa = "off",
+                                                                    batch_text = "64", threads_text, fa = "off", score_rows = "per-head",
                                                                     kept_out, trace_out, keys_out;
   bool no_kvevict = false, ignore_eos = false, count_only = false;
   kvcli::EvictionFlags flags;
@@ -160,12 +160,17 @@ int main(int argc, char** argv) {
       ->type_name("INT");
   app.add_option("--threads", threads_text, "llama.cpp threads (default: the hardware's)")->type_name("INT");
   app.add_option("--flash-attn", fa, "on or off (default off; policies that score need off)")->type_name("on|off");
+  auto* score_rows_opt =
+      app.add_option("--score-rows", score_rows,
+                     "per-head (default: each layer's every head scored as its own query head, Keyformer Eq. 7 per "
+                     "head) or summed (one row: the probabilities summed over layers and heads, read in place)")
+          ->type_name("per-head|summed");
   app.add_flag("--no-kvevict", no_kvevict, "llama.cpp alone: the same loop without the callback or kvevict");
   auto* ignore_eos_opt = app.add_flag("--ignore-eos", ignore_eos, "generate: do not stop at an end-of-generation token");
   app.add_option("--kept-out", kept_out, "write the kept positions after the prompt and every step (kvevict-replay's "
                                          "JSON Lines)");
   app.add_option("--trace-out", trace_out, "write the model-wide logits the cache was given as float32 .npy "
-                                           "[n_layer*n_head, N, N] for kvevict-replay");
+                                           "[n_layer*n_head, N, N] (--score-rows summed: [1, N, N]) for kvevict-replay");
   app.add_option("--keys-out", keys_out, "--policy knorm or keydiff: write the keys the cache was given as float32 .npy "
                                          "[n_layer*n_head_kv, N, n_embd/n_head] (after RoPE)");
   app.add_flag("--verbose", g_verbose, "show llama.cpp's log");
@@ -193,6 +198,12 @@ int main(int argc, char** argv) {
                                                   " scores tokens from attention probabilities, which llama.cpp "
                                                   "does not compute with flash attention; use --flash-attn off, or "
                                                   "--policy streaming, window, knorm, keydiff or full");
+    if (score_rows != "per-head" && score_rows != "summed")
+      throw kvcli::UsageError("--score-rows", "expected per-head or summed, got '" + score_rows + "'");
+    if (score_rows_opt->count() > 0 && (full || !kvevict_llama::Evictor::needs_scores(policy)))
+      throw kvcli::UsageError("--score-rows", "chooses how attention becomes scores: it needs a --policy that scores "
+                                              "from attention (h2o, keyformer or tova; got " +
+                                                  (no_kvevict ? std::string("--no-kvevict") : flags.policy) + ")");
     const bool teacher = !teacher_text.empty();
     // The generate-only flags with --teacher-force: an error, not an option silently ignored.
     if (teacher && steps_opt->count() > 0)
@@ -332,6 +343,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<kvevict_llama::Evictor> ev;
     if (!no_kvevict && !(full && flash)) {  // a full cache with flash attention: no scores, nothing to track
       ev = std::make_unique<kvevict_llama::Evictor>(policy, config, params, N, !full);
+      if (score_rows == "summed") ev->set_score_rows(kvevict_llama::ScoreRows::summed);
       cparams.cb_eval = kvevict_llama::eval_callback;
       cparams.cb_eval_user_data = ev.get();
     }
@@ -473,10 +485,11 @@ int main(int argc, char** argv) {
                  decode_s > 0 ? static_cast<double>(steps_done) / decode_s : 0.0, decode_cpu,
                  decode_cpu > 0 ? static_cast<double>(steps_done) / decode_cpu : 0.0);
     if (ev && !flash)
-      std::fprintf(stderr, "; most cells seen %zu, dropped %zu, cells reused %zu", ev->max_visible_cells(),
-                   ev->dropped(), ev->cells_reused());
+      std::fprintf(stderr, "; most cells seen %zu, dropped %zu, cells reused %zu, compactions %zu",
+                   ev->max_visible_cells(), ev->dropped(), ev->cells_reused(), ev->compactions());
     if (ev && flash)  // no kq_soft_max, so no mask: the cells are not tracked
-      std::fprintf(stderr, "; dropped %zu (flash attention: cells not tracked)", ev->dropped());
+      std::fprintf(stderr, "; dropped %zu, compactions %zu (flash attention: cells not tracked)", ev->dropped(),
+                   ev->compactions());
     if (!trace_out.empty())
       std::fprintf(stderr, "; replay: kvevict-replay --logits %s --prompt-len %zu --q-heads-per-kv %zu --gen-steps %zu",
                    trace_out.c_str(), P, ev->n_q_heads(), std::max<std::size_t>(decode_steps, 1));

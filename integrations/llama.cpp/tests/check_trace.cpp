@@ -3,6 +3,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 //   kvevict-llama-check-trace logits TRACE.npy KEPT.jsonl P N_LAYER REF SPLICED.npy
+//   kvevict-llama-check-trace summed TRACE.npy KEPT.jsonl P N_LAYER REF SPLICED.npy
 //   kvevict-llama-check-trace kept KEPT.jsonl REPLAY.jsonl
 //
 // `logits`: TRACE is kvevict-llama's model-wide trace, [n_layer·n_head][N][N] (head layer·n_head + h; row t =
@@ -21,6 +22,12 @@
 //      legitimately); they are checked by 1 and 2 only;
 // and writes SPLICED, the trace to replay instead of kvevict-llama's own: every prompt row of every layer and
 // the decode rows of layer 0 from the reference, the decode rows of layers >= 1 from TRACE (see 3).
+// `summed`: TRACE is kvevict-llama --score-rows summed's trace, [1][N][N] (row t: log Σ_{l,h} p over the held
+// cells), N_LAYER the model's every layer (REF0..REF<N_LAYER-1>, each [n_head][M][M]). It checks every row's held
+// cells as 1., that exp(row) sums to n_layer · n_head over them, and each prompt row against log Σ_{l,h}
+// softmax(reference) over the same cells (summed in double here, apart from the tool's float sum); decode rows
+// have no independent reference past layer 0 (see 3.). SPLICED [1][N][N]: the prompt rows from the reference,
+// the decode rows from TRACE.
 // `kept`: the kept sets of two JSON Lines files (kvevict-replay's format) are equal line by line (t, τ,
 // positions exactly; scores within kScoreTol relative).
 // Exit 0: all checks passed; 1: a check failed (the first failures are printed); 2: bad input.
@@ -230,6 +237,112 @@ int check_logits(int argc, char** argv) {
   return fail.count ? 1 : 0;
 }
 
+// kSumRel: a summed row's exp sums to n_layer · n_head (each head's p to 1 within kSumTol), relative.
+// kSummedProbRel: |Σp − Σp_ref| / (n_layer · n_head) on a prompt row's held cell: the mean over heads of the per-head
+// |Δp|, bounded by kProbTol like each of them; measured 5.0e-4 on stories260K (P = 400, k = 64). kSummedLogRel:
+// |Δ log Σp| where Σp_ref >= 1e-3 · n_layer · n_head (a relative error of the sum; smaller sums are checked by
+// kSummedProbRel only), measured 1.85e-2 (F16 keys and queries, as kLogpRel).
+constexpr double kSumRel = 1e-5, kSummedProbRel = 0.001, kSummedLogRel = 0.04;
+
+int check_summed(int argc, char** argv) {
+  if (argc != 8) throw std::invalid_argument("summed: expected TRACE KEPT P N_LAYER REF SPLICED");
+  const replay::NpyArray tr = replay::read_npy_f32(argv[2], "TRACE");
+  const std::vector<nlohmann::json> kept_lines = read_lines(argv[3]);
+  const std::size_t P = std::stoul(argv[4]), L = std::stoul(argv[5]);
+  const std::string ref_prefix = argv[6];
+  if (tr.shape.size() != 3 || tr.shape[0] != 1 || tr.shape[1] != tr.shape[2] || L == 0)
+    throw std::invalid_argument("TRACE: expected [1, N, N]");
+  const std::size_t N = tr.shape[1];
+  if (P == 0 || P > N || kept_lines.size() != N - P + 1)
+    throw std::invalid_argument("KEPT: expected " + std::to_string(N - P + 1) + " lines, got " +
+                                std::to_string(kept_lines.size()));
+  std::vector<replay::NpyArray> ref(L);
+  std::size_t H = 0;
+  for (std::size_t l = 0; l < L; ++l) {
+    ref[l] = replay::read_npy_f32(ref_prefix + std::to_string(l) + ".npy", "REF" + std::to_string(l));
+    const auto& s = ref[l].shape;
+    if (l == 0 && s.size() == 3) H = s[0];
+    if (s.size() != 3 || s[0] != H || H == 0 || s[1] != s[2] || s[1] < N)
+      throw std::invalid_argument("REF" + std::to_string(l) + ": expected [n_head, M, M], M >= " + std::to_string(N));
+  }
+  const double heads = static_cast<double>(L * H);
+  auto T = [&](std::size_t t, std::size_t j) { return tr.data[t * N + j]; };
+  auto R = [&](std::size_t l, std::size_t h, std::size_t t, std::size_t j) {
+    const std::size_t M = ref[l].shape[1];
+    return static_cast<double>(ref[l].data[(h * M + t) * M + j]);
+  };
+  // held[t] as in `logits`: the prompt whole, then KEPT's set before t plus t.
+  std::vector<std::vector<std::size_t>> held(N);
+  for (std::size_t t = 0; t < N; ++t) {
+    if (t < P) {
+      for (std::size_t j = 0; j <= t; ++j) held[t].push_back(j);
+      continue;
+    }
+    for (const auto& p : kept_lines[t - P].at("kept").at(0)) held[t].push_back(p.get<std::size_t>());
+    held[t].push_back(t);
+  }
+  Failure fail;
+  double max_sum_err = 0, max_dprob = 0, max_dlog = 0;
+  std::size_t compared = 0;
+  std::vector<double> want(N);
+  std::vector<float> out(N * N, 0.0f);
+  for (std::size_t t = 0; t < N; ++t) {
+    const std::string where = "row " + std::to_string(t) + (t < P ? " (prompt)" : " (decode)");
+    const bool has_ref = t < P;
+    if (has_ref) {  // Σ_{l,h} softmax over the held cells, in double
+      std::fill(want.begin(), want.end(), 0.0);
+      for (std::size_t l = 0; l < L; ++l)
+        for (std::size_t h = 0; h < H; ++h) {
+          double m = -std::numeric_limits<double>::infinity(), z = 0;
+          for (std::size_t j : held[t]) m = std::max(m, R(l, h, t, j));
+          for (std::size_t j : held[t]) z += std::exp(R(l, h, t, j) - m);
+          for (std::size_t j : held[t]) want[j] += std::exp(R(l, h, t, j) - m) / z;
+        }
+    }
+    std::size_t next = 0;
+    for (std::size_t j = 0; j <= t; ++j) {
+      const bool is_held = next < held[t].size() && held[t][next] == j;
+      next += is_held;
+      const float x = T(t, j);
+      out[t * N + j] = has_ref ? static_cast<float>(std::log(want[j])) : x;
+      if (is_held && x == -std::numeric_limits<float>::infinity() && (!has_ref || want[j] < 1e-30)) continue;
+      if (std::isnan(x) || std::isinf(x) == is_held || x > std::log(heads) + 1e-4)
+        fail.report(where + ": entry " + std::to_string(j) + " is " + fmt(x) +
+                    (is_held ? ", a held cell" : ", a cell not held"));
+    }
+    double sum = 0;
+    for (std::size_t j : held[t]) sum += std::exp(static_cast<double>(T(t, j)));
+    max_sum_err = std::max(max_sum_err, std::abs(sum / heads - 1.0));
+    if (!(std::abs(sum / heads - 1.0) <= kSumRel))
+      fail.report(where + ": exp of the row sums to " + std::to_string(sum) + " over its " +
+                  std::to_string(held[t].size()) + " held cells, not n_layer * n_head = " + fmt(heads));
+    if (!has_ref) continue;
+    for (std::size_t j : held[t]) {
+      const double got = std::exp(static_cast<double>(T(t, j)));
+      const double dprob = std::abs(got - want[j]) / heads;
+      max_dprob = std::max(max_dprob, dprob);
+      ++compared;
+      if (!(dprob <= kSummedProbRel))
+        fail.report(where + ": Σp of position " + std::to_string(j) + " is " + fmt(got) + ", the reference's " +
+                    fmt(want[j]));
+      if (want[j] < 1e-3 * heads) continue;
+      const double dlog = std::abs(std::log(got) - std::log(want[j]));
+      max_dlog = std::max(max_dlog, dlog);
+      if (!(dlog <= kSummedLogRel))
+        fail.report(where + ": log Σp of position " + std::to_string(j) + " is " + fmt(std::log(got)) +
+                    ", the reference's " + fmt(std::log(want[j])));
+    }
+  }
+  replay::write_npy_f32(argv[7], {1, N, N}, out.data());
+  std::printf("summed: %zu layers x %zu heads, N = %zu, P = %zu: every row finite exactly on its held cells, exp sums "
+              "to n_layer * n_head (max relative error %.2g, tolerance %.0e); %zu prompt entries against "
+              "kvevict-generate: max |dΣp| / (n_layer * n_head) %.3g (tolerance %.2g), max |dlog Σp| %.3g "
+              "(tolerance %.2g)\n",
+              L, H, N, P, max_sum_err, kSumRel, compared, max_dprob, kSummedProbRel, max_dlog, kSummedLogRel);
+  if (fail.count) std::fprintf(stderr, "%d failures\n", fail.count);
+  return fail.count ? 1 : 0;
+}
+
 int check_kept(int argc, char** argv) {
   if (argc != 4) throw std::invalid_argument("kept: expected KEPT REPLAY");
   const std::vector<nlohmann::json> a = read_lines(argv[2]), b = read_lines(argv[3]);
@@ -276,8 +389,9 @@ int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "logits") return check_logits(argc, argv);
+    if (mode == "summed") return check_summed(argc, argv);
     if (mode == "kept") return check_kept(argc, argv);
-    std::fprintf(stderr, "usage: %s logits TRACE KEPT P N_LAYER REF SPLICED | kept KEPT REPLAY\n", argv[0]);
+    std::fprintf(stderr, "usage: %s logits|summed TRACE KEPT P N_LAYER REF SPLICED | kept KEPT REPLAY\n", argv[0]);
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvevict-llama-check-trace: %s\n", e.what());

@@ -120,6 +120,33 @@ independent_logits() {  # policy
     || fail "kept sets differ from the replay of kvevict-generate's logits"
 }
 
+# --score-rows summed: the cache is given one row per token, log of the probabilities summed over every layer and
+# head. The tool's summed rows against the sum of kvevict-generate's per-layer softmaxes (every layer: L = 5 is all
+# of stories260K), then the kept sets against kvevict-replay of that independent trace with one query head.
+summed_logits() {  # policy
+  [ -n "${GEN:-}" ] || { echo "kvevict-generate not built (tools/llama2 needs SentencePiece and PCRE2)"; exit 77; }
+  local policy=$1 P=400 T=24 L=5 text
+  text=$(head -c 1000 "$TEXT")
+  "$KVL" --model "$MODEL" --prompt "$text" --prompt-tokens $P --teacher-force $T --threads 1 --policy "$policy" \
+    --budget 64 --score-rows summed --kept-out "$w/kept.jsonl" --trace-out "$w/trace.npy" >"$w/nll.txt" \
+    2>"$w/summary.txt" || { cat "$w/summary.txt" >&2; fail "kvevict-llama failed"; }
+  cat "$w/summary.txt"
+  grep -q "q-heads-per-kv 1 " "$w/summary.txt" || fail "the summed trace is not one query head"
+  grep -q "compactions [1-9]" "$w/summary.txt" || fail "the cells were never compacted"
+  for ((l = 0; l < L; ++l)); do
+    "$GEN" --model "$MODEL" --prompt "$text" --steps 0 --threads 1 --dump-logits "$w/ref$l.npy" --dump-layer $l \
+      >/dev/null 2>"$w/gen.txt" || { cat "$w/gen.txt" >&2; fail "kvevict-generate failed"; }
+  done
+  "$CHECK_TRACE" summed "$w/trace.npy" "$w/kept.jsonl" $P $L "$w/ref" "$w/spliced.npy" \
+    || fail "kvevict-llama's summed rows differ from kvevict-generate's"
+  local gen=()
+  [ "$policy" = keyformer ] && gen=(--gen-steps $T)
+  "$KVR" --logits "$w/spliced.npy" --prompt-len $P --q-heads-per-kv 1 --policy "$policy" --budget 64 "${gen[@]}" \
+    >"$w/replay.jsonl"
+  "$CHECK_TRACE" kept "$w/kept.jsonl" "$w/replay.jsonl" \
+    || fail "kept sets differ from the replay of the summed reference"
+}
+
 # A refusal: exit 2 and exactly this line on stderr.
 refuses() {  # expected-line args...
   local expected=$1
@@ -286,6 +313,8 @@ case "$case_name" in
   independent_logits_h2o) independent_logits h2o ;;
   independent_logits_keyformer) independent_logits keyformer ;;
   independent_logits_tova) independent_logits tova ;;
+  summed_logits_h2o) summed_logits h2o ;;
+  summed_logits_keyformer) summed_logits keyformer ;;
   refuse_output_that_is_an_input) refuse_output_that_is_an_input ;;
   *) fail "unknown case $case_name" ;;
 esac
