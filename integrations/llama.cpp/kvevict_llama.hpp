@@ -165,8 +165,10 @@ class Evictor {
   }
 
   /// Reserves the next `n` positions (one batch, `1 <= n`, `n == 1` after `end_prompt`) and returns the
-  /// first; the caller decodes its tokens at positions first .. first + n − 1, in order.
-  llama_pos begin(std::size_t n) {
+  /// first; the caller decodes its tokens at positions first .. first + n − 1, in order, as the rows
+  /// `row0 .. row0 + n − 1` of the ubatch (several sequences in one batch: `Sequences`; the whole batch must be
+  /// one ubatch, n_ubatch >= its tokens).
+  llama_pos begin(std::size_t n, std::size_t row0 = 0) {
     if (n == 0) throw std::invalid_argument("kvevict_llama::Evictor::begin: n must be >= 1");
     if (prompt_done_ && n != 1)
       throw std::invalid_argument("kvevict_llama::Evictor::begin: after end_prompt, decode one token per batch");
@@ -175,6 +177,7 @@ class Evictor {
                                   " positions exceed the capacity " + std::to_string(capacity_));
     batch_first_ = next_;
     batch_n_ = n;
+    row0_ = row0;
     batch_rows_seen_ = 0;
     layers_seen_ = 0;
     key_layers_.assign(n_layer_, false);
@@ -230,7 +233,7 @@ class Evictor {
     cache_->decode_step(x, cache_->length(0));
     require_newest_kept();
     drop_evicted();
-    if (!cell_pos_.empty() && top_cell() >= cache_->length(0) + compact_slack()) compact();
+    if (auto_compact_ && !cell_pos_.empty() && top_cell() >= cache_->length(0) + compact_slack()) compact();
   }
 
   /// Ends the prompt: cuts it to the budget k and drops the evicted positions from llama.cpp's memory.
@@ -243,7 +246,7 @@ class Evictor {
     cache_->finish_prefill();
     require_newest_kept();
     drop_evicted();
-    if (dropped_ > 0) compact();
+    if (dropped_ > 0 && auto_compact_) compact();
   }
 
   /// Moves the sequence's cells to the front of llama.cpp's KV cache, in their order, positions and K/V
@@ -282,6 +285,44 @@ class Evictor {
       ++next;
     }
   }
+  /// Whether `end_prompt` and `end` compact this sequence themselves (default true; one sequence per context).
+  /// `Sequences` turns it off and compacts the whole context instead.
+  void set_auto_compact(bool on) { auto_compact_ = on; }
+
+  /// After the whole context was compacted (`Sequences::compact`): `new_cell[c]` is the cell now holding what
+  /// cell `c` held (or -1), for every cell this sequence held. Throws `std::logic_error` (nothing changed) if a
+  /// held cell has no new cell. O(cells).
+  void move_cells(const std::vector<std::int64_t>& new_cell) {
+    for (std::size_t c = 0; c < cell_pos_.size(); ++c)
+      if (cell_pos_[c] >= 0 && (c >= new_cell.size() || new_cell[c] < 0))
+        throw std::logic_error("kvevict_llama::Evictor::move_cells: cell " + std::to_string(c) + " (position " +
+                               std::to_string(cell_pos_[c]) + ") has no new cell");
+    std::vector<std::int64_t> moved(std::max(cell_pos_.size(), new_cell.size()), -1);
+    for (std::size_t c = 0; c < cell_pos_.size(); ++c) {
+      if (cell_pos_[c] < 0) continue;
+      const auto to = static_cast<std::size_t>(new_cell[c]);
+      moved[to] = cell_pos_[c];
+      pos_cell_[static_cast<std::size_t>(cell_pos_[c])] = new_cell[c];
+    }
+    cell_pos_ = moved;
+    prev_pos_ = moved;
+  }
+  /// After the sequence's cells were freed (`Sequences::release`): no cell holds any of its positions.
+  void forget_cells() {
+    std::fill(cell_pos_.begin(), cell_pos_.end(), -1);
+    std::fill(pos_cell_.begin(), pos_cell_.end(), -1);
+  }
+  /// The position each cell holds (-1: none of this sequence's), as read from llama.cpp's masks.
+  const std::vector<std::int64_t>& cell_positions() const { return cell_pos_; }
+  /// The llama.cpp sequence id (`attach`).
+  llama_seq_id seq() const { return seq_; }
+  /// Cells llama.cpp attends for this sequence: 1 + the highest cell holding a held position (0 before any).
+  std::size_t attended_cells() const { return cache_ && !cell_pos_.empty() ? top_cell() : 0; }
+  /// Positions the evictor's cache holds now (0 for a full cache).
+  std::size_t held() const { return cache_ ? cache_->length(0) : 0; }
+  /// Counts one compaction done by `Sequences`.
+  void count_compaction() { ++compactions_; }
+
   /// How many cells beyond those held llama.cpp may attend before `end` compacts (256: llama.cpp pads the
   /// attended range to 256 cells, so a smaller excess costs nothing).
   static constexpr std::size_t compact_slack() { return 256; }
@@ -384,14 +425,15 @@ class Evictor {
   void read_mask(const ggml_tensor* mask) {
     if (mask->type != GGML_TYPE_F32) throw_in_callback("the attention mask is not F32 (flash attention must be off)");
     const std::size_t n_kv = static_cast<std::size_t>(mask->ne[0]);
-    if (static_cast<std::size_t>(mask->ne[1]) < batch_n_)
-      throw_in_callback("the attention mask has " + std::to_string(mask->ne[1]) + " rows for a batch of " +
-                        std::to_string(batch_n_) + " tokens (one sequence per context, batch <= n_ubatch)");
+    if (static_cast<std::size_t>(mask->ne[1]) < row0_ + batch_n_)
+      throw_in_callback("the attention mask has " + std::to_string(mask->ne[1]) + " rows for the sequence's rows " +
+                        std::to_string(row0_) + " .. " + std::to_string(row0_ + batch_n_ - 1) +
+                        " (the batch must be one ubatch: batch <= n_ubatch)");
     if (cell_pos_.size() < n_kv) cell_pos_.resize(n_kv, -1);
     if (prev_pos_.size() < n_kv) prev_pos_.resize(n_kv, -1);
     auto visible = [&](std::size_t r, std::size_t c) {
       const float v = *reinterpret_cast<const float*>(static_cast<const char*>(mask->data) + c * mask->nb[0] +
-                                                       r * mask->nb[1]);
+                                                       (row0_ + r) * mask->nb[1]);
       return v > -std::numeric_limits<float>::infinity();
     };
     std::size_t known = 0;
@@ -433,7 +475,7 @@ class Evictor {
     for (std::size_t h = 0; h < n_head_; ++h)
       for (std::size_t r = 0; r < rows; ++r) {
         float* out = x_.data() + ((layer * n_head_ + h) * rows + r) * n;
-        const char* row = static_cast<const char*>(t->data) + r * t->nb[1] + h * t->nb[2];
+        const char* row = static_cast<const char*>(t->data) + (row0_ + r) * t->nb[1] + h * t->nb[2];
         const std::size_t limit = batch_first_ + r;  // causal: slots up to this position
         for (std::size_t s = 0; s < n; ++s) {
           if (static_cast<std::size_t>(pos[s]) > limit) continue;
@@ -459,7 +501,7 @@ class Evictor {
     const bool dense = t->nb[0] == sizeof(float);
     for (std::size_t h = 0; h < n_head_; ++h)
       for (std::size_t r = 0; r < rows; ++r) {
-        const char* row = static_cast<const char*>(t->data) + r * t->nb[1] + h * t->nb[2];
+        const char* row = static_cast<const char*>(t->data) + (row0_ + r) * t->nb[1] + h * t->nb[2];
         float* acc = sum_.data() + r * n_kv;
         if (dense) {
           const float* p = reinterpret_cast<const float*>(row);
@@ -613,6 +655,8 @@ class Evictor {
   std::size_t sum_cells_ = 0;
   std::vector<std::uint8_t> state_;  // compact: the sequence's saved state
   std::size_t compactions_ = 0;
+  std::size_t row0_ = 0;       // the batch's first row of this sequence's tokens in the ubatch
+  bool auto_compact_ = true;
   std::vector<float> zero_row_;        // one token's K/V rows of zeros, appended by `begin` (no allocation per step)
   std::vector<float> keys_, key_log_;  // knorm, keydiff: the batch's keys per layer; every key given (record_keys)
   std::vector<bool> key_layers_;       // knorm, keydiff: layers whose Kcur the callback saw in this batch

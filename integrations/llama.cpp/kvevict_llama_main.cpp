@@ -36,104 +36,24 @@
 #include "cli/kvevict_cli.hpp"
 #include "file_output.hpp"
 #include "kvevict_llama.hpp"
+#include "parallel_run.hpp"
+#include "tool_support.hpp"
 #include "npy.hpp"
 #include "trace.hpp"
 
-namespace {
-
-bool g_verbose = false;
-
-// CPU seconds this process has used (all threads): on a shared machine, less disturbed by other jobs than wall time.
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-void log_callback(ggml_log_level level, const char* text, void* /*user*/) {
-  (void)level;
-  if (g_verbose) std::fputs(text, stderr);
-}
-
-std::string read_file(const std::string& path, const std::string& flag) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) throw kvcli::UsageError(flag, "'" + path + "' does not exist");
-  if (!S_ISREG(st.st_mode)) throw kvcli::UsageError(flag, "'" + path + "' is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (!in && !in.eof()) throw kvcli::UsageError(flag, "cannot read '" + path + "'");
-  return os.str();
-}
-
-std::vector<llama_token> tokenize(const llama_vocab* vocab, const std::string& text) {
-  const int n = -llama_tokenize(vocab, text.c_str(), static_cast<int32_t>(text.size()), nullptr, 0, true, false);
-  std::vector<llama_token> ids(static_cast<std::size_t>(std::max(n, 0)));
-  if (n > 0 && llama_tokenize(vocab, text.c_str(), static_cast<int32_t>(text.size()), ids.data(), n, true, false) < 0)
-    throw std::runtime_error("llama_tokenize failed");
-  return ids;
-}
-
-// The replay's JSON line (tools/replay/replay.cpp's LineWriter): t, τ, kept positions ascending, their scores.
-void write_kept_line(std::ostream& out, std::size_t t, const kvevict::CacheInterface& cache) {
-  const std::size_t n = cache.length(0);
-  const std::int64_t* pos = cache.positions(0);
-  const float* score = cache.scores(0);
-  std::vector<std::size_t> order(n);
-  for (std::size_t i = 0; i < n; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [pos](std::size_t a, std::size_t b) { return pos[a] < pos[b]; });
-  auto num = [](auto x) {
-    char buf[32];
-    return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
-  };
-  std::string line = "{\"t\":" + num(static_cast<std::uint64_t>(t)) + ",\"tau\":" + num(cache.temperature()) +
-                     ",\"kept\":[[";
-  std::string scores = "]],\"scores\":[[";
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i) {
-      line += ',';
-      scores += ',';
-    }
-    line += num(pos[order[i]]);
-    scores += num(score[order[i]]);
-  }
-  out << line << scores << "]]}\n";
-}
-
-// The invariants of issue 33, checked after every batch: at most k cells + the batch in llama.cpp's own
-// mask, kept positions only from the previous kept set plus the batch, evicted positions never back, and
-// llama.cpp's memory holding exactly the kept positions' range ends.
-void check_step(const kvevict_llama::Evictor& ev, llama_memory_t mem, std::size_t k, std::size_t batch,
-                const std::vector<std::int64_t>& before, std::size_t first, std::size_t t) {
-  const std::vector<std::int64_t> kept = ev.kept();
-  if (ev.visible_cells() > k + batch && ev.prompt_len() != 0)
-    throw std::runtime_error("step " + std::to_string(t) + ": the sequence held " +
-                             std::to_string(ev.visible_cells()) + " cells, more than k + batch = " +
-                             std::to_string(k + batch));
-  for (std::int64_t p : kept) {
-    const bool was_kept = std::binary_search(before.begin(), before.end(), p);
-    const bool in_batch = static_cast<std::size_t>(p) >= first && static_cast<std::size_t>(p) < first + batch;
-    if (!was_kept && !in_batch)
-      throw std::runtime_error("step " + std::to_string(t) + ": position " + std::to_string(p) +
-                               " is kept but was not held before");
-    if (ev.evicted(static_cast<std::size_t>(p)))
-      throw std::runtime_error("step " + std::to_string(t) + ": evicted position " + std::to_string(p) + " came back");
-  }
-  if (kept.empty()) return;
-  const llama_pos lo = llama_memory_seq_pos_min(mem, 0), hi = llama_memory_seq_pos_max(mem, 0);
-  if (lo != kept.front() || hi != kept.back())
-    throw std::runtime_error("step " + std::to_string(t) + ": llama.cpp holds positions [" + std::to_string(lo) +
-                             ", " + std::to_string(hi) + "], kvevict keeps [" + std::to_string(kept.front()) +
-                             ", " + std::to_string(kept.back()) + "]");
-}
-
-}  // namespace
+using kvevict_llama_tool::check_step;
+using kvevict_llama_tool::cpu_seconds;
+using kvevict_llama_tool::g_verbose;
+using kvevict_llama_tool::log_callback;
+using kvevict_llama_tool::read_file;
+using kvevict_llama_tool::tokenize;
+using kvevict_llama_tool::write_kept_line;
 
 int main(int argc, char** argv) {
   CLI::App app{"Run a GGUF model in llama.cpp with a kvevict policy (one selection for the whole model) deciding "
                "which KV positions to drop."};
   std::string model_path, prompt, prompt_file, prompt_tokens_text, skip_text, steps_text = "32", teacher_text, ctx_text,
-                                                                    batch_text = "64", threads_text, fa = "off", score_rows = "per-head",
+                                                                    batch_text = "64", threads_text, fa = "off", score_rows = "per-head", parallel_text = "1", stride_text,
                                                                     kept_out, trace_out, keys_out;
   bool no_kvevict = false, ignore_eos = false, count_only = false;
   kvcli::EvictionFlags flags;
@@ -165,6 +85,13 @@ int main(int argc, char** argv) {
                      "per-head (default: each layer's every head scored as its own query head, Keyformer Eq. 7 per "
                      "head) or summed (one row: the probabilities summed over layers and heads, read in place)")
           ->type_name("per-head|summed");
+  app.add_option("--parallel", parallel_text,
+                 "N sequences in one llama_context (one kvevict budget each, one shared pool of cells), decoded "
+                 "together: sequence i's window starts at token i * --seq-stride of the text (default 1)")
+      ->type_name("INT");
+  app.add_option("--seq-stride", stride_text,
+                 "--parallel: tokens between the sequences' windows (default: one window, P or P + T + 1)")
+      ->type_name("INT");
   app.add_flag("--no-kvevict", no_kvevict, "llama.cpp alone: the same loop without the callback or kvevict");
   auto* ignore_eos_opt = app.add_flag("--ignore-eos", ignore_eos, "generate: do not stop at an end-of-generation token");
   app.add_option("--kept-out", kept_out, "write the kept positions after the prompt and every step (kvevict-replay's "
@@ -204,6 +131,19 @@ int main(int argc, char** argv) {
       throw kvcli::UsageError("--score-rows", "chooses how attention becomes scores: it needs a --policy that scores "
                                               "from attention (h2o, keyformer or tova; got " +
                                                   (no_kvevict ? std::string("--no-kvevict") : flags.policy) + ")");
+    const std::size_t n_seq = kvcli::parse_count(parallel_text, "--parallel", 1, 256);
+    if (n_seq == 1 && !stride_text.empty())
+      throw kvcli::UsageError("--seq-stride", "places the windows of --parallel N > 1 sequences (got --parallel 1)");
+    if (n_seq > 1) {
+      if (!trace_out.empty())
+        throw kvcli::UsageError("--trace-out", "records one sequence; it cannot be combined with --parallel");
+      if (!keys_out.empty())
+        throw kvcli::UsageError("--keys-out", "records one sequence; it cannot be combined with --parallel");
+      if (!full && kvevict_llama::Evictor::needs_keys(policy))
+        throw kvcli::UsageError("--parallel", "--policy " + flags.policy + " reads each batch's keys (Kcur) for one "
+                                              "sequence; with several sequences use a policy that scores from "
+                                              "attention or positions");
+    }
     const bool teacher = !teacher_text.empty();
     // The generate-only flags with --teacher-force: an error, not an option silently ignored.
     if (teacher && steps_opt->count() > 0)
@@ -314,6 +254,63 @@ int main(int argc, char** argv) {
                                 "the sequence holds, so the newest token must be kept; give a recent window w >= 1 "
                                 "(--recent 1, or a ratio with k >= 2)");
       config.seed = flags.seed;
+    }
+    if (n_seq > 1) {
+      kvevict_llama_tool::ParallelRun pr;
+      pr.model = model.get();
+      pr.vocab = vocab;
+      pr.n_seq = n_seq;
+      pr.P = P;
+      pr.T = T;
+      pr.teacher = teacher;
+      const std::size_t window = teacher ? P + T + 1 : P;
+      pr.stride = stride_text.empty() ? window : kvcli::parse_count(stride_text, "--seq-stride", 1);
+      if ((n_seq - 1) * pr.stride + window > tokens.size())
+        throw kvcli::UsageError("--parallel", std::to_string(n_seq) + " windows of " + std::to_string(window) +
+                                                  " tokens, " + std::to_string(pr.stride) + " apart, need " +
+                                                  std::to_string((n_seq - 1) * pr.stride + window) +
+                                                  " tokens; the text has " + std::to_string(tokens.size()) +
+                                                  " (after --skip-tokens)");
+      const std::size_t need = kvevict_llama_tool::parallel_min_cells(!full, n_seq, P, T, k);
+      pr.n_ctx = ctx_text.empty() ? need : kvcli::parse_count(ctx_text, "--ctx-size", 1, 1u << 24);
+      if (pr.n_ctx < need)
+        throw kvcli::UsageError("--ctx-size", std::to_string(pr.n_ctx) + " cells are fewer than the " +
+                                                  std::to_string(need) + " the run needs (" +
+                                                  (full ? "every sequence's P + steps" : "k + 1 per sequence, one "
+                                                                                         "whole prompt, the batch") +
+                                                  "); raise --ctx-size or leave it out");
+      pr.tokens = std::move(tokens);
+      pr.C = C;
+      pr.threads = threads;
+      pr.flash = flash;
+      pr.no_kvevict = no_kvevict;
+      pr.full = full;
+      pr.ignore_eos = ignore_eos;
+      pr.policy = policy;
+      pr.policy_name = flags.policy;
+      pr.config = config;
+      pr.params = params;
+      pr.k = k;
+      pr.rows = score_rows == "summed" ? kvevict_llama::ScoreRows::summed : kvevict_llama::ScoreRows::per_head;
+      std::optional<kvtools::AtomicOutput> kept_file;
+      if (!kept_out.empty()) {
+        try {
+          kept_file.emplace(kept_out);
+        } catch (const std::runtime_error& e) {
+          throw kvcli::UsageError("--kept-out", e.what());
+        }
+        pr.kept = &kept_file->stream();
+      }
+      const int rc = kvevict_llama_tool::run_parallel(pr);
+      if (kept_file) {
+        try {
+          kept_file->commit();
+        } catch (const std::runtime_error& e) {
+          throw std::runtime_error(std::string("--kept-out: ") + e.what());
+        }
+      }
+      llama_backend_free();
+      return rc;
     }
     const std::size_t n_ctx = ctx_text.empty() ? N : kvcli::parse_count(ctx_text, "--ctx-size", 1, 1u << 24);
     const std::string ctx_flag = ctx_text.empty() ? "--ctx-size (default P + steps)" : "--ctx-size";

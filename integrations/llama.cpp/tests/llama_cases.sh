@@ -147,6 +147,39 @@ summed_logits() {  # policy
     || fail "kept sets differ from the replay of the summed reference"
 }
 
+# --parallel 3 (issue 52): three teacher-forced windows as sequences of one context, each in its own budget k = 64,
+# against three single-sequence runs of the same windows: the same kept sets after the prompt and every step
+# (positions exactly, scores within check_trace's tolerance: the cells lie elsewhere, so sums differ in rounding)
+# and the same NLL within 1e-3. The context holds (N - 1)(k + 1) + P + N = 433 cells, not N (P + T) = 1020; cells
+# freed by one sequence's eviction are reused by the others, and the whole context is compacted after each prompt.
+parallel_vs_single() {  # policy [flags for both]
+  local policy=$1 P=300 T=40 S=341
+  shift
+  head -c 6000 "$TEXT" >"$w/t.txt"
+  "$KVL" --model "$MODEL" --prompt-file "$w/t.txt" --prompt-tokens $P --teacher-force $T --threads 1 --policy "$policy" \
+    --budget 64 --parallel 3 --kept-out "$w/kept.jsonl" "$@" >"$w/par.txt" 2>"$w/summary.txt" \
+    || { cat "$w/summary.txt" >&2; fail "kvevict-llama --parallel 3 failed"; }
+  cat "$w/summary.txt"
+  grep -q "3 sequences, n_ctx 433 cells" "$w/summary.txt" || fail "the context is not (N - 1)(k + 1) + P + N cells"
+  grep -q "cells reused [1-9]" "$w/summary.txt" || fail "no freed cell was reused"
+  grep -q "compactions [3-9]" "$w/summary.txt" || fail "the context was not compacted after each prompt"
+  [ "$(wc -l <"$w/par.txt")" -eq 3 ] || fail "expected one line per sequence: $(cat "$w/par.txt")"
+  for i in 0 1 2; do
+    "$KVL" --model "$MODEL" --prompt-file "$w/t.txt" --skip-tokens $(( i * S )) --prompt-tokens $P --teacher-force $T \
+      --threads 1 --policy "$policy" --budget 64 --kept-out "$w/k$i.jsonl" "$@" >"$w/one$i.txt" 2>/dev/null \
+      || fail "the single run of window $i failed"
+    grep "^{\"seq\":$i," "$w/kept.jsonl" >"$w/p$i.jsonl"
+    [ "$(wc -l <"$w/p$i.jsonl")" -eq $(( T + 1 )) ] || fail "sequence $i: expected $(( T + 1 )) kept lines"
+    "$CHECK_TRACE" kept "$w/p$i.jsonl" "$w/k$i.jsonl" || fail "sequence $i's kept sets differ from its single run"
+    local a b
+    a=$(sed -n "$(( i + 1 ))p" "$w/par.txt" | sed -E 's/.*"nll":([0-9.]+).*/\1/')
+    b=$(sed -E 's/.*"nll":([0-9.]+).*/\1/' "$w/one$i.txt")
+    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-3) }' \
+      || fail "sequence $i: NLL $a, its single run $b"
+    echo "sequence $i: NLL $a (single run $b)"
+  done
+}
+
 # A refusal: exit 2 and exactly this line on stderr.
 refuses() {  # expected-line args...
   local expected=$1
@@ -314,6 +347,21 @@ case "$case_name" in
   independent_logits_keyformer) independent_logits keyformer ;;
   independent_logits_tova) independent_logits tova ;;
   summed_logits_h2o) summed_logits h2o ;;
+  parallel_h2o) parallel_vs_single h2o ;;
+  parallel_keyformer_summed) parallel_vs_single keyformer --score-rows summed ;;
+  refuse_parallel_flags)
+    refuses "kvevict-llama: --seq-stride: places the windows of --parallel N > 1 sequences (got --parallel 1)" \
+      --model "$MODEL" --prompt hi --policy h2o --seq-stride 5
+    refuses "kvevict-llama: --trace-out: records one sequence; it cannot be combined with --parallel" \
+      --model "$MODEL" --prompt hi --policy h2o --parallel 2 --trace-out "$w/t.npy"
+    refuses "kvevict-llama: --parallel: --policy knorm reads each batch's keys (Kcur) for one sequence; with several sequences use a policy that scores from attention or positions" \
+      --model "$MODEL" --prompt hi --policy knorm --parallel 2
+    refuses "kvevict-llama: --parallel: 2 windows of 4 tokens, 4 apart, need 8 tokens; the text has 4 (after --skip-tokens)" \
+      --model "$MODEL" --prompt "hi there" --policy h2o --budget 2 --parallel 2
+    refuses "kvevict-llama: --ctx-size: 100 cells are fewer than the 433 the run needs (k + 1 per sequence, one whole prompt, the batch); raise --ctx-size or leave it out" \
+      --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --teacher-force 40 --policy h2o --budget 64 \
+      --parallel 3 --ctx-size 100
+    ;;
   summed_logits_keyformer) summed_logits keyformer ;;
   refuse_output_that_is_an_input) refuse_output_that_is_an_input ;;
   *) fail "unknown case $case_name" ;;
