@@ -53,46 +53,11 @@
 #include <string>
 #include <vector>
 
+#include "llama_callback_error.hpp"
+#include "llama_cells.hpp"
+#include "llama_rows.hpp"
+
 namespace kvevict_llama {
-
-namespace detail {
-inline std::string& callback_error() {
-  static thread_local std::string error;
-  return error;
-}
-}  // namespace detail
-
-/// Rethrows (as `std::runtime_error`) a failure the callback kept, if any, and clears it.
-inline void take_callback_error() {
-  std::string& e = detail::callback_error();
-  if (e.empty()) return;
-  const std::string what = e;
-  e.clear();
-  throw std::runtime_error(what);
-}
-
-/// Thrown when llama.cpp refuses to drop a position (`llama_memory_seq_rm` returned false: recurrent or
-/// hybrid memory). Nothing of the sequence was removed when it is thrown by the first drop of a step.
-struct SeqRmRefused : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-/// How the attention probabilities of every layer and head become the logits of the evictor's cache (the
-/// policies that `needs_scores`). Both give one selection for the model; they differ in what a step costs and
-/// in where Keyformer's noise enters.
-enum class ScoreRows {
-  /// Each layer's every head is a query head of its own: `n_layer · n_head` rows `log p` per token, and the
-  /// policy adds each head's `softmax((log p + ζ) / τ)` (Keyformer Eq. 7 per head). Per decode step
-  /// O(n_layer · n_head · n) logarithms and the policy's softmax (and noise) over as many entries.
-  per_head,
-  /// One row per token: `log Σ_{l,h} p_{l,h}` over the held positions (the probabilities read in place from
-  /// `kq_soft_max` and summed over layers, then heads, in float), and the policy scores that one row. H2O's
-  /// and TOVA's rankings are the per-head ones (`softmax(log Σ p) = Σ p / (n_layer · n_head)`, a constant
-  /// factor; equal up to rounding), mean attention's too; Keyformer draws one ζ per position and step on the
-  /// summed row instead of one per head. Per decode step O(n_layer · n_head · n_kv) contiguous adds and O(n)
-  /// logarithms and policy work.
-  summed,
-};
 
 /// Keeps one llama.cpp sequence within a kvevict budget (see the file comment for the protocol).
 class Evictor {
@@ -142,14 +107,14 @@ class Evictor {
                                     std::to_string(n_head_) + ", n_head_kv " + std::to_string(n_head_kv_) +
                                     ") has no head size n_embd / n_head for the keys");
       head_dim_ = n_embd / n_head_;
+      keys_.shape(n_layer_, n_head_kv_, head_dim_);
       config_.n_q_heads = n_layer_ * n_head_kv_;
       config_.shared_heads = true;
       store_ = kvevict::KVBuffer<float>(config_.n_q_heads, view_capacity(config_.budget, capacity_), head_dim_);
       kv_ = store_.view();
     }
     if (evict_) cache_ = kvevict::make_cache(policy_, config_, kv_, params_);
-    cell_pos_.clear();
-    pos_cell_.assign(capacity_, -1);
+    cells_.reset(capacity_);
     evicted_.assign(capacity_, false);
   }
 
@@ -180,9 +145,7 @@ class Evictor {
     row0_ = row0;
     batch_rows_seen_ = 0;
     layers_seen_ = 0;
-    key_layers_.assign(n_layer_, false);
-    if (cache_ && needs_keys(policy_) && keys_.size() < n_layer_ * n * n_head_kv_ * head_dim_)
-      keys_.resize(n_layer_ * n * n_head_kv_ * head_dim_);  // the staging grows to the largest batch, once
+    if (cache_ && needs_keys(policy_)) keys_.begin(n);
     if (zero_row_.size() != kv_.n_kv_heads * kv_.head_dim) zero_row_.assign(kv_.n_kv_heads * kv_.head_dim, 0.0f);
     if (cache_)  // K rows of a key score are written by `end` (store_keys); V is never read
       for (std::size_t i = 0; i < n; ++i)
@@ -212,7 +175,7 @@ class Evictor {
                                std::to_string(layers_seen_) + " of " + std::to_string(n_layer_) +
                                " layers (flash attention must be off)");
     if (cache_ && needs_keys(policy_)) {
-      const std::size_t seen = static_cast<std::size_t>(std::count(key_layers_.begin(), key_layers_.end(), true));
+      const std::size_t seen = keys_.layers_seen();
       if (seen != n_layer_)
         throw std::runtime_error("kvevict_llama::Evictor::end: the eval callback saw Kcur of " + std::to_string(seen) +
                                  " of " + std::to_string(n_layer_) + " layers (a model whose graph names its keys "
@@ -221,9 +184,9 @@ class Evictor {
     }
     const std::size_t n = batch_n_;
     batch_n_ = 0;
-    max_cells_ = std::max(max_cells_, last_visible_);
     if (!cache_) return;
-    if (rows_ == ScoreRows::summed && needs_scores(policy_)) summed_logits(n);
+    if (rows_ == ScoreRows::summed && needs_scores(policy_))
+      sum_.logits(n, batch_first_, cache_->positions(0), cache_->length(0), cells_, x_.data());
     const float* x = needs_scores(policy_) ? x_.data() : nullptr;
     if (record_) record_rows(n);
     if (!prompt_done_) {
@@ -233,7 +196,7 @@ class Evictor {
     cache_->decode_step(x, cache_->length(0));
     require_newest_kept();
     drop_evicted();
-    if (auto_compact_ && !cell_pos_.empty() && top_cell() >= cache_->length(0) + compact_slack()) compact();
+    if (auto_compact_ && attended_cells() >= cache_->length(0) + compact_slack()) compact();
   }
 
   /// Ends the prompt: cuts it to the budget k and drops the evicted positions from llama.cpp's memory.
@@ -272,19 +235,9 @@ class Evictor {
       throw std::runtime_error("kvevict_llama: llama_state_seq_set_data did not restore the sequence's " +
                                std::to_string(size) + " bytes after compaction: its KV cache is lost");
     ++compactions_;
-    if (cell_pos_.empty()) return;  // cells not tracked (flash attention: no mask read)
-    std::size_t next = 0;
-    for (std::size_t c = 0; c < cell_pos_.size(); ++c) {
-      const std::int64_t p = cell_pos_[c];
-      cell_pos_[c] = -1;
-      prev_pos_[c] = -1;
-      if (p < 0) continue;
-      cell_pos_[next] = p;  // next <= c: the cell was cleared or visited already
-      prev_pos_[next] = p;
-      pos_cell_[static_cast<std::size_t>(p)] = static_cast<std::int64_t>(next);
-      ++next;
-    }
+    cells_.pack();  // the i-th lowest held cell is now cell i (a no-op when no mask was read)
   }
+
   /// Whether `end_prompt` and `end` compact this sequence themselves (default true; one sequence per context).
   /// `Sequences` turns it off and compacts the whole context instead.
   void set_auto_compact(bool on) { auto_compact_ = on; }
@@ -292,32 +245,17 @@ class Evictor {
   /// After the whole context was compacted (`Sequences::compact`): `new_cell[c]` is the cell now holding what
   /// cell `c` held (or -1), for every cell this sequence held. Throws `std::logic_error` (nothing changed) if a
   /// held cell has no new cell. O(cells).
-  void move_cells(const std::vector<std::int64_t>& new_cell) {
-    for (std::size_t c = 0; c < cell_pos_.size(); ++c)
-      if (cell_pos_[c] >= 0 && (c >= new_cell.size() || new_cell[c] < 0))
-        throw std::logic_error("kvevict_llama::Evictor::move_cells: cell " + std::to_string(c) + " (position " +
-                               std::to_string(cell_pos_[c]) + ") has no new cell");
-    std::vector<std::int64_t> moved(std::max(cell_pos_.size(), new_cell.size()), -1);
-    for (std::size_t c = 0; c < cell_pos_.size(); ++c) {
-      if (cell_pos_[c] < 0) continue;
-      const auto to = static_cast<std::size_t>(new_cell[c]);
-      moved[to] = cell_pos_[c];
-      pos_cell_[static_cast<std::size_t>(cell_pos_[c])] = new_cell[c];
-    }
-    cell_pos_ = moved;
-    prev_pos_ = moved;
-  }
+  void move_cells(const std::vector<std::int64_t>& new_cell) { cells_.move(new_cell); }
   /// After the sequence's cells were freed (`Sequences::release`): no cell holds any of its positions.
-  void forget_cells() {
-    std::fill(cell_pos_.begin(), cell_pos_.end(), -1);
-    std::fill(pos_cell_.begin(), pos_cell_.end(), -1);
-  }
+  void forget_cells() { cells_.forget(); }
   /// The position each cell holds (-1: none of this sequence's), as read from llama.cpp's masks.
-  const std::vector<std::int64_t>& cell_positions() const { return cell_pos_; }
+  const std::vector<std::int64_t>& cell_positions() const { return cells_.cells(); }
   /// The llama.cpp sequence id (`attach`).
   llama_seq_id seq() const { return seq_; }
   /// Cells llama.cpp attends for this sequence: 1 + the highest cell holding a held position (0 before any).
-  std::size_t attended_cells() const { return cache_ && !cell_pos_.empty() ? top_cell() : 0; }
+  std::size_t attended_cells() const {
+    return cache_ && cells_.tracked() ? cells_.top(cache_->positions(0), cache_->length(0)) : 0;
+  }
   /// Positions the evictor's cache holds now (0 for a full cache).
   std::size_t held() const { return cache_ ? cache_->length(0) : 0; }
   /// Counts one compaction done by `Sequences`.
@@ -353,11 +291,11 @@ class Evictor {
   /// Whether position `p` was evicted (it never comes back).
   bool evicted(std::size_t p) const { return p < evicted_.size() && evicted_[p]; }
   /// Cells of the sequence that the last batch's last token saw in llama.cpp's own mask (kept + batch).
-  std::size_t visible_cells() const { return last_visible_; }
+  std::size_t visible_cells() const { return cells_.visible(); }
   /// The most cells of the sequence any token saw so far.
-  std::size_t max_visible_cells() const { return max_cells_; }
+  std::size_t max_visible_cells() const { return cells_.max_visible(); }
   /// How often llama.cpp put a token into a cell that an evicted position had held.
-  std::size_t cells_reused() const { return reused_; }
+  std::size_t cells_reused() const { return cells_.reused(); }
   /// Positions dropped with llama_memory_seq_rm so far.
   std::size_t dropped() const { return dropped_; }
   /// Prompt length (after `end_prompt`).
@@ -386,7 +324,7 @@ class Evictor {
     const char* name = ggml_get_name(t);
     if (std::strncmp(name, "Kcur-", 5) == 0 && cache_ && needs_keys(policy_)) {
       if (ask) return true;
-      if (batch_n_ != 0) copy_keys(t, std::atoi(name + 5));
+      if (batch_n_ != 0) keys_.copy(t, std::atoi(name + 5));
       return true;
     }
     if (std::strncmp(name, "kq_soft_max-", 12) != 0) return !ask;  // ask: not wanted; eval: keep going
@@ -394,17 +332,21 @@ class Evictor {
     if (batch_n_ == 0) return true;  // a decode the evictor did not begin (e.g. a warm-up): ignore
     const int layer = std::atoi(name + 12);
     if (t->type != GGML_TYPE_F32 || t->src[1] == nullptr)
-      throw_in_callback("kq_soft_max of layer " + std::to_string(layer) + " is not F32 with a mask");
-    if (layer == 0 || batch_rows_seen_ == 0) read_mask(t->src[1]);
+      detail::rows_fail("kq_soft_max of layer " + std::to_string(layer) + " is not F32 with a mask");
+    if (layer == 0 || batch_rows_seen_ == 0) {
+      cells_.read(t->src[1], row0_, batch_n_, batch_first_);
+      batch_rows_seen_ = batch_n_;
+    }
     if (!cache_ || !needs_scores(policy_)) return true;
     if (layer < 0 || static_cast<std::size_t>(layer) >= n_layer_ || t->ne[2] != static_cast<int64_t>(n_head_))
-      throw_in_callback("layer " + std::to_string(layer) + "'s kq_soft_max has " + std::to_string(t->ne[2]) +
+      detail::rows_fail("layer " + std::to_string(layer) + "'s kq_soft_max has " + std::to_string(t->ne[2]) +
                         " heads; the model-wide selection needs " + std::to_string(n_head_) + " in each of " +
                         std::to_string(n_layer_) + " layers");
     if (rows_ == ScoreRows::summed)
-      add_probabilities(t);
+      sum_.add(t, n_head_, row0_, batch_n_, layers_seen_ == 0);
     else
-      copy_scores(t, static_cast<std::size_t>(layer));
+      detail::copy_log_probs(t, static_cast<std::size_t>(layer), n_head_, row0_, batch_n_, batch_first_,
+                             cache_->positions(0), cache_->length(0), cells_, x_.data());
     ++layers_seen_;
     return true;
   }
@@ -417,160 +359,15 @@ class Evictor {
     return std::max(capacity, k) + 1;
   }
 
-  [[noreturn]] static void throw_in_callback(const std::string& what) {
-    throw std::runtime_error("kvevict_llama: " + what);
-  }
-
-  // The mask [n_kv][n_rows] (F32: 0 or a finite bias = visible, -inf = masked). Row r is the batch's token r.
-  void read_mask(const ggml_tensor* mask) {
-    if (mask->type != GGML_TYPE_F32) throw_in_callback("the attention mask is not F32 (flash attention must be off)");
-    const std::size_t n_kv = static_cast<std::size_t>(mask->ne[0]);
-    if (static_cast<std::size_t>(mask->ne[1]) < row0_ + batch_n_)
-      throw_in_callback("the attention mask has " + std::to_string(mask->ne[1]) + " rows for the sequence's rows " +
-                        std::to_string(row0_) + " .. " + std::to_string(row0_ + batch_n_ - 1) +
-                        " (the batch must be one ubatch: batch <= n_ubatch)");
-    if (cell_pos_.size() < n_kv) cell_pos_.resize(n_kv, -1);
-    if (prev_pos_.size() < n_kv) prev_pos_.resize(n_kv, -1);
-    auto visible = [&](std::size_t r, std::size_t c) {
-      const float v = *reinterpret_cast<const float*>(static_cast<const char*>(mask->data) + c * mask->nb[0] +
-                                                       (row0_ + r) * mask->nb[1]);
-      return v > -std::numeric_limits<float>::infinity();
-    };
-    std::size_t known = 0;
-    for (std::size_t c = 0; c < cell_pos_.size(); ++c) known += cell_pos_[c] >= 0;
-    for (std::size_t r = 0; r < batch_n_; ++r) {
-      std::size_t seen = 0, fresh = 0, cell = 0;
-      for (std::size_t c = 0; c < n_kv; ++c) {
-        if (!visible(r, c)) {
-          if (cell_pos_[c] >= 0)
-            throw_in_callback("cell " + std::to_string(c) + " (position " + std::to_string(cell_pos_[c]) +
-                              ") is masked for position " + std::to_string(batch_first_ + r));
-          continue;
-        }
-        ++seen;
-        if (cell_pos_[c] < 0) {
-          ++fresh;
-          cell = c;
-        }
-      }
-      if (fresh != 1 || seen != known + 1)
-        throw_in_callback("position " + std::to_string(batch_first_ + r) + " sees " + std::to_string(seen) +
-                          " cells, " + std::to_string(fresh) + " of them new; expected " + std::to_string(known) +
-                          " known + 1 new");
-      const std::size_t pos = batch_first_ + r;
-      if (prev_pos_[cell] >= 0) ++reused_;
-      cell_pos_[cell] = static_cast<std::int64_t>(pos);
-      prev_pos_[cell] = static_cast<std::int64_t>(pos);
-      pos_cell_[pos] = static_cast<std::int64_t>(cell);
-      ++known;
-      last_visible_ = seen;
-    }
-    batch_rows_seen_ = batch_n_;
-  }
-
-  // log p of one layer into the cache's logits: [layer · n_head + h][row][slot].
-  void copy_scores(const ggml_tensor* t, std::size_t layer) {
-    const std::size_t rows = batch_n_, n = cache_->length(0);
-    const std::int64_t* pos = cache_->positions(0);
-    for (std::size_t h = 0; h < n_head_; ++h)
-      for (std::size_t r = 0; r < rows; ++r) {
-        float* out = x_.data() + ((layer * n_head_ + h) * rows + r) * n;
-        const char* row = static_cast<const char*>(t->data) + (row0_ + r) * t->nb[1] + h * t->nb[2];
-        const std::size_t limit = batch_first_ + r;  // causal: slots up to this position
-        for (std::size_t s = 0; s < n; ++s) {
-          if (static_cast<std::size_t>(pos[s]) > limit) continue;
-          const std::int64_t cell = pos_cell_[static_cast<std::size_t>(pos[s])];
-          const float p = *reinterpret_cast<const float*>(row + static_cast<std::size_t>(cell) * t->nb[0]);
-          out[s] = std::log(p);
-        }
-      }
-  }
-
-  // ScoreRows::summed: one layer's probabilities added, head by head, into sum_[row][cell] (the layer's first
-  // call zeroes it); the rows are read in place, a contiguous add over the n_kv cells when ggml stores a row
-  // densely. Masked cells hold p = 0.
-  void add_probabilities(const ggml_tensor* t) {
-    const std::size_t rows = batch_n_, n_kv = static_cast<std::size_t>(t->ne[0]);
-    if (layers_seen_ == 0) {
-      sum_cells_ = n_kv;
-      sum_.assign(rows * n_kv, 0.0f);
-    } else if (n_kv != sum_cells_) {
-      throw_in_callback("kq_soft_max has " + std::to_string(n_kv) + " cells in one layer and " +
-                        std::to_string(sum_cells_) + " in another of the same batch");
-    }
-    const bool dense = t->nb[0] == sizeof(float);
-    for (std::size_t h = 0; h < n_head_; ++h)
-      for (std::size_t r = 0; r < rows; ++r) {
-        const char* row = static_cast<const char*>(t->data) + (row0_ + r) * t->nb[1] + h * t->nb[2];
-        float* acc = sum_.data() + r * n_kv;
-        if (dense) {
-          const float* p = reinterpret_cast<const float*>(row);
-          for (std::size_t c = 0; c < n_kv; ++c) acc[c] += p[c];
-        } else {
-          for (std::size_t c = 0; c < n_kv; ++c) acc[c] += *reinterpret_cast<const float*>(row + c * t->nb[0]);
-        }
-      }
-  }
-
-  // ScoreRows::summed: the cache's logits [row][slot] = log of the summed probabilities of the slot's cell.
-  void summed_logits(std::size_t rows) {
-    const std::size_t n = cache_->length(0);
-    const std::int64_t* pos = cache_->positions(0);
-    for (std::size_t r = 0; r < rows; ++r) {
-      float* out = x_.data() + r * n;
-      const float* acc = sum_.data() + r * sum_cells_;
-      const std::size_t limit = batch_first_ + r;  // causal: slots up to this position
-      for (std::size_t s = 0; s < n; ++s) {
-        if (static_cast<std::size_t>(pos[s]) > limit) continue;
-        const std::int64_t cell = pos_cell_[static_cast<std::size_t>(pos[s])];
-        if (cell < 0 || static_cast<std::size_t>(cell) >= sum_cells_)
-          throw std::runtime_error("kvevict_llama: position " + std::to_string(pos[s]) + " is held but its cell " +
-                                   std::to_string(cell) + " is not among the " + std::to_string(sum_cells_) +
-                                   " cells of kq_soft_max");
-        out[s] = std::log(acc[static_cast<std::size_t>(cell)]);
-      }
-    }
-  }
-
-  // One layer's Kcur (F32; [head_dim][n_head_kv][n_tokens], or [n_head_kv · head_dim][n_tokens] before the
-  // reshape): the batch's keys into the staging buffer. Every tensor of the name overwrites the last, so the
-  // layer's last one (after RoPE, the one stored in the cache) stays.
-  void copy_keys(const ggml_tensor* t, int layer) {
-    const std::size_t per_token = n_head_kv_ * head_dim_, n = batch_n_;
-    if (layer < 0 || static_cast<std::size_t>(layer) >= n_layer_)
-      throw_in_callback("Kcur of layer " + std::to_string(layer) + " in a model of " + std::to_string(n_layer_) +
-                        " layers");
-    if (t->type != GGML_TYPE_F32) throw_in_callback("Kcur of layer " + std::to_string(layer) + " is not F32");
-    const bool three_d = t->ne[2] == static_cast<int64_t>(n) && t->ne[3] == 1 &&
-                         static_cast<std::size_t>(t->ne[0] * t->ne[1]) == per_token;
-    const bool two_d = t->ne[1] == static_cast<int64_t>(n) && t->ne[2] == 1 && t->ne[3] == 1 &&
-                       static_cast<std::size_t>(t->ne[0]) == per_token;
-    if (!three_d && !two_d)
-      throw_in_callback("Kcur of layer " + std::to_string(layer) + " has shape [" + std::to_string(t->ne[0]) + ", " +
-                        std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) + "]; key scores need " +
-                        std::to_string(per_token) + " floats (n_head_kv · n_embd / n_head) per token of a batch of " +
-                        std::to_string(n));
-    const std::size_t ne0 = static_cast<std::size_t>(t->ne[0]);
-    float* out = keys_.data() + static_cast<std::size_t>(layer) * n * per_token;  // staging [layer][token][.]
-    for (std::size_t r = 0; r < n; ++r)
-      for (std::size_t i = 0; i < per_token; ++i) {
-        const std::size_t i0 = i % ne0, i1 = i / ne0;
-        const char* e = static_cast<const char*>(t->data) + i0 * t->nb[0] +
-                        (three_d ? i1 * t->nb[1] + r * t->nb[2] : r * t->nb[1]);
-        out[r * per_token + i] = *reinterpret_cast<const float*>(e);
-      }
-    key_layers_[static_cast<std::size_t>(layer)] = true;
-  }
-
   // The staged keys of the batch's n tokens into the cache's K rows (the last n slots, appended by `begin`),
   // and into key_log_ ([position][layer · n_head_kv + h][head_dim]) when recording.
   void store_keys(std::size_t n) {
-    const std::size_t per_token = n_head_kv_ * head_dim_, first_slot = kv_.length(0) - n, H = n_layer_ * n_head_kv_;
+    const std::size_t first_slot = kv_.length(0) - n, H = n_layer_ * n_head_kv_;
     if (record_keys_) key_log_.resize((batch_first_ + n) * H * head_dim_, 0.0f);
     for (std::size_t l = 0; l < n_layer_; ++l)
       for (std::size_t r = 0; r < n; ++r)
         for (std::size_t h = 0; h < n_head_kv_; ++h) {
-          const float* in = keys_.data() + (l * n + r) * per_token + h * head_dim_;
+          const float* in = keys_.key(l, r, h);
           const std::size_t j = l * n_head_kv_ + h;
           std::copy_n(in, head_dim_, kv_.k_row(j, first_slot + r));
           if (record_keys_) std::copy_n(in, head_dim_, key_log_.data() + ((batch_first_ + r) * H + j) * head_dim_);
@@ -601,15 +398,6 @@ class Evictor {
                              "holds, so the newest must stay (a recent window w >= 1 keeps it)");
   }
 
-  // 1 + the highest cell holding a position the cache holds: llama.cpp attends over the cells below it.
-  std::size_t top_cell() const {
-    const std::size_t n = cache_->length(0);
-    const std::int64_t* pos = cache_->positions(0);
-    std::int64_t top = -1;
-    for (std::size_t s = 0; s < n; ++s) top = std::max(top, pos_cell_[static_cast<std::size_t>(pos[s])]);
-    return static_cast<std::size_t>(top + 1);
-  }
-
   // Drops from llama.cpp's memory every position the cache no longer holds.
   void drop_evicted() {
     std::vector<bool> held(next_, false);
@@ -627,9 +415,7 @@ class Evictor {
       first = false;
       evicted_[p] = true;
       ++dropped_;
-      const std::int64_t cell = pos_cell_[p];
-      if (cell >= 0) cell_pos_[static_cast<std::size_t>(cell)] = -1;
-      pos_cell_[p] = -1;
+      cells_.drop(p);
     }
   }
 
@@ -645,25 +431,22 @@ class Evictor {
   llama_memory_t mem_ = nullptr;
   llama_seq_id seq_ = 0;
   std::size_t n_layer_ = 0, n_head_ = 0;
-  std::vector<std::int64_t> cell_pos_;  // cell -> position held now (-1: none of ours)
-  std::vector<std::int64_t> prev_pos_;  // cell -> the last position it held (reuse count)
-  std::vector<std::int64_t> pos_cell_;  // position -> cell (-1: not held)
+  CellMap cells_;  // which cell holds which position (llama_cells.hpp)
   std::vector<bool> evicted_;
   std::vector<float> x_, trace_;
   ScoreRows rows_ = ScoreRows::per_head;
-  std::vector<float> sum_;  // ScoreRows::summed: the batch's probabilities summed over layers and heads, [row][cell]
-  std::size_t sum_cells_ = 0;
+  detail::SummedRows sum_;  // ScoreRows::summed: the batch's probabilities summed over layers and heads
   std::vector<std::uint8_t> state_;  // compact: the sequence's saved state
   std::size_t compactions_ = 0;
   std::size_t row0_ = 0;       // the batch's first row of this sequence's tokens in the ubatch
   bool auto_compact_ = true;
   std::vector<float> zero_row_;        // one token's K/V rows of zeros, appended by `begin` (no allocation per step)
-  std::vector<float> keys_, key_log_;  // knorm, keydiff: the batch's keys per layer; every key given (record_keys)
-  std::vector<bool> key_layers_;       // knorm, keydiff: layers whose Kcur the callback saw in this batch
+  detail::KeyRows keys_;               // knorm, keydiff: the batch's keys per layer
+  std::vector<float> key_log_;         // knorm, keydiff: every key given (record_keys)
   std::size_t n_head_kv_ = 0, head_dim_ = 0;
   bool record_ = false, record_keys_ = false, prompt_done_ = false;
   std::size_t next_ = 0, batch_first_ = 0, batch_n_ = 0, batch_rows_seen_ = 0, layers_seen_ = 0;
-  std::size_t last_visible_ = 0, max_cells_ = 0, reused_ = 0, dropped_ = 0, prompt_len_ = 0;
+  std::size_t dropped_ = 0, prompt_len_ = 0;
 };
 
 /// The `cb_eval` of a llama_context whose `cb_eval_user_data` is an `Evictor*`: asks for every layer's
