@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Run a GGUF model in llama.cpp with a kvevict policy (one selection for the whole model) deciding "
                "which KV positions to drop."};
   std::string model_path, prompt, prompt_file, prompt_tokens_text, skip_text, steps_text = "32", teacher_text, ctx_text,
-                                                                    batch_text = "64", threads_text, fa = "off", score_rows = "per-head", parallel_text = "1", stride_text,
+                                                                    batch_text = "64", threads_text, fa = "off", score_rows = "per-head", parallel_text = "1", stride_text, kv_unified = "on",
                                                                     kept_out, trace_out, keys_out;
   bool no_kvevict = false, ignore_eos = false, count_only = false;
   kvcli::EvictionFlags flags;
@@ -92,6 +92,11 @@ int main(int argc, char** argv) {
   app.add_option("--seq-stride", stride_text,
                  "--parallel: tokens between the sequences' windows (default: one window, P or P + T + 1)")
       ->type_name("INT");
+  auto* unified_opt =
+      app.add_option("--kv-unified", kv_unified,
+                     "--parallel: on (default: one pool of cells, every token attends every sequence's cells, masked) "
+                     "or off (a stream of n_ctx / N cells per sequence: llama.cpp alone only)")
+          ->type_name("on|off");
   app.add_flag("--no-kvevict", no_kvevict, "llama.cpp alone: the same loop without the callback or kvevict");
   auto* ignore_eos_opt = app.add_flag("--ignore-eos", ignore_eos, "generate: do not stop at an end-of-generation token");
   app.add_option("--kept-out", kept_out, "write the kept positions after the prompt and every step (kvevict-replay's "
@@ -134,6 +139,13 @@ int main(int argc, char** argv) {
     const std::size_t n_seq = kvcli::parse_count(parallel_text, "--parallel", 1, 256);
     if (n_seq == 1 && !stride_text.empty())
       throw kvcli::UsageError("--seq-stride", "places the windows of --parallel N > 1 sequences (got --parallel 1)");
+    if (kv_unified != "on" && kv_unified != "off")
+      throw kvcli::UsageError("--kv-unified", "expected on or off, got '" + kv_unified + "'");
+    if (unified_opt->count() > 0 && n_seq == 1)
+      throw kvcli::UsageError("--kv-unified", "chooses how --parallel N > 1 sequences share the cells (got --parallel 1)");
+    if (kv_unified == "off" && !no_kvevict)
+      throw kvcli::UsageError("--kv-unified", "off (a stream per sequence) runs llama.cpp alone only (--no-kvevict): "
+                                              "kvevict's evictors read the rows and cells of one shared stream");
     if (n_seq > 1) {
       if (!trace_out.empty())
         throw kvcli::UsageError("--trace-out", "records one sequence; it cannot be combined with --parallel");
@@ -272,6 +284,7 @@ int main(int argc, char** argv) {
                                                   " tokens; the text has " + std::to_string(tokens.size()) +
                                                   " (after --skip-tokens)");
       const std::size_t need = kvevict_llama_tool::parallel_min_cells(!full, n_seq, P, T, k);
+      // Streams of n_ctx / N cells: each must hold its sequence whole (llama.cpp alone).
       pr.n_ctx = ctx_text.empty() ? need : kvcli::parse_count(ctx_text, "--ctx-size", 1, 1u << 24);
       if (pr.n_ctx < need)
         throw kvcli::UsageError("--ctx-size", std::to_string(pr.n_ctx) + " cells are fewer than the " +
@@ -291,6 +304,7 @@ int main(int argc, char** argv) {
       pr.config = config;
       pr.params = params;
       pr.k = k;
+      pr.unified = kv_unified == "on";
       pr.rows = score_rows == "summed" ? kvevict_llama::ScoreRows::summed : kvevict_llama::ScoreRows::per_head;
       std::optional<kvtools::AtomicOutput> kept_file;
       if (!kept_out.empty()) {

@@ -65,7 +65,7 @@ int run_parallel(const ParallelRun& run) {
   cparams.n_batch = static_cast<uint32_t>(batch_cap);
   cparams.n_ubatch = static_cast<uint32_t>(batch_cap);
   cparams.n_seq_max = static_cast<uint32_t>(n_seq);
-  cparams.kv_unified = true;  // one pool of cells: what one sequence frees, any other can use
+  cparams.kv_unified = run.unified;  // one pool of cells: what one sequence frees, any other can use
   cparams.n_threads = run.threads;
   cparams.n_threads_batch = run.threads;
   cparams.flash_attn_type = run.flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -226,9 +226,9 @@ int run_parallel(const ParallelRun& run) {
   const auto n_embd = static_cast<std::size_t>(llama_model_n_embd(run.model));
   const double cell_bytes = static_cast<double>(n_layer * n_head_kv * (n_embd / n_head) * 2 * 2);  // F16 K and V
   std::fprintf(stderr,
-               "kvevict-llama: [%s k=%zu] %zu sequences, n_ctx %zu cells (%.1f MB of F16 K/V): prompts %zu x %zu tok "
+               "kvevict-llama: [%s k=%zu] %zu sequences (%s), n_ctx %zu cells (%.1f MB of F16 K/V): prompts %zu x %zu tok "
                "in %.3f s, %zu decode tokens in %.3f s (%.2f tok/s; %.3f CPU s, %.2f tok/CPU s)",
-               run.policy_name.c_str(), run.k, n_seq, run.n_ctx, static_cast<double>(run.n_ctx) * cell_bytes / 1e6,
+               run.policy_name.c_str(), run.k, n_seq, run.unified ? "one pool of cells" : "a stream each", run.n_ctx, static_cast<double>(run.n_ctx) * cell_bytes / 1e6,
                n_seq, P, prefill_s, decoded, decode_s, decode_s > 0 ? static_cast<double>(decoded) / decode_s : 0.0,
                decode_cpu, decode_cpu > 0 ? static_cast<double>(decoded) / decode_cpu : 0.0);
   if (seqs) {

@@ -25,6 +25,7 @@ struct ParallelRun {
   std::size_t C = 64;               // prompt tokens per llama_decode
   int threads = 1;
   bool flash = false;
+  bool unified = true;              // --kv-unified: one pool of cells (off: a stream per sequence, llama.cpp alone)
   bool no_kvevict = false, full = false;
   kvevict::Policy policy = kvevict::Policy::h2o;
   std::string policy_name;

@@ -160,7 +160,7 @@ parallel_vs_single() {  # policy [flags for both]
     --budget 64 --parallel 3 --kept-out "$w/kept.jsonl" "$@" >"$w/par.txt" 2>"$w/summary.txt" \
     || { cat "$w/summary.txt" >&2; fail "kvevict-llama --parallel 3 failed"; }
   cat "$w/summary.txt"
-  grep -q "3 sequences, n_ctx 433 cells" "$w/summary.txt" || fail "the context is not (N - 1)(k + 1) + P + N cells"
+  grep -q "3 sequences (one pool of cells), n_ctx 433 cells" "$w/summary.txt" || fail "the context is not (N - 1)(k + 1) + P + N cells"
   grep -q "cells reused [1-9]" "$w/summary.txt" || fail "no freed cell was reused"
   grep -q "compactions [3-9]" "$w/summary.txt" || fail "the context was not compacted after each prompt"
   [ "$(wc -l <"$w/par.txt")" -eq 3 ] || fail "expected one line per sequence: $(cat "$w/par.txt")"
@@ -361,6 +361,8 @@ case "$case_name" in
     refuses "kvevict-llama: --ctx-size: 100 cells are fewer than the 433 the run needs (k + 1 per sequence, one whole prompt, the batch); raise --ctx-size or leave it out" \
       --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --teacher-force 40 --policy h2o --budget 64 \
       --parallel 3 --ctx-size 100
+    refuses "kvevict-llama: --kv-unified: off (a stream per sequence) runs llama.cpp alone only (--no-kvevict): kvevict's evictors read the rows and cells of one shared stream" \
+      --model "$MODEL" --prompt hi --policy h2o --parallel 2 --kv-unified off
     ;;
   summed_logits_keyformer) summed_logits keyformer ;;
   refuse_output_that_is_an_input) refuse_output_that_is_an_input ;;
