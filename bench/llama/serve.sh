@@ -46,7 +46,8 @@ declare -A args=(
 order=(${VARIANTS:-llama streaming50 h2omean50 h2omean20 llama-xN llama-xN-split h2omean50-xN h2omean20-xN})
 for v in "${order[@]}"; do [ -n "${args[$v]:-}" ] || { echo "serve.sh: unknown variant $v" >&2; exit 2; }; done
 mkdir -p bench/llama/results
-raw=bench/llama/results/serve_raw.txt
+raw=$(mktemp)  # every raw line, copied into serve.md at the end
+trap 'rm -f "$raw"' EXIT
 : >"$raw"
 declare -A rates cpu_rates
 start=$(date +%s)
