@@ -74,6 +74,16 @@ class Evictor {
     if (capacity == 0) throw std::invalid_argument("kvevict_llama::Evictor: capacity must be >= 1");
   }
 
+  /// Bounded prefill (kvevict's `CacheConfig::bounded_prefill`): after every prompt chunk of at most `max_chunk`
+  /// tokens the prompt so far is cut to the budget and the evicted positions leave llama.cpp's memory, so the
+  /// sequence never holds more than `k + max_chunk` cells (a stream of that size suffices). Needs a token
+  /// budget. 0 turns it off (default: the prompt is held whole and cut at `end_prompt`). Call before `attach`;
+  /// `attach` throws `std::invalid_argument` for a ratio budget.
+  void set_bounded_prefill(std::size_t max_chunk) {
+    if (ctx_ != nullptr) throw std::logic_error("kvevict_llama::Evictor::set_bounded_prefill: call it before attach");
+    bounded_chunk_ = max_chunk;
+  }
+
   /// How the attention becomes the cache's logits (`ScoreRows`; default `per_head`). Call before `attach`.
   void set_score_rows(ScoreRows rows) {
     if (ctx_ != nullptr) throw std::logic_error("kvevict_llama::Evictor::set_score_rows: call it before attach");
@@ -98,6 +108,12 @@ class Evictor {
     if (n_layer_ == 0 || n_head_ == 0) throw std::invalid_argument("the model has no attention layers");
     config_.n_q_heads = rows_ == ScoreRows::summed ? 1 : n_layer_ * n_head_;
     config_.shared_heads = false;
+    if (bounded_chunk_ != 0) {
+      if (config_.budget.is_ratio())
+        throw std::invalid_argument("bounded prefill needs a token budget (k known before the prompt ends)");
+      config_.bounded_prefill = true;
+      config_.max_prefill_chunk = bounded_chunk_;
+    }
     if (evict_ && needs_keys(policy_)) {
       // One KV head per layer and llama.cpp KV head, [layer · n_head_kv + h][slot][head_dim], one selection.
       n_head_kv_ = static_cast<std::size_t>(llama_model_n_head_kv(model));
@@ -131,9 +147,10 @@ class Evictor {
 
   /// Reserves the next `n` positions (one batch, `1 <= n`, `n == 1` after `end_prompt`) and returns the
   /// first; the caller decodes its tokens at positions first .. first + n − 1, in order, as the rows
-  /// `row0 .. row0 + n − 1` of the ubatch (several sequences in one batch: `Sequences`; the whole batch must be
-  /// one ubatch, n_ubatch >= its tokens).
-  llama_pos begin(std::size_t n, std::size_t row0 = 0) {
+  /// `row0 .. row0 + n − 1` of the ubatch's stream `stream` (several sequences in one batch: `Sequences`; one
+  /// stream unless `kv_unified` is off, then the sequence's index among the batch's sequences; the whole batch
+  /// must be one ubatch, n_ubatch >= its tokens).
+  llama_pos begin(std::size_t n, std::size_t row0 = 0, std::size_t stream = 0) {
     if (n == 0) throw std::invalid_argument("kvevict_llama::Evictor::begin: n must be >= 1");
     if (prompt_done_ && n != 1)
       throw std::invalid_argument("kvevict_llama::Evictor::begin: after end_prompt, decode one token per batch");
@@ -143,6 +160,7 @@ class Evictor {
     batch_first_ = next_;
     batch_n_ = n;
     row0_ = row0;
+    stream_ = stream;
     batch_rows_seen_ = 0;
     layers_seen_ = 0;
     if (cache_ && needs_keys(policy_)) keys_.begin(n);
@@ -191,6 +209,10 @@ class Evictor {
     if (record_) record_rows(n);
     if (!prompt_done_) {
       cache_->prefill_chunk(x, n, cache_->length(0));
+      if (bounded_chunk_ != 0) {  // a bounded prefill cut the prompt so far to k: those positions leave llama.cpp
+        require_newest_kept();
+        drop_evicted();
+      }
       return;
     }
     cache_->decode_step(x, cache_->length(0));
@@ -334,7 +356,7 @@ class Evictor {
     if (t->type != GGML_TYPE_F32 || t->src[1] == nullptr)
       detail::rows_fail("kq_soft_max of layer " + std::to_string(layer) + " is not F32 with a mask");
     if (layer == 0 || batch_rows_seen_ == 0) {
-      cells_.read(t->src[1], row0_, batch_n_, batch_first_);
+      cells_.read(t->src[1], row0_, batch_n_, batch_first_, stream_);
       batch_rows_seen_ = batch_n_;
     }
     if (!cache_ || !needs_scores(policy_)) return true;
@@ -343,9 +365,9 @@ class Evictor {
                         " heads; the model-wide selection needs " + std::to_string(n_head_) + " in each of " +
                         std::to_string(n_layer_) + " layers");
     if (rows_ == ScoreRows::summed)
-      sum_.add(t, n_head_, row0_, batch_n_, layers_seen_ == 0);
+      sum_.add(t, n_head_, row0_, stream_, batch_n_, layers_seen_ == 0);
     else
-      detail::copy_log_probs(t, static_cast<std::size_t>(layer), n_head_, row0_, batch_n_, batch_first_,
+      detail::copy_log_probs(t, static_cast<std::size_t>(layer), n_head_, row0_, stream_, batch_n_, batch_first_,
                              cache_->positions(0), cache_->length(0), cells_, x_.data());
     ++layers_seen_;
     return true;
@@ -440,6 +462,8 @@ class Evictor {
   std::size_t compactions_ = 0;
   std::size_t row0_ = 0;       // the batch's first row of this sequence's tokens in the ubatch
   bool auto_compact_ = true;
+  std::size_t stream_ = 0;           // the ubatch's stream of this sequence's tokens (kv_unified off)
+  std::size_t bounded_chunk_ = 0;    // bounded prefill: the largest prompt chunk (0: the prompt is held whole)
   std::vector<float> zero_row_;        // one token's K/V rows of zeros, appended by `begin` (no allocation per step)
   detail::KeyRows keys_;               // knorm, keydiff: the batch's keys per layer
   std::vector<float> key_log_;         // knorm, keydiff: every key given (record_keys)

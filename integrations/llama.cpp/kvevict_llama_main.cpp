@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   std::string model_path, prompt, prompt_file, prompt_tokens_text, skip_text, steps_text = "32", teacher_text, ctx_text,
                                                                     batch_text = "64", threads_text, fa = "off", score_rows = "per-head", parallel_text = "1", stride_text, kv_unified = "on",
                                                                     kept_out, trace_out, keys_out;
-  bool no_kvevict = false, ignore_eos = false, count_only = false;
+  bool no_kvevict = false, ignore_eos = false, count_only = false, bounded = false;
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
                  "GGUF model file (default $KVEVICT_SHARED_DIR/models/stories260K/stories260K.gguf)");
@@ -95,8 +95,11 @@ int main(int argc, char** argv) {
   auto* unified_opt =
       app.add_option("--kv-unified", kv_unified,
                      "--parallel: on (default: one pool of cells, every token attends every sequence's cells, masked) "
-                     "or off (a stream of n_ctx / N cells per sequence: llama.cpp alone only)")
+                     "or off (a stream of n_ctx / N cells per sequence: a token attends its own sequence's cells)")
           ->type_name("on|off");
+  app.add_flag("--bounded-prefill", bounded,
+               "cut the prompt to the budget after every --batch chunk (kvevict's bounded prefill), so a sequence "
+               "never holds more than k + --batch cells");
   app.add_flag("--no-kvevict", no_kvevict, "llama.cpp alone: the same loop without the callback or kvevict");
   auto* ignore_eos_opt = app.add_flag("--ignore-eos", ignore_eos, "generate: do not stop at an end-of-generation token");
   app.add_option("--kept-out", kept_out, "write the kept positions after the prompt and every step (kvevict-replay's "
@@ -143,9 +146,13 @@ int main(int argc, char** argv) {
       throw kvcli::UsageError("--kv-unified", "expected on or off, got '" + kv_unified + "'");
     if (unified_opt->count() > 0 && n_seq == 1)
       throw kvcli::UsageError("--kv-unified", "chooses how --parallel N > 1 sequences share the cells (got --parallel 1)");
-    if (kv_unified == "off" && !no_kvevict)
-      throw kvcli::UsageError("--kv-unified", "off (a stream per sequence) runs llama.cpp alone only (--no-kvevict): "
-                                              "kvevict's evictors read the rows and cells of one shared stream");
+    if (kv_unified == "off" && !no_kvevict && !full && !ignore_eos && teacher_text.empty())
+      throw kvcli::UsageError("--kv-unified", "off with an evicting policy needs every sequence to run all its steps "
+                                              "(--ignore-eos or --teacher-force): a sequence that ended would split "
+                                              "llama.cpp's batch into several ubatches");
+    if (bounded && (full || no_kvevict))
+      throw kvcli::UsageError("--bounded-prefill", "cuts the prompt to the budget: it needs an evicting --policy (got " +
+                                                       (no_kvevict ? std::string("--no-kvevict") : flags.policy) + ")");
     if (n_seq > 1) {
       if (!trace_out.empty())
         throw kvcli::UsageError("--trace-out", "records one sequence; it cannot be combined with --parallel");
@@ -283,14 +290,17 @@ int main(int argc, char** argv) {
                                                   std::to_string((n_seq - 1) * pr.stride + window) +
                                                   " tokens; the text has " + std::to_string(tokens.size()) +
                                                   " (after --skip-tokens)");
-      const std::size_t need = kvevict_llama_tool::parallel_min_cells(!full, n_seq, P, T, k);
+      const std::size_t need =
+          kvevict_llama_tool::parallel_min_cells(!full, kv_unified == "on", bounded, n_seq, P, T, k, C);
       // Streams of n_ctx / N cells: each must hold its sequence whole (llama.cpp alone).
       pr.n_ctx = ctx_text.empty() ? need : kvcli::parse_count(ctx_text, "--ctx-size", 1, 1u << 24);
       if (pr.n_ctx < need)
         throw kvcli::UsageError("--ctx-size", std::to_string(pr.n_ctx) + " cells are fewer than the " +
                                                   std::to_string(need) + " the run needs (" +
-                                                  (full ? "every sequence's P + steps" : "k + 1 per sequence, one "
-                                                                                         "whole prompt, the batch") +
+                                                  (full ? "every sequence's P + steps"
+                                                   : kv_unified == "off"
+                                                       ? "a stream of the largest prompt or k + 1, plus 1, per sequence"
+                                                       : "k + 1 per sequence, one prompt, the batch") +
                                                   "); raise --ctx-size or leave it out");
       pr.tokens = std::move(tokens);
       pr.C = C;
@@ -305,6 +315,7 @@ int main(int argc, char** argv) {
       pr.params = params;
       pr.k = k;
       pr.unified = kv_unified == "on";
+      pr.bounded = bounded;
       pr.rows = score_rows == "summed" ? kvevict_llama::ScoreRows::summed : kvevict_llama::ScoreRows::per_head;
       std::optional<kvtools::AtomicOutput> kept_file;
       if (!kept_out.empty()) {
@@ -355,6 +366,7 @@ int main(int argc, char** argv) {
     if (!no_kvevict && !(full && flash)) {  // a full cache with flash attention: no scores, nothing to track
       ev = std::make_unique<kvevict_llama::Evictor>(policy, config, params, N, !full);
       if (score_rows == "summed") ev->set_score_rows(kvevict_llama::ScoreRows::summed);
+      if (bounded) ev->set_bounded_prefill(C);
       cparams.cb_eval = kvevict_llama::eval_callback;
       cparams.cb_eval_user_data = ev.get();
     }

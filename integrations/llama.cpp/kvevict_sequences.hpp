@@ -38,13 +38,16 @@ class Sequences {
     live_.assign(evictors_.size(), true);
   }
 
-  /// Binds evictor `i` to sequence `i` of `ctx` (`Evictor::attach`) with its own compaction off. Throws what
+  /// Binds evictor `i` to sequence `i` of `ctx` (`Evictor::attach`). `unified`: the context's `kv_unified`, one
+  /// pool of cells, compacted as a whole here (each evictor's own compaction off); off, each sequence has its
+  /// own stream and compacts itself (`Evictor::compact`), and `maybe_compact` does nothing. Throws what
   /// `Evictor::attach` throws.
-  void attach(llama_context* ctx, const llama_model* model) {
+  void attach(llama_context* ctx, const llama_model* model, bool unified = true) {
     ctx_ = ctx;
     mem_ = llama_get_memory(ctx);
+    unified_ = unified;
     for (std::size_t i = 0; i < evictors_.size(); ++i) {
-      evictors_[i]->set_auto_compact(false);
+      evictors_[i]->set_auto_compact(!unified);
       evictors_[i]->attach(ctx, model, static_cast<llama_seq_id>(i));
     }
   }
@@ -72,13 +75,14 @@ class Sequences {
   /// Compacts when llama.cpp attends `Evictor::compact_slack()` or more cells beyond those held (`cells`), or
   /// always with `force` (after a prompt cut: the cut's holes are known to be many). Returns whether it did.
   bool maybe_compact(bool force = false) {
+    if (!unified_) return false;  // each sequence's stream compacts itself
     const auto [top, held] = cells();
     if (!force && (top == 0 || top < held + Evictor::compact_slack())) return false;
     compact();
     return true;
   }
 
-  /// Packs every sequence's cells to the front of llama.cpp's KV cache, positions and K/V unchanged: the whole
+  /// (One pool of cells only.) Packs every sequence's cells to the front of llama.cpp's KV cache, positions and K/V unchanged: the whole
   /// context's state is saved (`llama_state_get_data`; cells in ascending cell order) and restored
   /// (`llama_state_set_data`, which clears the cache and puts the saved cells into cells 0, 1, ... in that
   /// order); then each evictor's cell map moves with them (`Evictor::move_cells`: cell `c` goes to the number of
@@ -86,6 +90,7 @@ class Sequences {
   /// `std::logic_error` if two sequences claim one cell (nothing moved), `std::runtime_error` if llama.cpp does
   /// not save or restore the whole state (after a failed restore the context's KV cache is lost).
   void compact() {
+    if (!unified_) throw std::logic_error("kvevict_llama::Sequences::compact: the sequences have a stream each");
     std::vector<std::int64_t> owner;  // cell -> sequence (-1: free)
     for (std::size_t i = 0; i < evictors_.size(); ++i) {
       const std::vector<std::int64_t>& cp = evictors_[i]->cell_positions();
@@ -157,6 +162,7 @@ class Sequences {
   std::vector<bool> live_;
   llama_context* ctx_ = nullptr;
   llama_memory_t mem_ = nullptr;
+  bool unified_ = true;
   std::vector<std::uint8_t> state_;
   std::size_t compactions_ = 0;
 };

@@ -30,18 +30,22 @@ class CellMap {
     pos_cell_.assign(capacity, -1);
   }
 
-  /// Reads the mask rows `row0 .. row0 + rows − 1` (`mask` `[n_kv][n_rows]`, F32: 0 or a finite bias = visible,
-  /// -inf = masked) of the batch's tokens at positions `first .. first + rows − 1`: each row must show every known
+  /// Reads the mask rows `row0 .. row0 + rows − 1` of stream `stream` (`mask` `[n_kv][n_rows][1][n_stream]`, F32: 0
+  /// or a finite bias = visible, -inf = masked; one stream per sequence with `kv_unified` off, else one) of the
+  /// batch's tokens at positions `first .. first + rows − 1`: each row must show every known
   /// cell and exactly one new one, which becomes that position's cell. O(rows · n_kv). Throws
   /// `std::runtime_error` (map unchanged for the rows before the failing one) if the mask is not F32, has too
   /// few rows, hides a known cell or shows other than one new cell.
-  void read(const ggml_tensor* mask, std::size_t row0, std::size_t rows, std::size_t first) {
+  void read(const ggml_tensor* mask, std::size_t row0, std::size_t rows, std::size_t first, std::size_t stream = 0) {
     if (mask->type != GGML_TYPE_F32) fail("the attention mask is not F32 (flash attention must be off)");
     const std::size_t n_kv = static_cast<std::size_t>(mask->ne[0]);
     if (static_cast<std::size_t>(mask->ne[1]) < row0 + rows)
       fail("the attention mask has " + std::to_string(mask->ne[1]) + " rows for the sequence's rows " +
            std::to_string(row0) + " .. " + std::to_string(row0 + rows - 1) +
            " (the batch must be one ubatch: batch <= n_ubatch)");
+    if (stream >= static_cast<std::size_t>(mask->ne[3]))
+      fail("the attention mask has " + std::to_string(mask->ne[3]) + " streams; the sequence's is " +
+           std::to_string(stream));
     if (first + rows > pos_cell_.size())
       fail("positions up to " + std::to_string(first + rows - 1) + " exceed the map's capacity " +
            std::to_string(pos_cell_.size()));
@@ -49,7 +53,7 @@ class CellMap {
     if (prev_pos_.size() < n_kv) prev_pos_.resize(n_kv, -1);
     auto visible = [&](std::size_t r, std::size_t c) {
       const float v = *reinterpret_cast<const float*>(static_cast<const char*>(mask->data) + c * mask->nb[0] +
-                                                       (row0 + r) * mask->nb[1]);
+                                                       (row0 + r) * mask->nb[1] + stream * mask->nb[3]);
       return v > -std::numeric_limits<float>::infinity();
     };
     std::size_t known = 0;

@@ -40,16 +40,18 @@ namespace detail {
 [[noreturn]] inline void rows_fail(const std::string& what) { throw std::runtime_error("kvevict_llama: " + what); }
 
 /// `ScoreRows::per_head`: layer `layer`'s log p into the cache's logits `x` `[layer · n_head + h][row][slot]`
-/// (`rows` tokens at positions `first ..`, the tensor's rows `row0 ..`; `kq_soft_max` `[n_kv][n_tokens][n_head]`),
+/// (`rows` tokens at positions `first ..`, the tensor's rows `row0 ..` of stream `stream`; `kq_soft_max`
+/// `[n_kv][n_tokens][n_head][n_stream]`),
 /// for the `n` slots at positions `pos[0, n)`, each read from its cell (`cells`), causal: a slot after the row's
 /// position is left as it was (-inf). O(n_head · rows · n) logarithms.
 inline void copy_log_probs(const ggml_tensor* t, std::size_t layer, std::size_t n_head, std::size_t row0,
-                           std::size_t rows, std::size_t first, const std::int64_t* pos, std::size_t n,
-                           const CellMap& cells, float* x) {
+                           std::size_t stream, std::size_t rows, std::size_t first, const std::int64_t* pos,
+                           std::size_t n, const CellMap& cells, float* x) {
   for (std::size_t h = 0; h < n_head; ++h)
     for (std::size_t r = 0; r < rows; ++r) {
       float* out = x + ((layer * n_head + h) * rows + r) * n;
-      const char* row = static_cast<const char*>(t->data) + (row0 + r) * t->nb[1] + h * t->nb[2];
+      const char* row =
+          static_cast<const char*>(t->data) + (row0 + r) * t->nb[1] + h * t->nb[2] + stream * t->nb[3];
       const std::size_t limit = first + r;  // causal: slots up to this position
       for (std::size_t s = 0; s < n; ++s) {
         if (static_cast<std::size_t>(pos[s]) > limit) continue;
@@ -63,11 +65,13 @@ inline void copy_log_probs(const ggml_tensor* t, std::size_t layer, std::size_t 
 /// `ScoreRows::summed`: the batch's probabilities summed over layers, then heads, in float, `[row][cell]`.
 class SummedRows {
  public:
-  /// Adds one layer's probabilities (`kq_soft_max` `[n_kv][n_tokens][n_head]`, rows `row0 .. row0 + rows − 1`),
+  /// Adds one layer's probabilities (`kq_soft_max` `[n_kv][n_tokens][n_head][n_stream]`, rows `row0 .. row0 + rows
+  /// − 1` of stream `stream`),
   /// head by head; `first_layer` starts the sums at 0. The rows are read in place, a contiguous add over the
   /// n_kv cells when ggml stores a row densely; masked cells hold p = 0. Throws `std::runtime_error` if layers
   /// of one batch differ in cells. O(n_head · rows · n_kv).
-  void add(const ggml_tensor* t, std::size_t n_head, std::size_t row0, std::size_t rows, bool first_layer) {
+  void add(const ggml_tensor* t, std::size_t n_head, std::size_t row0, std::size_t stream, std::size_t rows,
+           bool first_layer) {
     const std::size_t n_kv = static_cast<std::size_t>(t->ne[0]);
     if (first_layer) {
       cells_ = n_kv;
@@ -79,7 +83,8 @@ class SummedRows {
     const bool dense = t->nb[0] == sizeof(float);
     for (std::size_t h = 0; h < n_head; ++h)
       for (std::size_t r = 0; r < rows; ++r) {
-        const char* row = static_cast<const char*>(t->data) + (row0 + r) * t->nb[1] + h * t->nb[2];
+        const char* row =
+            static_cast<const char*>(t->data) + (row0 + r) * t->nb[1] + h * t->nb[2] + stream * t->nb[3];
         float* acc = sum_.data() + r * n_kv;
         if (dense) {
           const float* p = reinterpret_cast<const float*>(row);

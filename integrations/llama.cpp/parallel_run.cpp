@@ -18,9 +18,12 @@
 
 namespace kvevict_llama_tool {
 
-std::size_t parallel_min_cells(bool evicting, std::size_t n_seq, std::size_t P, std::size_t T, std::size_t k) {
+std::size_t parallel_min_cells(bool evicting, bool unified, bool bounded, std::size_t n_seq, std::size_t P,
+                               std::size_t T, std::size_t k, std::size_t C) {
   if (!evicting) return n_seq * (P + T);
-  return (n_seq - 1) * (k + 1) + std::max(P, k + 1) + n_seq;
+  const std::size_t prompt = bounded ? std::min(P, k + C) : P;  // the most cells a prompt holds before its cut
+  if (!unified) return n_seq * (std::max(prompt, k + 1) + 1);
+  return (n_seq - 1) * (k + 1) + std::max(prompt, k + 1) + n_seq;
 }
 
 namespace {
@@ -56,6 +59,7 @@ int run_parallel(const ParallelRun& run) {
     for (std::size_t i = 0; i < n_seq; ++i) {
       evs.push_back(std::make_unique<kvevict_llama::Evictor>(run.policy, run.config, run.params, P + T, !run.full));
       if (run.rows == kvevict_llama::ScoreRows::summed) evs.back()->set_score_rows(run.rows);
+      if (run.bounded) evs.back()->set_bounded_prefill(run.C);
     }
     seqs = std::make_unique<kvevict_llama::Sequences>(std::move(evs));
   }
@@ -81,7 +85,7 @@ int run_parallel(const ParallelRun& run) {
   llama_memory_t mem = llama_get_memory(ctx.get());
   if (seqs) {
     try {
-      seqs->attach(ctx.get(), run.model);
+      seqs->attach(ctx.get(), run.model, run.unified);
     } catch (const std::invalid_argument& e) {
       throw kvcli::UsageError("--model", e.what());
     }
@@ -172,7 +176,8 @@ int run_parallel(const ParallelRun& run) {
       if (!run.teacher) s[i].ids.push_back(s[i].feed);
       if (seqs) {
         before[i] = seqs->at(i).kept();
-        first[i] = static_cast<std::size_t>(seqs->at(i).begin(1, r));
+        // One pool: the batch's row r. A stream each: row 0 of the batch's stream r (its sequences in id order).
+        first[i] = static_cast<std::size_t>(run.unified ? seqs->at(i).begin(1, r) : seqs->at(i).begin(1, 0, r));
       } else {
         first[i] = s[i].next_pos;
       }

@@ -25,7 +25,8 @@ struct ParallelRun {
   std::size_t C = 64;               // prompt tokens per llama_decode
   int threads = 1;
   bool flash = false;
-  bool unified = true;              // --kv-unified: one pool of cells (off: a stream per sequence, llama.cpp alone)
+  bool unified = true;              // --kv-unified: one pool of cells (off: a stream of n_ctx / N cells per sequence)
+  bool bounded = false;             // --bounded-prefill: each prompt cut to k after every chunk of C tokens
   bool no_kvevict = false, full = false;
   kvevict::Policy policy = kvevict::Policy::h2o;
   std::string policy_name;
@@ -36,9 +37,12 @@ struct ParallelRun {
   std::ostream* kept = nullptr;  // --kept-out: kept-set lines with "seq"
 };
 
-/// The cells a run needs at least: llama.cpp alone or a full cache, every sequence's P + T positions; evicting,
-/// k + 1 cells for each sequence already cut and a whole prompt's P for the one being prefilled (plus the batch).
-std::size_t parallel_min_cells(bool evicting, std::size_t n_seq, std::size_t P, std::size_t T, std::size_t k);
+/// The cells a run needs at least. llama.cpp alone or a full cache: every sequence's P + T positions. Evicting,
+/// one pool: k + 1 cells for each sequence already cut, and the one being prefilled holds its whole prompt P (with
+/// `bounded`: at most k + C), plus the batch. A stream per sequence (`unified` false): N streams of max(P, k + 1) + 1
+/// cells (`bounded`: k + C + 1).
+std::size_t parallel_min_cells(bool evicting, bool unified, bool bounded, std::size_t n_seq, std::size_t P,
+                               std::size_t T, std::size_t k, std::size_t C);
 
 /// Runs the sequences: prompts one after another (each cut to its budget and the context compacted after it),
 /// then T decode steps of one token per live sequence in one llama_batch; a generated end-of-generation token ends

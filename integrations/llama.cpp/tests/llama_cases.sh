@@ -152,17 +152,20 @@ summed_logits() {  # policy
 # (positions exactly, scores within check_trace's tolerance: the cells lie elsewhere, so sums differ in rounding)
 # and the same NLL within 1e-3. The context holds (N - 1)(k + 1) + P + N = 433 cells, not N (P + T) = 1020; cells
 # freed by one sequence's eviction are reused by the others, and the whole context is compacted after each prompt.
-parallel_vs_single() {  # policy [flags for both]
-  local policy=$1 P=300 T=40 S=341
-  shift
+# With a stream per sequence (--kv-unified off) and --bounded-prefill (each prompt cut after every chunk of 32), the
+# context is 3 streams of k + C + 1 = 97 cells: 291.
+parallel_vs_single() {  # policy "expected summary text" "flags of the --parallel run" [flags for both runs]
+  local policy=$1 expected=$2 par_flags=$3 P=300 T=40 S=341
+  shift 3
   head -c 6000 "$TEXT" >"$w/t.txt"
+  # shellcheck disable=SC2086
   "$KVL" --model "$MODEL" --prompt-file "$w/t.txt" --prompt-tokens $P --teacher-force $T --threads 1 --policy "$policy" \
-    --budget 64 --parallel 3 --kept-out "$w/kept.jsonl" "$@" >"$w/par.txt" 2>"$w/summary.txt" \
+    --budget 64 --parallel 3 $par_flags --kept-out "$w/kept.jsonl" "$@" >"$w/par.txt" 2>"$w/summary.txt" \
     || { cat "$w/summary.txt" >&2; fail "kvevict-llama --parallel 3 failed"; }
   cat "$w/summary.txt"
-  grep -q "3 sequences (one pool of cells), n_ctx 433 cells" "$w/summary.txt" || fail "the context is not (N - 1)(k + 1) + P + N cells"
+  grep -qF "$expected" "$w/summary.txt" || fail "the summary does not say: $expected"
   grep -q "cells reused [1-9]" "$w/summary.txt" || fail "no freed cell was reused"
-  grep -q "compactions [3-9]" "$w/summary.txt" || fail "the context was not compacted after each prompt"
+  [ -n "$par_flags" ] || grep -q "compactions [3-9]" "$w/summary.txt" || fail "one pool was not compacted after each prompt"
   [ "$(wc -l <"$w/par.txt")" -eq 3 ] || fail "expected one line per sequence: $(cat "$w/par.txt")"
   for i in 0 1 2; do
     "$KVL" --model "$MODEL" --prompt-file "$w/t.txt" --skip-tokens $(( i * S )) --prompt-tokens $P --teacher-force $T \
@@ -347,8 +350,12 @@ case "$case_name" in
   independent_logits_keyformer) independent_logits keyformer ;;
   independent_logits_tova) independent_logits tova ;;
   summed_logits_h2o) summed_logits h2o ;;
-  parallel_h2o) parallel_vs_single h2o ;;
-  parallel_keyformer_summed) parallel_vs_single keyformer --score-rows summed ;;
+  parallel_h2o) parallel_vs_single h2o "3 sequences (one pool of cells), n_ctx 433 cells" "" ;;
+  parallel_keyformer_summed)
+    parallel_vs_single keyformer "3 sequences (one pool of cells), n_ctx 433 cells" "" --score-rows summed ;;
+  parallel_streams_bounded)
+    parallel_vs_single h2o "3 sequences (a stream each), n_ctx 291 cells" "--kv-unified off" --score-rows summed \
+      --mean-attention --bounded-prefill --batch 32 ;;
   refuse_parallel_flags)
     refuses "kvevict-llama: --seq-stride: places the windows of --parallel N > 1 sequences (got --parallel 1)" \
       --model "$MODEL" --prompt hi --policy h2o --seq-stride 5
@@ -358,11 +365,13 @@ case "$case_name" in
       --model "$MODEL" --prompt hi --policy knorm --parallel 2
     refuses "kvevict-llama: --parallel: 2 windows of 4 tokens, 4 apart, need 8 tokens; the text has 4 (after --skip-tokens)" \
       --model "$MODEL" --prompt "hi there" --policy h2o --budget 2 --parallel 2
-    refuses "kvevict-llama: --ctx-size: 100 cells are fewer than the 433 the run needs (k + 1 per sequence, one whole prompt, the batch); raise --ctx-size or leave it out" \
+    refuses "kvevict-llama: --ctx-size: 100 cells are fewer than the 433 the run needs (k + 1 per sequence, one prompt, the batch); raise --ctx-size or leave it out" \
       --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --teacher-force 40 --policy h2o --budget 64 \
       --parallel 3 --ctx-size 100
-    refuses "kvevict-llama: --kv-unified: off (a stream per sequence) runs llama.cpp alone only (--no-kvevict): kvevict's evictors read the rows and cells of one shared stream" \
+    refuses "kvevict-llama: --kv-unified: off with an evicting policy needs every sequence to run all its steps (--ignore-eos or --teacher-force): a sequence that ended would split llama.cpp's batch into several ubatches" \
       --model "$MODEL" --prompt hi --policy h2o --parallel 2 --kv-unified off
+    refuses "kvevict-llama: --bounded-prefill: cuts the prompt to the budget: it needs an evicting --policy (got --no-kvevict)" \
+      --model "$MODEL" --prompt hi --no-kvevict --bounded-prefill
     ;;
   summed_logits_keyformer) summed_logits keyformer ;;
   refuse_output_that_is_an_input) refuse_output_that_is_an_input ;;
