@@ -9,11 +9,13 @@
 #     h2omean50     --policy h2o --mean-attention --budget 50% --score-rows summed
 #     h2omean20     the same at 20%
 #   many sequences at P = PROMPT_MULTI (default 4000), --parallel N in one context (kv_unified):
-#     llama-xN      --no-kvevict --parallel N2 (default 2): the full cache, one pool of cells (kv_unified)
-#     llama-xN-split  the same with a stream per sequence (--kv-unified off: a token attends its own cells only;
-#                   llama.cpp's faster mode here, the reference of the rows below)
-#     h2omean50-xN  --parallel 2·N2 at 50% (the KV memory of N2 full sequences, steady state)
-#     h2omean20-xN  --parallel 5·N2 at 20%
+#     llama-xN      --no-kvevict --parallel N2 (default 2) --kv-unified off: the full cache, a stream per
+#                   sequence (a token attends its own cells; llama.cpp's faster mode here), the reference
+#     h2omean50-xN  --parallel 2·N2 at 50%, a stream each, --bounded-prefill --batch 32: 2·N2 streams of k + 33 cells,
+#                   the KV memory of N2 full sequences (within 0.1 %)
+#     h2omean20-xN  --parallel 5·N2 at 20%, the same (within 2.5 %)
+#   and, not in the default list: llama-xN-pool (the full cache in one pool of cells, kv_unified) and
+#   h2omean50-xN-pool (2·N2 evicting sequences in one pool): every token attends the whole pool there.
 # REPEATS rounds (default 1) over VARIANTS (default: all, in the order above); the median of each. For each ratio
 # the bound of a memory-bound step is printed beside it: bytes read per token, weights (the GGUF's size) plus
 # the K/V attended (F16, n_layer · n_head_kv · head_dim · 2 · 2 bytes per cell), full over evicted; a batch reads
@@ -38,12 +40,13 @@ declare -A args=(
   [streaming50]="--policy streaming --budget 50% --prompt-tokens $prompt"
   [h2omean50]="$mean --budget 50% --prompt-tokens $prompt"
   [h2omean20]="$mean --budget 20% --prompt-tokens $prompt"
-  [llama-xN]="--no-kvevict --parallel $n2 --prompt-tokens $pm --seq-stride $pm"
-  [llama-xN-split]="--no-kvevict --parallel $n2 --prompt-tokens $pm --seq-stride $pm --kv-unified off"
-  [h2omean50-xN]="$mean --budget 50% --parallel $(( 2 * n2 )) --prompt-tokens $pm --seq-stride $pm"
-  [h2omean20-xN]="$mean --budget 20% --parallel $(( 5 * n2 )) --prompt-tokens $pm --seq-stride $pm"
+  [llama-xN]="--no-kvevict --parallel $n2 --prompt-tokens $pm --seq-stride $pm --kv-unified off"
+  [h2omean50-xN]="$mean --budget 50% --parallel $(( 2 * n2 )) --prompt-tokens $pm --seq-stride $pm --kv-unified off --bounded-prefill --batch 32"
+  [h2omean20-xN]="$mean --budget 20% --parallel $(( 5 * n2 )) --prompt-tokens $pm --seq-stride $pm --kv-unified off --bounded-prefill --batch 32"
+  [llama-xN-pool]="--no-kvevict --parallel $n2 --prompt-tokens $pm --seq-stride $pm"
+  [h2omean50-xN-pool]="$mean --budget 50% --parallel $(( 2 * n2 )) --prompt-tokens $pm --seq-stride $pm"
 )
-order=(${VARIANTS:-llama streaming50 h2omean50 h2omean20 llama-xN llama-xN-split h2omean50-xN h2omean20-xN})
+order=(${VARIANTS:-llama streaming50 h2omean50 h2omean20 llama-xN h2omean50-xN h2omean20-xN})
 for v in "${order[@]}"; do [ -n "${args[$v]:-}" ] || { echo "serve.sh: unknown variant $v" >&2; exit 2; }; done
 mkdir -p bench/llama/results
 raw=$(mktemp)  # every raw line, copied into serve.md at the end
@@ -53,9 +56,11 @@ declare -A rates cpu_rates
 start=$(date +%s)
 for r in $(seq 1 "$repeats"); do
   for v in "${order[@]}"; do
+    batch=(--batch 256)  # prompt chunks; a variant with its own --batch (bounded prefill) keeps it
+    [[ " ${args[$v]} " == *" --batch "* ]] && batch=()
     # shellcheck disable=SC2086
     line=$("$kvl" --model "$model" --prompt-file "$text" --steps "$steps" --ignore-eos --threads "$threads" \
-      --batch 256 ${args[$v]} 2>&1 >/dev/null | grep '^kvevict-llama: ') || true
+      "${batch[@]}" ${args[$v]} 2>&1 >/dev/null | grep '^kvevict-llama: ') || true
     [[ $line == *"tok/CPU s"* ]] || { echo "serve.sh: $v failed: $line" >&2; exit 1; }
     echo "round $r $v: $line" | tee -a "$raw" >&2
     rates[$v]="${rates[$v]:-} $(echo "$line" | sed -E 's/.* in [0-9.]+ s \(([0-9.]+) tok\/s;.*/\1/')"
@@ -79,7 +84,7 @@ nm=$(( pm + steps / 2 ))
     c=$(echo "${cpu_rates[$v]}" | median)
     case $v in
       llama|streaming50|h2omean50|h2omean20) ref=llama ;;
-      *) ref=llama-xN-split ;;
+      *) ref=llama-xN ;;
     esac
     mr=$(echo "${rates[$ref]:-}" | median)
     cr=$(echo "${cpu_rates[$ref]:-}" | median)
