@@ -4,13 +4,16 @@
 // A `Sequences` owns one `Evictor` per sequence (ids 0 .. N − 1 of one llama_context) and is the context's eval
 // callback: each evictor reads the rows of its own tokens (its `begin(n, row0)`), its own mask rows (llama.cpp
 // masks the other sequences' cells) and keeps its own budget, policy state and cell map. The context's KV cells
-// are one pool (`llama_context_params::kv_unified = true`), so a cell one sequence evicts or frees at its end can
-// hold any sequence's next token, and the context needs about N · (k + 1) cells (plus one prompt's P − k while it
-// is prefilled) instead of N · (P + steps).
+// are either one pool (`llama_context_params::kv_unified = true`: a cell one sequence evicts or frees at its end can
+// hold any sequence's next token, but llama.cpp attends the whole pool for every token, masking the others') or a
+// stream per sequence (`kv_unified = false`: n_ctx / N cells each, a token attends its own); the context needs
+// about N · (k + 1) cells (plus one prompt's P − k while it is prefilled, or C with a bounded prefill) instead of
+// N · (P + steps).
 //
 // Protocol: create the context with cb_eval = Sequences::eval_callback, cb_eval_user_data = &seqs,
-// n_seq_max >= N, kv_unified = true, n_ubatch >= the largest batch (a batch must be one ubatch); seqs.attach(ctx,
-// model). Prefill one sequence at a time (its chunks as rows 0 .. C − 1, then its `end_prompt`), then decode steps of
+// n_seq_max >= N, n_ubatch >= the largest batch (a batch must be one ubatch); seqs.attach(ctx, model, kv_unified).
+// With a stream each, sequence i's decode token is row 0 of the batch's stream r_i (`at(i).begin(1, 0, r_i)`, the
+// batch's sequences in id order, all of them present: llama.cpp splits a batch whose ids are not consecutive). Prefill one sequence at a time (its chunks as rows 0 .. C − 1, then its `end_prompt`), then decode steps of
 // one token per live sequence in one llama_batch (sequence i's token as row r_i: `at(i).begin(1, r_i)`), calling
 // each `end` after llama_decode; after the prompts and each step, `maybe_compact`. `release(i)` ends a sequence.
 // Errors as `Evictor`'s; the callback's are rethrown by `Evictor::end` / `take_callback_error`.
