@@ -129,6 +129,14 @@ class Evictor {
       store_ = kvevict::KVBuffer<float>(config_.n_q_heads, view_capacity(config_.budget, capacity_), head_dim_);
       kv_ = store_.view();
     }
+    if (evict_ && bounded_chunk_ != 0) {
+      // A bounded prefill's chunk lands on up to k held slots: the view needs k + C (kvevict::Cache checks it).
+      const std::size_t need = config_.budget.token_count() + bounded_chunk_;
+      if (kv_.capacity < need) {
+        store_ = kvevict::KVBuffer<float>(kv_.n_kv_heads, need, kv_.head_dim);
+        kv_ = store_.view();
+      }
+    }
     if (evict_) cache_ = kvevict::make_cache(policy_, config_, kv_, params_);
     cells_.reset(capacity_);
     evicted_.assign(capacity_, false);

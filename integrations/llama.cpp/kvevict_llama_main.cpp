@@ -285,11 +285,12 @@ int main(int argc, char** argv) {
       const std::size_t window = teacher ? P + T + 1 : P;
       pr.stride = stride_text.empty() ? window : kvcli::parse_count(stride_text, "--seq-stride", 1);
       if ((n_seq - 1) * pr.stride + window > tokens.size())
-        throw kvcli::UsageError("--parallel", std::to_string(n_seq) + " windows of " + std::to_string(window) +
-                                                  " tokens, " + std::to_string(pr.stride) + " apart, need " +
-                                                  std::to_string((n_seq - 1) * pr.stride + window) +
-                                                  " tokens; the text has " + std::to_string(tokens.size()) +
-                                                  " (after --skip-tokens)");
+        throw kvcli::UsageError(stride_text.empty() ? "--parallel" : "--seq-stride",
+                                std::to_string(n_seq) + " windows of " + std::to_string(window) + " tokens, " +
+                                    std::to_string(pr.stride) + " apart, need " +
+                                    std::to_string((n_seq - 1) * pr.stride + window) + " tokens; the text has " +
+                                    std::to_string(tokens.size()) +
+                                    (skip_text.empty() ? std::string() : " (after --skip-tokens)"));
       const std::size_t need =
           kvevict_llama_tool::parallel_min_cells(!full, kv_unified == "on", bounded, n_seq, P, T, k, C);
       // Streams of n_ctx / N cells: each must hold its sequence whole (llama.cpp alone).
@@ -341,9 +342,13 @@ int main(int argc, char** argv) {
     const std::string ctx_flag = ctx_text.empty() ? "--ctx-size (default P + steps)" : "--ctx-size";
     const std::string ctx_named = ctx_text.empty() ? "the default --ctx-size (P + steps = " + std::to_string(n_ctx) + ")"
                                                    : "--ctx-size " + std::to_string(n_ctx);
-    if (P > n_ctx)
+    // A bounded prefill holds at most k + C of the prompt's positions (cut after every chunk).
+    if (P > n_ctx && !(bounded && std::min(P, k + C) <= n_ctx))
       throw kvcli::UsageError(ctx_flag, "the prompt's P = " + std::to_string(P) + " tokens do not fit in " +
-                                            std::to_string(n_ctx) + " cells; raise --ctx-size or shorten the prompt");
+                                            std::to_string(n_ctx) + " cells; raise --ctx-size or shorten the prompt" +
+                                            (bounded ? " (with --bounded-prefill: k + --batch = " +
+                                                           std::to_string(k + C) + " cells)"
+                                                     : std::string()));
     if (full && N > n_ctx)
       throw kvcli::UsageError(ctx_flag, std::to_string(N) + " positions (P + steps) do not fit in " +
                                             std::to_string(n_ctx) + " cells with --policy full; raise --ctx-size");

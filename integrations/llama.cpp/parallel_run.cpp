@@ -242,7 +242,11 @@ int run_parallel(const ParallelRun& run) {
       dropped += seqs->at(i).dropped();
       reused += seqs->at(i).cells_reused();
     }
-    std::fprintf(stderr, "; dropped %zu, cells reused %zu, compactions %zu", dropped, reused, seqs->compactions());
+    if (run.flash)  // no kq_soft_max, so no mask: the cells are not tracked
+      std::fprintf(stderr, "; dropped %zu, compactions %zu (flash attention: cells not tracked)", dropped,
+                   seqs->compactions());
+    else
+      std::fprintf(stderr, "; dropped %zu, cells reused %zu, compactions %zu", dropped, reused, seqs->compactions());
   }
   std::fprintf(stderr, "\n");
   return kvcli::kExitOk;

@@ -353,6 +353,18 @@ case "$case_name" in
   parallel_h2o) parallel_vs_single h2o "3 sequences (one pool of cells), n_ctx 433 cells" "" ;;
   parallel_keyformer_summed)
     parallel_vs_single keyformer "3 sequences (one pool of cells), n_ctx 433 cells" "" --score-rows summed ;;
+  bounded_prefill_small)
+    # A bounded prefill holds at most k + C cells: a 256-token prompt runs in a 100-cell context (k = 64, C = 16),
+    # and a budget beyond the prompt with the default --batch still runs (the evictor's view is k + C slots).
+    "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 256 --teacher-force 8 --threads 1 --policy h2o \
+      --budget 64 --batch 16 --bounded-prefill --ctx-size 100 >"$w/out.txt" 2>"$w/summary.txt" \
+      || { cat "$w/summary.txt" >&2; fail "bounded prefill in 100 cells failed"; }
+    cat "$w/summary.txt"
+    seen=$(sed -E 's/.*most cells seen ([0-9]+).*/\1/' "$w/summary.txt")
+    [ "$seen" -le 80 ] || fail "a token saw $seen cells, more than k + C = 80"
+    "$KVL" --model "$MODEL" --prompt "Once upon a time there was" --threads 1 --policy h2o --bounded-prefill \
+      --steps 4 >"$w/out2.txt" 2>"$w/summary2.txt" || { cat "$w/summary2.txt" >&2; fail "a short bounded prompt failed"; }
+    ;;
   parallel_streams_bounded)
     parallel_vs_single h2o "3 sequences (a stream each), n_ctx 291 cells" "--kv-unified off" --score-rows summed \
       --mean-attention --bounded-prefill --batch 32 ;;
@@ -363,7 +375,7 @@ case "$case_name" in
       --model "$MODEL" --prompt hi --policy h2o --parallel 2 --trace-out "$w/t.npy"
     refuses "kvevict-llama: --parallel: --policy knorm reads each batch's keys (Kcur) for one sequence; with several sequences use a policy that scores from attention or positions" \
       --model "$MODEL" --prompt hi --policy knorm --parallel 2
-    refuses "kvevict-llama: --parallel: 2 windows of 4 tokens, 4 apart, need 8 tokens; the text has 4 (after --skip-tokens)" \
+    refuses "kvevict-llama: --parallel: 2 windows of 4 tokens, 4 apart, need 8 tokens; the text has 4" \
       --model "$MODEL" --prompt "hi there" --policy h2o --budget 2 --parallel 2
     refuses "kvevict-llama: --ctx-size: 100 cells are fewer than the 433 the run needs (k + 1 per sequence, one prompt, the batch); raise --ctx-size or leave it out" \
       --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --teacher-force 40 --policy h2o --budget 64 \
