@@ -4,27 +4,15 @@
 // Header only, on llama.cpp's public headers (llama.h, ggml.h) and kvevict. An `Evictor` keeps one
 // sequence of a llama_context inside a budget of k positions:
 //
-//   * scores: an eval callback (llama_context_params::cb_eval = kvevict_llama::eval_callback) reads every
-//     layer's attention probabilities `kq_soft_max-<layer>` (flash attention must be off) and the mask the
-//     softmax was given; log(p) is the logit row (softmax is shift-invariant, so every kvevict score of
-//     softmax((x + ζ) / τ) is the same as from the model's q·kᵀ/√d);
-//     `ScoreRows::summed` instead sums p over every layer and head, in place, into one row per token and gives
-//     the cache log of that sum (one query head; see `ScoreRows`);
-//   * keys (`--policy knorm` or `keydiff`, scores from the keys alone): the callback reads every layer's `Kcur-<layer>`
-//     (the batch's keys after RoPE, `[head_dim][n_head_kv][n_tokens]`, the last tensor of that name in the
-//     layer), which llama.cpp computes with flash attention on or off; the evictor's cache then has
-//     n_layer · n_head_kv KV heads of head_dim = n_embd / n_head and one shared selection over them;
-//   * cells: llama.cpp puts each token into a KV cell of its choosing and may reuse a freed cell; the
-//     mask row of the batch's token r shows exactly one column that row r − 1 did not: that is its cell.
-//     The map is checked against the mask on every batch (the known cells must all be visible, exactly one
-//     new column per row), so a reused cell is found, never assumed;
-//   * selection: llama.cpp's KV cache is shared by every layer and head of a sequence (a cell removed is
-//     removed everywhere), so through its public API eviction is ONE selection per sequence: a kvevict
-//     cache with one KV head and n_layer · n_head query heads, i.e. the sum of the scores of every layer's
-//     every head, k counted in positions. (kvevict's per-KV-head and per-layer selections cannot be
-//     expressed there.)
-//   * eviction: llama_memory_seq_rm(mem, seq, p, p + 1) per dropped position; positions are never
-//     renumbered (RoPE'd keys keep the positions they were computed at).
+//   * scores: an eval callback (cb_eval = kvevict_llama::eval_callback) reads every layer's attention probabilities
+//     `kq_soft_max-<layer>` (flash attention off); log p is the logit row (softmax is shift-invariant), one query
+//     head per layer and head, or summed in place into one row (`ScoreRows`, llama_rows.hpp);
+//   * keys (knorm, keydiff): every layer's `Kcur-<layer>` after RoPE, with flash attention on or off; the cache then
+//     has n_layer · n_head_kv KV heads of n_embd / n_head and one shared selection;
+//   * cells: which cell holds which position, read from llama.cpp's masks and checked at every batch (CellMap,
+//     llama_cells.hpp); after a cut the held cells are packed to the front (`compact`);
+//   * selection: a cell is shared by every layer and head, so through the public API eviction is ONE selection per
+//     sequence (one KV head, k counted in positions); dropped with llama_memory_seq_rm, positions never renumbered.
 //
 // Protocol (one sequence; batches of consecutive positions from 0):
 //   Evictor ev(policy, config, params, capacity);        // capacity >= prompt + decode steps
@@ -56,6 +44,7 @@
 #include "llama_callback_error.hpp"
 #include "llama_cells.hpp"
 #include "llama_rows.hpp"
+#include "llama_trace.hpp"
 
 namespace kvevict_llama {
 
@@ -214,7 +203,9 @@ class Evictor {
     if (rows_ == ScoreRows::summed && needs_scores(policy_))
       sum_.logits(n, batch_first_, cache_->positions(0), cache_->length(0), cells_, x_.data());
     const float* x = needs_scores(policy_) ? x_.data() : nullptr;
-    if (record_) record_rows(n);
+    if (log_.logits_on())  // streaming and window score nothing: their trace holds 0 where they see
+      log_.add_rows(x_.empty() ? nullptr : x_.data(), config_.n_q_heads, n, batch_first_, cache_->positions(0),
+                    cache_->length(0));
     if (!prompt_done_) {
       cache_->prefill_chunk(x, n, cache_->length(0));
       if (bounded_chunk_ != 0) {  // a bounded prefill cut the prompt so far to k: those positions leave llama.cpp
@@ -299,12 +290,9 @@ class Evictor {
 
   /// Records the logits the cache is given as a trace `[n_q_heads][capacity][capacity]` (rows = positions;
   /// entries not in the cache are -inf), for `kvevict-replay`. Call before the first `begin`.
-  void record_trace() {
-    record_ = true;
-    trace_.assign(config_.n_q_heads * capacity_ * capacity_, -std::numeric_limits<float>::infinity());
-  }
+  void record_trace() { log_.start_logits(config_.n_q_heads, capacity_); }
   /// The recorded trace (see `record_trace`); empty if not recording.
-  const std::vector<float>& trace() const { return trace_; }
+  const std::vector<float>& trace() const { return log_.logits(); }
 
   /// The kvevict cache (null for a full cache): its slots' positions and scores.
   const kvevict::CacheInterface* cache() const { return cache_.get(); }
@@ -335,19 +323,15 @@ class Evictor {
   /// positions not yet seen are 0. For `--keys-out` and the tests' reference.
   std::vector<float> recorded_keys() const {
     if (!cache_ || !needs_keys(policy_)) return {};
-    const std::size_t H = kv_.n_kv_heads, d = head_dim_;
-    std::vector<float> out(H * capacity_ * d, 0.0f);
-    for (std::size_t p = 0; p < key_log_.size() / (H * d); ++p)
-      for (std::size_t j = 0; j < H; ++j)
-        std::copy_n(key_log_.data() + (p * H + j) * d, d, out.data() + (j * capacity_ + p) * d);
-    return out;
+    return log_.keys(capacity_);
   }
   /// Head size of the recorded keys (knorm, keydiff; 0 otherwise).
   std::size_t head_dim() const { return head_dim_; }
   /// KV heads of the evictor's cache: n_layer · n_head_kv for knorm and keydiff, 1 otherwise.
   std::size_t n_kv_heads() const { return kv_.n_kv_heads; }
-  /// Keeps every key the cache is given, for `recorded_keys` (knorm, keydiff). Call before the first `begin`.
-  void record_keys() { record_keys_ = true; }
+  /// Keeps every key the cache is given, for `recorded_keys` (knorm, keydiff). Call after `attach`, before the first
+  /// `begin`.
+  void record_keys() { log_.start_keys(n_layer_ * n_head_kv_, head_dim_); }
 
   /// The eval callback's work (see `eval_callback`).
   bool on_tensor(ggml_tensor* t, bool ask) {
@@ -390,31 +374,17 @@ class Evictor {
   }
 
   // The staged keys of the batch's n tokens into the cache's K rows (the last n slots, appended by `begin`),
-  // and into key_log_ ([position][layer · n_head_kv + h][head_dim]) when recording.
+  // and into the key log when recording.
   void store_keys(std::size_t n) {
-    const std::size_t first_slot = kv_.length(0) - n, H = n_layer_ * n_head_kv_;
-    if (record_keys_) key_log_.resize((batch_first_ + n) * H * head_dim_, 0.0f);
+    const std::size_t first_slot = kv_.length(0) - n;
     for (std::size_t l = 0; l < n_layer_; ++l)
       for (std::size_t r = 0; r < n; ++r)
         for (std::size_t h = 0; h < n_head_kv_; ++h) {
           const float* in = keys_.key(l, r, h);
           const std::size_t j = l * n_head_kv_ + h;
           std::copy_n(in, head_dim_, kv_.k_row(j, first_slot + r));
-          if (record_keys_) std::copy_n(in, head_dim_, key_log_.data() + ((batch_first_ + r) * H + j) * head_dim_);
+          if (log_.keys_on()) log_.add_key(batch_first_ + r, j, in);
         }
-  }
-
-  void record_rows(std::size_t rows) {
-    const std::size_t n = cache_->length(0), N = capacity_;
-    const std::int64_t* pos = cache_->positions(0);
-    for (std::size_t h = 0; h < config_.n_q_heads; ++h)
-      for (std::size_t r = 0; r < rows; ++r) {
-        float* out = trace_.data() + (h * N + batch_first_ + r) * N;
-        // Streaming and window score nothing: their trace holds 0 at the positions they see.
-        const float* in = x_.empty() ? nullptr : x_.data() + (h * rows + r) * n;
-        for (std::size_t s = 0; s < n; ++s)
-          if (static_cast<std::size_t>(pos[s]) <= batch_first_ + r) out[static_cast<std::size_t>(pos[s])] = in ? in[s] : 0.0f;
-      }
   }
 
   // llama.cpp decodes a sequence's next token only at the position after the last one it holds
@@ -463,7 +433,8 @@ class Evictor {
   std::size_t n_layer_ = 0, n_head_ = 0;
   CellMap cells_;  // which cell holds which position (llama_cells.hpp)
   std::vector<bool> evicted_;
-  std::vector<float> x_, trace_;
+  std::vector<float> x_;
+  detail::TraceLog log_;  // --trace-out, --keys-out
   ScoreRows rows_ = ScoreRows::per_head;
   detail::SummedRows sum_;  // ScoreRows::summed: the batch's probabilities summed over layers and heads
   std::vector<std::uint8_t> state_;  // compact: the sequence's saved state
@@ -474,9 +445,8 @@ class Evictor {
   std::size_t bounded_chunk_ = 0;    // bounded prefill: the largest prompt chunk (0: the prompt is held whole)
   std::vector<float> zero_row_;        // one token's K/V rows of zeros, appended by `begin` (no allocation per step)
   detail::KeyRows keys_;               // knorm, keydiff: the batch's keys per layer
-  std::vector<float> key_log_;         // knorm, keydiff: every key given (record_keys)
   std::size_t n_head_kv_ = 0, head_dim_ = 0;
-  bool record_ = false, record_keys_ = false, prompt_done_ = false;
+  bool prompt_done_ = false;
   std::size_t next_ = 0, batch_first_ = 0, batch_n_ = 0, batch_rows_seen_ = 0, layers_seen_ = 0;
   std::size_t dropped_ = 0, prompt_len_ = 0;
 };
