@@ -97,6 +97,14 @@ keydiff() { key_policy keydiff check_key_diff.py "$@"; }  # model text flash-att
 # every prompt row and layer 0's decode rows (the decode rows of later layers depend on the eviction, which the
 # full-cache engine does not run); it splices the reference's rows into the trace replayed (layers >= 1's decode
 # rows stay the tool's), and the kept sets must equal kvevict-llama's at every step.
+# kvevict-generate's pre-softmax logits of layers 0 .. L - 1 on TEXT (full cache, one run per layer): $w/ref<l>.npy.
+dump_references() {  # text L
+  for ((l = 0; l < $2; ++l)); do
+    "$GEN" --model "$MODEL" --prompt "$1" --steps 0 --threads 1 --dump-logits "$w/ref$l.npy" --dump-layer $l \
+      >/dev/null 2>"$w/gen.txt" || { cat "$w/gen.txt" >&2; fail "kvevict-generate failed"; }
+  done
+}
+
 independent_logits() {  # policy
   [ -n "${GEN:-}" ] || { echo "kvevict-generate not built (tools/llama2 needs SentencePiece and PCRE2)"; exit 77; }
   local policy=$1 P=400 T=24 L=5 text
@@ -106,10 +114,7 @@ independent_logits() {  # policy
     || { cat "$w/summary.txt" >&2; fail "kvevict-llama failed"; }
   cat "$w/summary.txt"
   grep -q "cells reused [1-9]" "$w/summary.txt" || fail "llama.cpp reused no freed cell (the case tests the cell map)"
-  for ((l = 0; l < L; ++l)); do
-    "$GEN" --model "$MODEL" --prompt "$text" --steps 0 --threads 1 --dump-logits "$w/ref$l.npy" --dump-layer $l \
-      >/dev/null 2>"$w/gen.txt" || { cat "$w/gen.txt" >&2; fail "kvevict-generate failed"; }
-  done
+  dump_references "$text" $L
   "$CHECK_TRACE" logits "$w/trace.npy" "$w/kept.jsonl" $P $L "$w/ref" "$w/spliced.npy" \
     || fail "kvevict-llama's logits differ from kvevict-generate's"
   local gen=()
@@ -133,10 +138,7 @@ summed_logits() {  # policy
   cat "$w/summary.txt"
   grep -q "q-heads-per-kv 1 " "$w/summary.txt" || fail "the summed trace is not one query head"
   grep -q "compactions [1-9]" "$w/summary.txt" || fail "the cells were never compacted"
-  for ((l = 0; l < L; ++l)); do
-    "$GEN" --model "$MODEL" --prompt "$text" --steps 0 --threads 1 --dump-logits "$w/ref$l.npy" --dump-layer $l \
-      >/dev/null 2>"$w/gen.txt" || { cat "$w/gen.txt" >&2; fail "kvevict-generate failed"; }
-  done
+  dump_references "$text" $L
   "$CHECK_TRACE" summed "$w/trace.npy" "$w/kept.jsonl" $P $L "$w/ref" "$w/spliced.npy" \
     || fail "kvevict-llama's summed rows differ from kvevict-generate's"
   local gen=()
