@@ -4,7 +4,9 @@
 // Header only, on llama.cpp's public headers (llama.h, ggml.h) and kvevict. An `Evictor` keeps one
 // sequence of a llama_context inside a budget of k positions:
 //
-//   * scores: an eval callback (cb_eval = kvevict_llama::eval_callback) reads every layer's attention probabilities
+//   * layers: global (full attention: scored, their cells tracked) or sliding-window (neither: their own cache holds
+//     the window; a drop reaches it too), `LayerKinds` (llama_layers.hpp);
+//   * scores: an eval callback (cb_eval = kvevict_llama::eval_callback) reads every global layer's attention probabilities
 //     `kq_soft_max-<layer>` (flash attention off); log p is the logit row (softmax is shift-invariant), one query
 //     head per layer and head, or summed in place into one row (`ScoreRows`, llama_rows.hpp);
 //   * keys (knorm, keydiff): every layer's `Kcur-<layer>` after RoPE, with flash attention on or off; the cache then
@@ -43,6 +45,7 @@
 
 #include "llama_callback_error.hpp"
 #include "llama_cells.hpp"
+#include "llama_layers.hpp"
 #include "llama_rows.hpp"
 #include "llama_trace.hpp"
 
@@ -83,19 +86,21 @@ class Evictor {
 
   /// Binds the evictor to `ctx` (created with `cb_eval = eval_callback`, `cb_eval_user_data = this`) and
   /// sequence `seq`. Throws `std::invalid_argument` if the evictor evicts and the model's memory is recurrent
-  /// or hybrid (it cannot drop a middle range of positions), or if the model has no attention heads. (Flash
-  /// attention on with a policy that `needs_scores` is found at the first `end`: no softmax reaches the callback.)
+  /// or hybrid (it cannot drop a middle range of positions), if the model has no attention heads, or if it has
+  /// sliding-window layers whose layout `LayerKinds::of` does not know (or no global layer). (Flash attention on
+  /// with a policy that `needs_scores` is found at the first `end`: no softmax reaches the callback.)
   void attach(llama_context* ctx, const llama_model* model, llama_seq_id seq = 0) {
-    ctx_ = ctx;
-    seq_ = seq;
-    mem_ = llama_get_memory(ctx);
     if (evict_ && (llama_model_is_recurrent(model) || llama_model_is_hybrid(model)))
       throw std::invalid_argument("the model's memory is recurrent or hybrid: llama.cpp cannot drop a middle range of "
                                   "its positions (llama_memory_seq_rm), so nothing can be evicted");
     n_layer_ = static_cast<std::size_t>(llama_model_n_layer(model));
     n_head_ = static_cast<std::size_t>(llama_model_n_head(model));
     if (n_layer_ == 0 || n_head_ == 0) throw std::invalid_argument("the model has no attention layers");
-    config_.n_q_heads = rows_ == ScoreRows::summed ? 1 : n_layer_ * n_head_;
+    kinds_ = LayerKinds::of(model);
+    ctx_ = ctx;
+    seq_ = seq;
+    mem_ = llama_get_memory(ctx);
+    config_.n_q_heads = rows_ == ScoreRows::summed ? 1 : kinds_.n_global * n_head_;
     config_.shared_heads = false;
     if (bounded_chunk_ != 0) {
       if (config_.budget.is_ratio())
@@ -104,16 +109,13 @@ class Evictor {
       config_.max_prefill_chunk = bounded_chunk_;
     }
     if (evict_ && needs_keys(policy_)) {
-      // One KV head per layer and llama.cpp KV head, [layer · n_head_kv + h][slot][head_dim], one selection.
+      // One KV head per global layer and llama.cpp KV head, [rank · n_head_kv + h][slot][head_dim], one selection.
       n_head_kv_ = static_cast<std::size_t>(llama_model_n_head_kv(model));
-      const std::size_t n_embd = static_cast<std::size_t>(llama_model_n_embd(model));
-      if (n_head_kv_ == 0 || n_embd % n_head_ != 0)
-        throw std::invalid_argument("the model's attention shape (n_embd " + std::to_string(n_embd) + ", n_head " +
-                                    std::to_string(n_head_) + ", n_head_kv " + std::to_string(n_head_kv_) +
-                                    ") has no head size n_embd / n_head for the keys");
-      head_dim_ = n_embd / n_head_;
-      keys_.shape(n_layer_, n_head_kv_, head_dim_);
-      config_.n_q_heads = n_layer_ * n_head_kv_;
+      head_dim_ = key_head_dim(model);
+      if (n_head_kv_ == 0)
+        throw std::invalid_argument("the model has no KV heads (n_head_kv 0): key scores need its keys");
+      keys_.shape(kinds_.n_global, n_head_kv_, head_dim_);
+      config_.n_q_heads = kinds_.n_global * n_head_kv_;
       config_.shared_heads = true;
       store_ = kvevict::KVBuffer<float>(config_.n_q_heads, view_capacity(config_.budget, capacity_), head_dim_);
       kv_ = store_.view();
@@ -160,9 +162,10 @@ class Evictor {
     stream_ = stream;
     batch_rows_seen_ = 0;
     layers_seen_ = 0;
+    masks_.begin();
     if (cache_ && needs_keys(policy_)) keys_.begin(n);
     if (zero_row_.size() != kv_.n_kv_heads * kv_.head_dim) zero_row_.assign(kv_.n_kv_heads * kv_.head_dim, 0.0f);
-    if (cache_)  // K rows of a key score are written by `end` (store_keys); V is never read
+    if (cache_)  // K rows of a key score are written by `end` (KeyRows::store); V is never read
       for (std::size_t i = 0; i < n; ++i)
         kv_.append(static_cast<std::int64_t>(next_ + i), zero_row_.data(), zero_row_.data());
     if (cache_ && needs_scores(policy_)) {
@@ -185,17 +188,18 @@ class Evictor {
       throw std::runtime_error("kvevict_llama::Evictor::end: the eval callback saw " +
                                std::to_string(batch_rows_seen_) + " of the batch's " + std::to_string(batch_n_) +
                                " tokens in the attention mask (is cb_eval set to kvevict_llama::eval_callback?)");
-    if (cache_ && needs_scores(policy_) && layers_seen_ != n_layer_)
+    if (cache_ && needs_scores(policy_) && layers_seen_ != kinds_.n_global)
       throw std::runtime_error("kvevict_llama::Evictor::end: the eval callback saw kq_soft_max of " +
-                               std::to_string(layers_seen_) + " of " + std::to_string(n_layer_) +
-                               " layers (flash attention must be off)");
+                               std::to_string(layers_seen_) + " of " + std::to_string(kinds_.n_global) +
+                               " global layers (flash attention must be off)");
+    if (kinds_.hybrid() && batch_rows_seen_ != 0) masks_.check_window(kinds_, cells_, batch_first_ + batch_n_ - 1);
     if (cache_ && needs_keys(policy_)) {
       const std::size_t seen = keys_.layers_seen();
-      if (seen != n_layer_)
+      if (seen != kinds_.n_global)
         throw std::runtime_error("kvevict_llama::Evictor::end: the eval callback saw Kcur of " + std::to_string(seen) +
-                                 " of " + std::to_string(n_layer_) + " layers (a model whose graph names its keys "
-                                 "otherwise is not supported by key scores)");
-      store_keys(batch_n_);
+                                 " of " + std::to_string(kinds_.n_global) + " global layers (a model whose graph names "
+                                 "its keys otherwise is not supported by key scores)");
+      keys_.store(kv_, log_, kv_.length(0) - batch_n_, batch_first_);
     }
     const std::size_t n = batch_n_;
     batch_n_ = 0;
@@ -244,17 +248,7 @@ class Evictor {
   /// the cells held by `compact_slack()` or more. Needs one sequence per context. Throws
   /// `std::runtime_error` if llama.cpp does not save or restore the whole sequence (then it may be lost).
   void compact() {
-    const std::size_t size = llama_state_seq_get_size(ctx_, seq_);
-    state_.resize(size);
-    if (llama_state_seq_get_data(ctx_, state_.data(), size, seq_) != size)
-      throw std::runtime_error("kvevict_llama: llama_state_seq_get_data did not save the sequence's " +
-                               std::to_string(size) + " bytes; nothing was moved");
-    if (!llama_memory_seq_rm(mem_, seq_, -1, -1))
-      throw std::runtime_error("kvevict_llama: llama_memory_seq_rm refused to clear the sequence for compaction; "
-                               "nothing was moved");
-    if (llama_state_seq_set_data(ctx_, state_.data(), size, seq_) != size)
-      throw std::runtime_error("kvevict_llama: llama_state_seq_set_data did not restore the sequence's " +
-                               std::to_string(size) + " bytes after compaction: its KV cache is lost");
+    detail::repack_sequence(ctx_, seq_, state_);
     ++compactions_;
     cells_.pack();  // the i-th lowest held cell is now cell i (a no-op when no mask was read)
   }
@@ -269,8 +263,14 @@ class Evictor {
   void move_cells(const std::vector<std::int64_t>& new_cell) { cells_.move(new_cell); }
   /// After the sequence's cells were freed (`Sequences::release`): no cell holds any of its positions.
   void forget_cells() { cells_.forget(); }
-  /// The position each cell holds (-1: none of this sequence's), as read from llama.cpp's masks.
-  const std::vector<std::int64_t>& cell_positions() const { return cells_.cells(); }
+  /// Which cell holds which position, as read from llama.cpp's masks (`CellMap`: the cells, the cells the last
+  /// batch's last token saw, the most any token saw, how often a cell an evicted position held was reused).
+  const CellMap& cell_map() const { return cells_; }
+  /// Cells the sliding-window layers' mask showed the last batch's last token (hybrid models; checked in `end` to
+  /// be the held positions within the window).
+  std::size_t sliding_visible_cells() const { return masks_.sliding_visible(); }
+  /// The model's global and sliding-window layers (`attach`).
+  const LayerKinds& layer_kinds() const { return kinds_; }
   /// The llama.cpp sequence id (`attach`).
   llama_seq_id seq() const { return seq_; }
   /// Cells llama.cpp attends for this sequence: 1 + the highest cell holding a held position (0 before any).
@@ -296,8 +296,8 @@ class Evictor {
 
   /// The kvevict cache (null for a full cache): its slots' positions and scores.
   const kvevict::CacheInterface* cache() const { return cache_.get(); }
-  /// Query heads of the evictor's cache: n_layer · n_head (`ScoreRows::per_head`), 1 (`summed`), n_layer ·
-  /// n_head_kv (knorm, keydiff).
+  /// Query heads of the evictor's cache: n_global · n_head (`ScoreRows::per_head`; n_global: the global layers,
+  /// `LayerKinds`), 1 (`summed`), n_global · n_head_kv (knorm, keydiff).
   std::size_t n_q_heads() const { return config_.n_q_heads; }
   /// Positions held now, ascending (a full cache: every position so far).
   std::vector<std::int64_t> kept() const {
@@ -308,18 +308,12 @@ class Evictor {
   }
   /// Whether position `p` was evicted (it never comes back).
   bool evicted(std::size_t p) const { return p < evicted_.size() && evicted_[p]; }
-  /// Cells of the sequence that the last batch's last token saw in llama.cpp's own mask (kept + batch).
-  std::size_t visible_cells() const { return cells_.visible(); }
-  /// The most cells of the sequence any token saw so far.
-  std::size_t max_visible_cells() const { return cells_.max_visible(); }
-  /// How often llama.cpp put a token into a cell that an evicted position had held.
-  std::size_t cells_reused() const { return cells_.reused(); }
   /// Positions dropped with llama_memory_seq_rm so far.
   std::size_t dropped() const { return dropped_; }
   /// Prompt length (after `end_prompt`).
   std::size_t prompt_len() const { return prompt_len_; }
 
-  /// The keys the cache was given, `[layer · n_head_kv + h][position][head_dim]` (knorm, keydiff; empty otherwise):
+  /// The keys the cache was given, `[global layer's rank · n_head_kv + h][position][head_dim]` (knorm, keydiff; empty otherwise):
   /// positions not yet seen are 0. For `--keys-out` and the tests' reference.
   std::vector<float> recorded_keys() const {
     if (!cache_ || !needs_keys(policy_)) return {};
@@ -327,39 +321,42 @@ class Evictor {
   }
   /// Head size of the recorded keys (knorm, keydiff; 0 otherwise).
   std::size_t head_dim() const { return head_dim_; }
-  /// KV heads of the evictor's cache: n_layer · n_head_kv for knorm and keydiff, 1 otherwise.
+  /// KV heads of the evictor's cache: n_global · n_head_kv for knorm and keydiff, 1 otherwise.
   std::size_t n_kv_heads() const { return kv_.n_kv_heads; }
   /// Keeps every key the cache is given, for `recorded_keys` (knorm, keydiff). Call after `attach`, before the first
   /// `begin`.
-  void record_keys() { log_.start_keys(n_layer_ * n_head_kv_, head_dim_); }
+  void record_keys() { log_.start_keys(kinds_.n_global * n_head_kv_, head_dim_); }
 
   /// The eval callback's work (see `eval_callback`).
   bool on_tensor(ggml_tensor* t, bool ask) {
     const char* name = ggml_get_name(t);
-    if (std::strncmp(name, "Kcur-", 5) == 0 && cache_ && needs_keys(policy_)) {
-      if (ask) return true;
-      if (batch_n_ != 0) keys_.copy(t, std::atoi(name + 5));
-      return true;
-    }
+    if (std::strncmp(name, "Kcur-", 5) == 0 && cache_ && needs_keys(policy_))
+      return keys_.on_tensor(t, std::atoi(name + 5), ask, batch_n_ != 0, kinds_.global, kinds_.rank);
     if (std::strncmp(name, "kq_soft_max-", 12) != 0) return !ask;  // ask: not wanted; eval: keep going
     if (ask) return true;
     if (batch_n_ == 0) return true;  // a decode the evictor did not begin (e.g. a warm-up): ignore
     const int layer = std::atoi(name + 12);
     if (t->type != GGML_TYPE_F32 || t->src[1] == nullptr)
       detail::rows_fail("kq_soft_max of layer " + std::to_string(layer) + " is not F32 with a mask");
-    if (layer == 0 || batch_rows_seen_ == 0) {
+    if (layer < 0 || static_cast<std::size_t>(layer) >= n_layer_)
+      detail::rows_fail("kq_soft_max of layer " + std::to_string(layer) + " in a model of " +
+                        std::to_string(n_layer_) + " layers");
+    const auto l = static_cast<std::size_t>(layer);
+    if (!masks_.see(kinds_, t->src[1], l, row0_ + batch_n_ - 1, stream_))
+      return true;  // a sliding layer: its mask was checked, nothing scored
+    if (batch_rows_seen_ == 0) {
       cells_.read(t->src[1], row0_, batch_n_, batch_first_, stream_);
       batch_rows_seen_ = batch_n_;
     }
     if (!cache_ || !needs_scores(policy_)) return true;
-    if (layer < 0 || static_cast<std::size_t>(layer) >= n_layer_ || t->ne[2] != static_cast<int64_t>(n_head_))
+    if (t->ne[2] != static_cast<int64_t>(n_head_))
       detail::rows_fail("layer " + std::to_string(layer) + "'s kq_soft_max has " + std::to_string(t->ne[2]) +
                         " heads; the model-wide selection needs " + std::to_string(n_head_) + " in each of " +
-                        std::to_string(n_layer_) + " layers");
+                        std::to_string(kinds_.n_global) + " global layers");
     if (rows_ == ScoreRows::summed)
       sum_.add(t, n_head_, row0_, stream_, batch_n_, layers_seen_ == 0);
     else
-      detail::copy_log_probs(t, static_cast<std::size_t>(layer), n_head_, row0_, stream_, batch_n_, batch_first_,
+      detail::copy_log_probs(t, kinds_.rank[l], n_head_, row0_, stream_, batch_n_, batch_first_,
                              cache_->positions(0), cache_->length(0), cells_, x_.data());
     ++layers_seen_;
     return true;
@@ -371,20 +368,6 @@ class Evictor {
     std::size_t k = budget.is_ratio() ? static_cast<std::size_t>(std::ceil(budget.ratio_value() * double(capacity)))
                                       : budget.token_count();
     return std::max(capacity, k) + 1;
-  }
-
-  // The staged keys of the batch's n tokens into the cache's K rows (the last n slots, appended by `begin`),
-  // and into the key log when recording.
-  void store_keys(std::size_t n) {
-    const std::size_t first_slot = kv_.length(0) - n;
-    for (std::size_t l = 0; l < n_layer_; ++l)
-      for (std::size_t r = 0; r < n; ++r)
-        for (std::size_t h = 0; h < n_head_kv_; ++h) {
-          const float* in = keys_.key(l, r, h);
-          const std::size_t j = l * n_head_kv_ + h;
-          std::copy_n(in, head_dim_, kv_.k_row(j, first_slot + r));
-          if (log_.keys_on()) log_.add_key(batch_first_ + r, j, in);
-        }
   }
 
   // llama.cpp decodes a sequence's next token only at the position after the last one it holds
@@ -431,6 +414,8 @@ class Evictor {
   llama_memory_t mem_ = nullptr;
   llama_seq_id seq_ = 0;
   std::size_t n_layer_ = 0, n_head_ = 0;
+  LayerKinds kinds_;  // global and sliding-window layers (llama_layers.hpp)
+  detail::LayerMasks masks_;  // the batch's masks of the global and the sliding layers, checked against kinds_
   CellMap cells_;  // which cell holds which position (llama_cells.hpp)
   std::vector<bool> evicted_;
   std::vector<float> x_;

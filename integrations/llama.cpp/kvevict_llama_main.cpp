@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Run a GGUF model in llama.cpp with a kvevict policy (one selection for the whole model) deciding "
                "which KV positions to drop."};
   std::string model_path, prompt, prompt_file, prompt_tokens_text, skip_text, steps_text = "32", teacher_text, ctx_text,
-                                                                    batch_text = "64", threads_text, fa = "off", score_rows = "per-head", parallel_text = "1", stride_text, kv_unified = "on",
+                                                                    batch_text = "64", threads_text, fa = "off", score_rows = "per-head", parallel_text = "1", stride_text, kv_unified = "on", swa_full = "off",
                                                                     kept_out, trace_out, keys_out;
   bool no_kvevict = false, ignore_eos = false, count_only = false, bounded = false;
   kvcli::EvictionFlags flags;
@@ -97,6 +97,10 @@ int main(int argc, char** argv) {
                      "--parallel: on (default: one pool of cells, every token attends every sequence's cells, masked) "
                      "or off (a stream of n_ctx / N cells per sequence: a token attends its own sequence's cells)")
           ->type_name("on|off");
+  app.add_option("--swa-full", swa_full,
+                 "models with sliding-window layers: off (default, as llama.cpp's tools: the sliding layers' cache "
+                 "holds their window + a batch) or on (a full-size sliding cache, llama_context_default_params')")
+      ->type_name("on|off");
   app.add_flag("--bounded-prefill", bounded,
                "cut the prompt to the budget after every --batch chunk (kvevict's bounded prefill), so a sequence "
                "never holds more than k + --batch cells");
@@ -142,6 +146,8 @@ int main(int argc, char** argv) {
     const std::size_t n_seq = kvcli::parse_count(parallel_text, "--parallel", 1, 256);
     if (n_seq == 1 && !stride_text.empty())
       throw kvcli::UsageError("--seq-stride", "places the windows of --parallel N > 1 sequences (got --parallel 1)");
+    if (swa_full != "on" && swa_full != "off")
+      throw kvcli::UsageError("--swa-full", "expected on or off, got '" + swa_full + "'");
     if (kv_unified != "on" && kv_unified != "off")
       throw kvcli::UsageError("--kv-unified", "expected on or off, got '" + kv_unified + "'");
     if (unified_opt->count() > 0 && n_seq == 1)
@@ -224,6 +230,15 @@ int main(int argc, char** argv) {
       throw kvcli::UsageError("--model", "the model's memory is recurrent or hybrid: llama.cpp cannot drop a middle "
                                          "range of its positions (llama_memory_seq_rm), so nothing can be evicted; "
                                          "use --policy full");
+    // Before any token: a model with sliding-window layers whose layout kvevict does not know (or with no global
+    // layer) cannot be scored, its cells not tracked (llama_layers.hpp).
+    if (!no_kvevict) {
+      try {
+        (void)kvevict_llama::LayerKinds::of(model.get());
+      } catch (const std::invalid_argument& e) {
+        throw kvcli::UsageError("--model", e.what());
+      }
+    }
     const llama_vocab* vocab = llama_model_get_vocab(model.get());
     if (llama_vocab_type(vocab) == LLAMA_VOCAB_TYPE_NONE)
       throw kvcli::UsageError("--model", "'" + model_path + "' has no vocabulary: llama.cpp cannot tokenize text for it");
@@ -316,6 +331,7 @@ int main(int argc, char** argv) {
       pr.params = params;
       pr.k = k;
       pr.unified = kv_unified == "on";
+      pr.swa_full = swa_full == "on";
       pr.bounded = bounded;
       pr.rows = score_rows == "summed" ? kvevict_llama::ScoreRows::summed : kvevict_llama::ScoreRows::per_head;
       std::optional<kvtools::AtomicOutput> kept_file;
@@ -363,6 +379,7 @@ int main(int argc, char** argv) {
     cparams.n_batch = static_cast<uint32_t>(C);
     cparams.n_ubatch = static_cast<uint32_t>(C);
     cparams.n_seq_max = 1;
+    cparams.swa_full = swa_full == "on";
     cparams.n_threads = threads;
     cparams.n_threads_batch = threads;
     cparams.flash_attn_type = flash ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -514,7 +531,11 @@ int main(int argc, char** argv) {
                  decode_cpu > 0 ? static_cast<double>(steps_done) / decode_cpu : 0.0);
     if (ev && !flash)
       std::fprintf(stderr, "; most cells seen %zu, dropped %zu, cells reused %zu, compactions %zu",
-                   ev->max_visible_cells(), ev->dropped(), ev->cells_reused(), ev->compactions());
+                   ev->cell_map().max_visible(), ev->dropped(), ev->cell_map().reused(), ev->compactions());
+    if (ev && ev->layer_kinds().hybrid())
+      std::fprintf(stderr, "; layers: %zu global of %zu (the others a sliding window of %zu; its cells seen %zu)",
+                   ev->layer_kinds().n_global, ev->layer_kinds().global.size(), ev->layer_kinds().window,
+                   ev->sliding_visible_cells());
     if (ev && flash)  // no kq_soft_max, so no mask: the cells are not tracked
       std::fprintf(stderr, "; dropped %zu, compactions %zu (flash attention: cells not tracked)", ev->dropped(),
                    ev->compactions());

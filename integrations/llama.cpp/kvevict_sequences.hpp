@@ -96,7 +96,7 @@ class Sequences {
     if (!unified_) throw std::logic_error("kvevict_llama::Sequences::compact: the sequences have a stream each");
     std::vector<std::int64_t> owner;  // cell -> sequence (-1: free)
     for (std::size_t i = 0; i < evictors_.size(); ++i) {
-      const std::vector<std::int64_t>& cp = evictors_[i]->cell_positions();
+      const std::vector<std::int64_t>& cp = evictors_[i]->cell_map().cells();
       if (owner.size() < cp.size()) owner.resize(cp.size(), -1);
       for (std::size_t c = 0; c < cp.size(); ++c) {
         if (cp[c] < 0) continue;

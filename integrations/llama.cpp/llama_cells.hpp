@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ggml.h>
+#include <llama.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -156,5 +157,43 @@ class CellMap {
   std::vector<std::int64_t> pos_cell_;  // position -> cell (-1: not held)
   std::size_t last_visible_ = 0, max_visible_ = 0, reused_ = 0;
 };
+
+namespace detail {
+/// Saves sequence `seq` of `ctx` into `state`, clears it and restores it (`llama_state_seq_get_data`,
+/// `llama_memory_seq_rm`, `llama_state_seq_set_data`): llama.cpp puts the cells back, in their order, into the free
+/// cells from 0 (`Evictor::compact`). O(held cells · n_layer · (K + V row bytes)), twice. Throws
+/// `std::runtime_error` if llama.cpp does not save, clear or restore the whole sequence (after a failed restore the
+/// sequence's KV cache is lost; before it, nothing moved).
+inline void repack_sequence(llama_context* ctx, llama_seq_id seq, std::vector<std::uint8_t>& state) {
+  const std::size_t size = llama_state_seq_get_size(ctx, seq);
+  state.resize(size);
+  if (llama_state_seq_get_data(ctx, state.data(), size, seq) != size)
+    throw std::runtime_error("kvevict_llama: llama_state_seq_get_data did not save the sequence's " +
+                             std::to_string(size) + " bytes; nothing was moved");
+  if (!llama_memory_seq_rm(llama_get_memory(ctx), seq, -1, -1))
+    throw std::runtime_error("kvevict_llama: llama_memory_seq_rm refused to clear the sequence for compaction; "
+                             "nothing was moved");
+  if (llama_state_seq_set_data(ctx, state.data(), size, seq) != size)
+    throw std::runtime_error("kvevict_llama: llama_state_seq_set_data did not restore the sequence's " +
+                             std::to_string(size) + " bytes after compaction: its KV cache is lost");
+}
+
+/// Cells the mask `[n_kv][n_rows][1][n_stream]` (F32; > -inf = visible) shows in row `row` of stream `stream`.
+/// Throws `std::runtime_error` if the mask is not F32 or has no such row or stream. O(n_kv).
+inline std::size_t visible_in_row(const ggml_tensor* mask, std::size_t row, std::size_t stream) {
+  if (mask->type != GGML_TYPE_F32)
+    throw std::runtime_error("kvevict_llama: the attention mask is not F32 (flash attention must be off)");
+  if (row >= static_cast<std::size_t>(mask->ne[1]) || stream >= static_cast<std::size_t>(mask->ne[3]))
+    throw std::runtime_error("kvevict_llama: the attention mask has no row " + std::to_string(row) + " of stream " +
+                             std::to_string(stream));
+  std::size_t n = 0;
+  for (std::int64_t c = 0; c < mask->ne[0]; ++c) {
+    const float v = *reinterpret_cast<const float*>(static_cast<const char*>(mask->data) + c * mask->nb[0] +
+                                                     row * mask->nb[1] + stream * mask->nb[3]);
+    n += v > -std::numeric_limits<float>::infinity();
+  }
+  return n;
+}
+}  // namespace detail
 
 }  // namespace kvevict_llama

@@ -120,7 +120,7 @@ class SummedRows {
   std::size_t cells_ = 0;
 };
 
-/// The batch's keys of every layer (knorm, keydiff), staged from `Kcur-<layer>` until the batch ends.
+/// The batch's keys of every global layer (knorm, keydiff), staged from `Kcur-<layer>` until the batch ends.
 class KeyRows {
  public:
   /// `n_layer` layers of `n_head_kv` KV heads of `head_dim`.
@@ -163,6 +163,32 @@ class KeyRows {
         out[r * per_token + i] = *reinterpret_cast<const float*>(e);
       }
     seen_[static_cast<std::size_t>(layer)] = true;
+  }
+  /// The eval callback's `Kcur-<layer>` (`layer` parsed from the name; `global` / `rank`: `LayerKinds`): a sliding
+  /// layer's keys are not asked for; a global layer's are copied (`copy`, at its rank) while a batch is `active`.
+  /// Returns what the callback returns. Throws `std::runtime_error` for a layer beyond the model's.
+  bool on_tensor(const ggml_tensor* t, int layer, bool ask, bool active, const std::vector<bool>& global,
+                 const std::vector<std::size_t>& rank) {
+    const bool known = layer >= 0 && static_cast<std::size_t>(layer) < global.size();
+    if (known && !global[static_cast<std::size_t>(layer)]) return !ask;  // a sliding layer's keys are not scored
+    if (ask || !active) return true;
+    if (!known)
+      rows_fail("Kcur of layer " + std::to_string(layer) + " in a model of " + std::to_string(global.size()) + " layers");
+    copy(t, static_cast<int>(rank[static_cast<std::size_t>(layer)]));
+    return true;
+  }
+  /// The staged keys of the batch into the cache's K rows `kv.k_row(l · n_head_kv + h, first_slot + r)` and, when
+  /// recording, into `log` at positions `first_pos + r`. O(n_layer · n · n_head_kv · head_dim).
+  template <class KV, class Log>
+  void store(KV& kv, Log& log, std::size_t first_slot, std::size_t first_pos) const {
+    for (std::size_t l = 0; l < n_layer_; ++l)
+      for (std::size_t r = 0; r < n_; ++r)
+        for (std::size_t h = 0; h < n_head_kv_; ++h) {
+          const float* in = key(l, r, h);
+          const std::size_t j = l * n_head_kv_ + h;
+          std::copy_n(in, head_dim_, kv.k_row(j, first_slot + r));
+          if (log.keys_on()) log.add_key(first_pos + r, j, in);
+        }
   }
   /// Layers whose Kcur this batch saw.
   std::size_t layers_seen() const { return static_cast<std::size_t>(std::count(seen_.begin(), seen_.end(), true)); }

@@ -69,6 +69,7 @@ int run_parallel(const ParallelRun& run) {
   cparams.n_batch = static_cast<uint32_t>(batch_cap);
   cparams.n_ubatch = static_cast<uint32_t>(batch_cap);
   cparams.n_seq_max = static_cast<uint32_t>(n_seq);
+  cparams.swa_full = run.swa_full;
   cparams.kv_unified = run.unified;  // one pool of cells: what one sequence frees, any other can use
   cparams.n_threads = run.threads;
   cparams.n_threads_batch = run.threads;
@@ -225,22 +226,23 @@ int run_parallel(const ParallelRun& run) {
   if (std::fflush(stdout) != 0) throw std::runtime_error("stdout: write error");
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count(), decode_cpu = cpu2 - cpu1;
-  const auto n_layer = static_cast<std::size_t>(llama_model_n_layer(run.model));
-  const auto n_head = static_cast<std::size_t>(llama_model_n_head(run.model));
+  // A cell's F16 K and V in the global layers (a sliding-window layer's cache is its own, of a fixed size).
+  const kvevict_llama::LayerKinds kinds = kvevict_llama::LayerKinds::of(run.model);
   const auto n_head_kv = static_cast<std::size_t>(llama_model_n_head_kv(run.model));
-  const auto n_embd = static_cast<std::size_t>(llama_model_n_embd(run.model));
-  const double cell_bytes = static_cast<double>(n_layer * n_head_kv * (n_embd / n_head) * 2 * 2);  // F16 K and V
+  const double cell_bytes =
+      static_cast<double>(kinds.n_global * n_head_kv * kvevict_llama::key_head_dim(run.model) * 2 * 2);
   std::fprintf(stderr,
-               "kvevict-llama: [%s k=%zu] %zu sequences (%s), n_ctx %zu cells (%.1f MB of F16 K/V): prompts %zu x %zu tok "
-               "in %.3f s, %zu decode tokens in %.3f s (%.2f tok/s; %.3f CPU s, %.2f tok/CPU s)",
-               run.policy_name.c_str(), run.k, n_seq, run.unified ? "one pool of cells" : "a stream each", run.n_ctx, static_cast<double>(run.n_ctx) * cell_bytes / 1e6,
+               "kvevict-llama: [%s k=%zu] %zu sequences (%s), n_ctx %zu cells (%.1f MB of F16 K/V%s): prompts %zu x "
+               "%zu tok in %.3f s, %zu decode tokens in %.3f s (%.2f tok/s; %.3f CPU s, %.2f tok/CPU s)",
+               run.policy_name.c_str(), run.k, n_seq, run.unified ? "one pool of cells" : "a stream each", run.n_ctx,
+               static_cast<double>(run.n_ctx) * cell_bytes / 1e6, kinds.hybrid() ? " in the global layers" : "",
                n_seq, P, prefill_s, decoded, decode_s, decode_s > 0 ? static_cast<double>(decoded) / decode_s : 0.0,
                decode_cpu, decode_cpu > 0 ? static_cast<double>(decoded) / decode_cpu : 0.0);
   if (seqs) {
     std::size_t dropped = 0, reused = 0;
     for (std::size_t i = 0; i < n_seq; ++i) {
       dropped += seqs->at(i).dropped();
-      reused += seqs->at(i).cells_reused();
+      reused += seqs->at(i).cell_map().reused();
     }
     if (run.flash)  // no kq_soft_max, so no mask: the cells are not tracked
       std::fprintf(stderr, "; dropped %zu, compactions %zu (flash attention: cells not tracked)", dropped,

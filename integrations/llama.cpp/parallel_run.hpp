@@ -25,6 +25,7 @@ struct ParallelRun {
   std::size_t C = 64;               // prompt tokens per llama_decode
   int threads = 1;
   bool flash = false;
+  bool swa_full = false;             // --swa-full: a full-size cache for the sliding-window layers
   bool unified = true;              // --kv-unified: one pool of cells (off: a stream of n_ctx / N cells per sequence)
   bool bounded = false;             // --bounded-prefill: each prompt cut to k after every chunk of C tokens
   bool no_kvevict = false, full = false;

@@ -81,9 +81,9 @@ void check_step(const kvevict_llama::Evictor& ev, llama_memory_t mem, std::size_
                 const std::vector<std::int64_t>& before, std::size_t first, std::size_t t) {
   const llama_seq_id seq = ev.seq();
   const std::vector<std::int64_t> kept = ev.kept();
-  if (ev.visible_cells() > k + batch && ev.prompt_len() != 0)
+  if (ev.cell_map().visible() > k + batch && ev.prompt_len() != 0)
     throw std::runtime_error("step " + std::to_string(t) + ": the sequence held " +
-                             std::to_string(ev.visible_cells()) + " cells, more than k + batch = " +
+                             std::to_string(ev.cell_map().visible()) + " cells, more than k + batch = " +
                              std::to_string(k + batch));
   for (std::int64_t p : kept) {
     const bool was_kept = std::binary_search(before.begin(), before.end(), p);
@@ -96,6 +96,23 @@ void check_step(const kvevict_llama::Evictor& ev, llama_memory_t mem, std::size_
   }
   if (kept.empty()) return;
   const llama_pos lo = llama_memory_seq_pos_min(mem, seq), hi = llama_memory_seq_pos_max(mem, seq);
+  const kvevict_llama::LayerKinds& kinds = ev.layer_kinds();
+  if (kinds.hybrid()) {
+    // llama.cpp's iSWA memory reports the sliding cache's lowest position (llama_kv_cache_iswa::seq_pos_min),
+    // which may have let positions older than its window go: a kept position, at most the oldest kept one
+    // inside the window.
+    const auto in_window = std::upper_bound(kept.begin(), kept.end(),
+                                            static_cast<std::int64_t>(kept.back()) -
+                                                static_cast<std::int64_t>(kinds.window));
+    if (hi != kept.back() || !std::binary_search(kept.begin(), kept.end(), static_cast<std::int64_t>(lo)) ||
+        (in_window != kept.end() && lo > *in_window))
+      throw std::runtime_error("step " + std::to_string(t) + ": llama.cpp's sliding-window cache holds positions [" +
+                               std::to_string(lo) + ", " + std::to_string(hi) + "], kvevict keeps [" +
+                               std::to_string(kept.front()) + ", " + std::to_string(kept.back()) +
+                               "] (the lowest must be a kept one inside the window of " +
+                               std::to_string(kinds.window) + " or older)");
+    return;
+  }
   if (lo != kept.front() || hi != kept.back())
     throw std::runtime_error("step " + std::to_string(t) + ": llama.cpp holds positions [" + std::to_string(lo) +
                              ", " + std::to_string(hi) + "], kvevict keeps [" + std::to_string(kept.front()) +

@@ -13,6 +13,28 @@ mkdir -p "$WORK/$case_name"
 w="$WORK/$case_name"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+need_gemma3() { [ -n "${GEMMA3:-}" ] || { echo "Gemma 3 270M GGUF not given (KVEVICT_GEMMA3_GGUF)"; exit 77; }; }
+
+# After k256_on on a model with sliding-window layers (window W): kvevict-llama checked at every step that the
+# sliding layers' mask showed exactly the held positions within the window, so a position kvevict drops leaves the
+# sliding cache too (llama.cpp's iSWA memory: llama_memory_seq_rm removes it from both caches). Here the count it
+# printed for the last step is recomputed from the kept sets: the step before's kept set and the new position,
+# those within (t - W, t]. With k < W, the window held positions kvevict dropped, so the count is below W.
+sliding_cells() {  # W
+  python3 - "$w/kept.jsonl" "$w/summary.txt" "$1" <<'PY'
+import json, re, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+W = int(sys.argv[3])
+t = lines[-1]["t"]
+held = set(lines[-2]["kept"][0]) | {t}
+expected = sum(1 for p in held if p > t - W)
+seen = int(re.search(r"its cells seen (\d+)", open(sys.argv[2]).read()).group(1))
+assert seen == expected, (seen, expected)
+assert expected < W, expected
+print("sliding layers' cells at the last step:", seen, "= held positions in the window of", W)
+PY
+}
+
 # The same greedy loop twice, llama.cpp alone and with kvevict's full cache (callback on): the same ids.
 full_vs_llama() {  # model text prompt_tokens steps
   "$KVL" --model "$1" --prompt-file "$2" --prompt-tokens "$3" --steps "$4" --ignore-eos --threads 1 --no-kvevict \
@@ -29,16 +51,18 @@ full_vs_llama() {  # model text prompt_tokens steps
 # token, that evicted ones never return and that llama.cpp's memory spans exactly the kept range (exit 1
 # otherwise); here the kept sets of every line are checked again, and must equal kvevict-replay's on the
 # recorded model-wide trace, byte for byte (positions, scores and τ).
-k256() {  # policy [flags for both]
-  local policy=$1
-  shift
-  "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 1000 --steps 24 --ignore-eos --threads 1 \
-    --policy "$policy" --budget 256 "$@" --kept-out "$w/kept.jsonl" --trace-out "$w/trace.npy" \
+k256() { k256_on "$MODEL" "$TEXT" 40 "$@"; }  # policy [flags for both]
+kvl_only=()  # flags for kvevict-llama alone (k256_on)
+k256_on() {  # model text q-heads-per-kv policy [flags for both]
+  local model=$1 text=$2 q_heads=$3 policy=$4
+  shift 4
+  "$KVL" --model "$model" --prompt-file "$text" --prompt-tokens 1000 --steps 24 --ignore-eos --threads 1 \
+    --policy "$policy" --budget 256 "$@" "${kvl_only[@]}" --kept-out "$w/kept.jsonl" --trace-out "$w/trace.npy" \
     >"$w/ids.txt" 2>"$w/summary.txt" || { cat "$w/summary.txt" >&2; fail "kvevict-llama failed"; }
   cat "$w/summary.txt"
   local gen=()
   [ "$policy" = keyformer ] && gen=(--gen-steps 24)
-  "$KVR" --logits "$w/trace.npy" --prompt-len 1000 --q-heads-per-kv 40 --policy "$policy" --budget 256 "$@" \
+  "$KVR" --logits "$w/trace.npy" --prompt-len 1000 --q-heads-per-kv "$q_heads" --policy "$policy" --budget 256 "$@" \
     "${gen[@]}" >"$w/replay.jsonl"
   python3 - "$w/kept.jsonl" <<'PY'
 import json, sys
@@ -330,9 +354,9 @@ case "$case_name" in
       --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 300 --policy h2o --budget 600 --ctx-size 512
     ;;
   refuse_recurrent)
-    # A recurrent model (a 1-layer Mamba GGUF written by make_mamba_gguf.py): refused before any token, for every
+    # A recurrent model (a 1-layer Mamba GGUF written by make_tiny_gguf.py): refused before any token, for every
     # evicting policy; with --policy full the next check speaks (this model has no vocabulary).
-    python3 "$(dirname "$0")/make_mamba_gguf.py" "$w/mamba.gguf"
+    python3 "$(dirname "$0")/make_tiny_gguf.py" mamba "$w/mamba.gguf"
     refuses "kvevict-llama: --model: the model's memory is recurrent or hybrid: llama.cpp cannot drop a middle range of its positions (llama_memory_seq_rm), so nothing can be evicted; use --policy full" \
       --model "$w/mamba.gguf" --prompt hi --policy h2o --budget 4
     refuses "kvevict-llama: --model: '$w/mamba.gguf' has no vocabulary: llama.cpp cannot tokenize text for it" \
@@ -389,5 +413,31 @@ case "$case_name" in
     ;;
   summed_logits_keyformer) summed_logits keyformer ;;
   refuse_output_that_is_an_input) refuse_output_that_is_an_input ;;
+  refuse_unknown_sliding_layout)
+    # Sliding-window layers whose layout neither the GGUF nor kvevict's table gives (a 4-layer OLMo 2 with a window
+    # of 4, written by make_tiny_gguf.py; llama.cpp hard-codes its period): refused before any token, also with
+    # --policy full (the callback would track cells on a sliding layer's mask); --no-kvevict is llama.cpp alone.
+    python3 "$(dirname "$0")/make_tiny_gguf.py" olmo2-swa "$w/olmo2.gguf"
+    msg="kvevict-llama: --model: the model (architecture 'olmo2') has sliding-window layers (window 4) and its GGUF does not say which (no olmo2.attention.sliding_window_pattern); kvevict knows the layout of gemma2, gemma3 and cohere2 only, so it cannot tell which layers to score and evict"
+    refuses "$msg" --model "$w/olmo2.gguf" --prompt hi --policy h2o --budget 4
+    refuses "$msg" --model "$w/olmo2.gguf" --prompt hi --policy full
+    refuses "kvevict-llama: --model: '$w/olmo2.gguf' has no vocabulary: llama.cpp cannot tokenize text for it" \
+      --model "$w/olmo2.gguf" --prompt hi --no-kvevict
+    ;;
+  gemma3_full_ids)
+    # Gemma 3 270M (18 layers: 15 of a 512-token sliding window, 3 global), a 1000-token prompt: --policy full
+    # (the callback on, cells tracked on the global layers' mask) gives llama.cpp's own greedy ids.
+    need_gemma3
+    full_vs_llama "$GEMMA3" "$HOWTO" 1000 24 >/dev/null
+    "$KVL" --model "$GEMMA3" --prompt-file "$HOWTO" --prompt-tokens 1000 --steps 2 --ignore-eos --threads 1 --policy full \
+      2>&1 >/dev/null | grep -q "layers: 3 global of 18 (the others a sliding window of 512; its cells seen 512)" \
+      || fail "expected 3 global layers of 18 and a window of 512 cells"
+    ;;
+  gemma3_k256_h2o) need_gemma3; k256_on "$GEMMA3" "$HOWTO" 12 h2o; sliding_cells 512 ;;
+  gemma3_k256_keyformer) need_gemma3; k256_on "$GEMMA3" "$HOWTO" 12 keyformer; sliding_cells 512 ;;
+  gemma3_k256_h2o_summed)  # the summed row (one query head) replayed as what it is: a trace of one head
+    need_gemma3; kvl_only=(--score-rows summed); k256_on "$GEMMA3" "$HOWTO" 1 h2o; sliding_cells 512 ;;
+  gemma3_k256_streaming) need_gemma3; k256_on "$GEMMA3" "$HOWTO" 12 streaming; sliding_cells 512 ;;
+  gemma3_keydiff) need_gemma3; keydiff "$GEMMA3" "$HOWTO" off ;;
   *) fail "unknown case $case_name" ;;
 esac
