@@ -24,8 +24,9 @@ What it does, per layer:
 
 The queries are recomputed from the attention module's inputs by a forward hook (q_proj, q_norm for Qwen3,
 RoPE), so scoring works with attn_implementation "sdpa" and "eager"; other implementations are refused.
-Supported: Llama, Mistral (without sliding window), Qwen2 (without sliding layers) and Qwen3; float32 on the
-CPU; one sequence (batch 1). Beam search, batched generation, crop (assisted decoding) raise errors that say
+Supported: Llama, Mistral (without sliding window), Qwen2 (without sliding layers), Qwen3 and Gemma 3 (text:
+sliding-window layers keep transformers' own DynamicSlidingWindowLayer, global layers are evicted); float32 on
+the CPU; one sequence (batch 1). Beam search, batched generation, crop (assisted decoding) raise errors that say
 so. policy="full" keeps everything through the same storage (a reference for the others).
 """
 import math
@@ -44,7 +45,7 @@ if _MISSING:
         "kvevict.transformers needs " + " and ".join(_MISSING) + " (pip install torch transformers; "
         "bash scripts/get-hf-venv.sh makes a venv with the tested versions: torch 2.10.0, transformers 5.2.0)")
 import transformers
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicSlidingWindowLayer
 
 import numpy as np
 
@@ -52,7 +53,10 @@ import kvevict
 
 __all__ = ["KVEvictCache", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ATTENTION"]
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
+# Model types whose sliding-window layers stay transformers' own (DynamicSlidingWindowLayer) while kvevict evicts
+# in the full-attention ("global") layers (config.layer_types).
+HYBRID_MODEL_TYPES = ("gemma3_text",)
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 POLICIES = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff")
 _EVICT = ("step", "prefill")
@@ -76,7 +80,16 @@ def _check_model(model):
         raise ValueError(f"KVEvictCache supports the model types {', '.join(SUPPORTED_MODEL_TYPES)} "
                          f"(config.model_type); got {model_type!r} ({type(model).__name__})")
     layer_types = getattr(config, "layer_types", None) or []
-    if any(t != "full_attention" for t in layer_types) or (
+    if model_type in HYBRID_MODEL_TYPES:
+        kinds = set(layer_types)
+        if not layer_types or not kinds <= {"full_attention", "sliding_attention"} or "full_attention" not in kinds:
+            raise ValueError(f"KVEvictCache on {model_type} needs config.layer_types of 'full_attention' and "
+                             f"'sliding_attention' with at least one full-attention layer (got {sorted(kinds) or None})")
+        if getattr(config, "attn_logit_softcapping", None) is not None:
+            raise ValueError("KVEvictCache does not support attention logit soft-capping "
+                             f"(config.attn_logit_softcapping={config.attn_logit_softcapping}): its scores would not "
+                             "be the logits the model attends with")
+    elif any(t != "full_attention" for t in layer_types) or (
             model_type == "mistral" and getattr(config, "sliding_window", None) is not None):
         raise ValueError("KVEvictCache does not support sliding-window attention layers "
                          f"({type(model).__name__}: config.sliding_window={getattr(config, 'sliding_window', None)}, "
@@ -103,8 +116,9 @@ def _attention_modules(model):
 
 
 class KVEvictLayer(CacheLayerMixin):
-    """One transformer layer: K/V buffers [n_kv_heads, capacity, head_dim] (torch, float32) and, for an evicting
-    policy, the kvevict cache over them (no copy). ``length`` live slots; ``seen`` tokens so far."""
+    """One full-attention ("global") transformer layer: K/V buffers [n_kv_heads, capacity, head_dim] (torch,
+    float32) and, for an evicting policy, the kvevict cache over them (no copy). ``length`` live slots; ``seen``
+    tokens so far. (A sliding-window layer of a hybrid model is transformers' own DynamicSlidingWindowLayer.)"""
 
     is_sliding = False
     is_compileable = False
@@ -318,7 +332,10 @@ class KVEvictCache(Cache):
 
     KVEvictCache(model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False, **options)
 
-    model     a Llama / Mistral / Qwen2 / Qwen3 causal LM (float32, CPU, attn_implementation 'sdpa' or 'eager').
+    model     a Llama / Mistral / Qwen2 / Qwen3 / Gemma 3 causal LM (float32, CPU, attn_implementation 'sdpa' or
+              'eager'). Gemma 3's sliding-window layers (config.layer_types 'sliding_attention') keep
+              transformers' DynamicSlidingWindowLayer (their window, never scored or evicted); the budget and
+              the policy apply to each full-attention layer.
     policy    'keyformer', 'h2o', 'streaming', 'window', 'tova', 'snapkv', 'knorm' (key norm: no logits), 'keydiff'
               (KeyDiff: no logits) or 'full' (no eviction).
     budget    k per KV head: an int (tokens, at most the prompt's length), a float in (0, 1] (k = floor(r P)) or
@@ -334,8 +351,8 @@ class KVEvictCache(Cache):
     record    keep, per layer, the logits each prefill / decode step was given and the kept positions
               (layers[i].records; for tests: memory n_q_heads * P^2 floats per layer).
 
-    Methods: retained_positions(layer, kv_head), kept_length(layer), close() (removes the model hooks; also
-    done when the cache is garbage-collected).
+    Methods: retained_positions(layer, kv_head), kept_length(layer), is_global(layer), close() (removes the
+    model hooks; also done when the cache is garbage-collected).
     """
 
     def __init__(self, model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False,
@@ -371,12 +388,19 @@ class KVEvictCache(Cache):
             tokens = parsed if isinstance(parsed, int) else 1
             kvevict.Cache(policy, n_q_heads=self.n_q_heads, n_kv_heads=self.n_kv_heads, capacity=tokens + 1,
                           head_dim=self.head_dim, budget=budget, **self.options)
-        super().__init__(layers=[KVEvictLayer(self, i) for i in range(self.n_layers)])
+        layer_types = getattr(config, "layer_types", None) or []
+        self.global_layers = [i for i in range(self.n_layers)
+                              if config.model_type not in HYBRID_MODEL_TYPES or layer_types[i] == "full_attention"]
+        self._global = set(self.global_layers)
+        super().__init__(layers=[KVEvictLayer(self, i) if i in self._global
+                                 else DynamicSlidingWindowLayer(sliding_window=config.sliding_window)
+                                 for i in range(self.n_layers)])
         modules = _attention_modules(model)
         self._handles = []
         ref = weakref.ref(self)
-        for m in modules:
-            self._handles.append(m.register_forward_hook(_make_hook(ref), with_kwargs=True))
+        for i, m in enumerate(modules):
+            if i in self._global:  # a sliding layer is not scored
+                self._handles.append(m.register_forward_hook(_make_hook(ref), with_kwargs=True))
         self._finalizer = weakref.finalize(self, _remove, self._handles)
 
     def _parse_budget(self):
@@ -407,16 +431,28 @@ class KVEvictCache(Cache):
             raise ValueError(f"KVEvictCache: budget {self.budget!r} keeps no token of a {prompt_len}-token prompt")
         return k
 
+    def is_global(self, layer):
+        """Whether layer `layer` is a full-attention layer kvevict evicts in (False: a sliding-window layer)."""
+        return layer in self._global
+
     def retained_positions(self, layer, kv_head):
         """The positions layer `layer`, KV head `kv_head` holds, ascending."""
+        if not self.is_global(layer):
+            raise ValueError(f"KVEvictCache: layer {layer} is a sliding-window layer (transformers' "
+                             "DynamicSlidingWindowLayer holds its window); kvevict evicts in the full-attention "
+                             f"layers {self.global_layers}")
         lay = self.layers[layer]
         if lay.kv is not None:
             return lay.kv.retained_positions(kv_head)
         raise ValueError(f"KVEvictCache: layer {layer} has no kvevict cache (policy 'full', evict='prefill' after "
                          "the prompt, or nothing seen yet)")
 
-    def kept_length(self, layer=0):
-        """Live slots of a layer (the K/V length attention reads)."""
+    def kept_length(self, layer=None):
+        """Live slots of a layer (the K/V length attention reads; default: the first full-attention layer)."""
+        layer = self.global_layers[0] if layer is None else layer
+        if not self.is_global(layer):
+            keys = self.layers[layer].keys
+            return 0 if keys is None else int(keys.shape[-2])
         return self.layers[layer].length
 
     def close(self):
@@ -424,10 +460,12 @@ class KVEvictCache(Cache):
         self._finalizer()
 
     def __repr__(self):
-        lay = self.layers[0] if self.layers else None
+        lay = self.layers[self.global_layers[0]] if self.layers else None
         kept = "nothing yet" if lay is None or not lay.prefilled else f"{lay.length} kept per KV head"
+        sliding = self.n_layers - len(self.global_layers)
+        layers = f"{self.n_layers} layers" + (f" ({sliding} of them sliding-window)" if sliding else "")
         return (f"KVEvictCache(policy={self.policy!r}, budget={self.budget!r}, evict={self.evict!r}, "
-                f"{self.n_layers} layers x {self.n_kv_heads} KV heads: {self.get_seq_length()} tokens seen, {kept})")
+                f"{layers} x {self.n_kv_heads} KV heads: {lay.seen if lay else 0} tokens seen, {kept})")
 
 
 def _make_hook(ref):

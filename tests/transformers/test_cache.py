@@ -209,7 +209,7 @@ def test_storage_is_shared_with_the_kvevict_cache():
 def test_refuses_other_models():
     import transformers
     cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64)
-    with pytest.raises(ValueError, match=r"^KVEvictCache supports the model types llama, mistral, qwen2, qwen3 "
+    with pytest.raises(ValueError, match=r"^KVEvictCache supports the model types llama, mistral, qwen2, qwen3, gemma3_text "
                                          r"\(config.model_type\); got 'gpt2' \(GPT2LMHeadModel\)$"):
         KVEvictCache(transformers.GPT2LMHeadModel(cfg), policy="h2o")
 
