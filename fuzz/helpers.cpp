@@ -10,7 +10,8 @@
 //  - rope_rotate_keys / rope_rotate_key / rope_rotate with θ and delta drawn from normal and
 //    hostile values (0, negative, 1e-300, 1e300, ±inf, NaN);
 //  - layer_budgets with every schedule, k up to SIZE_MAX, floors up to k, weights with zeros,
-//    negatives and NaN;
+//    negatives and NaN; then (the same schedule, k and prompt) plan_layers over a LayerLayout drawn as a period
+//    (0–8, window 0–600, either convention) or layer by layer (0–40 layers, some sliding);
 //  - Expected Attention: QueryStatistics::add, expected_attention_scores / _logits with drawn statistics,
 //    options, RoPE, next position, row stride and hostile keys, values and queries; n_q_heads, head_dim, the
 //    rows added and the row stride also from kvfuzz::kHugeSizes / kHugeStrides (issue 51, items 5 and 6);
@@ -23,6 +24,8 @@
 //  - RoPE: on success every rotated element is finite and V is untouched; on a throw K and V are
 //    untouched;
 //  - layer_budgets: on success n_layers budgets, each >= floor, summing to n_layers · k exactly;
+//  - plan_layers: on success one plan per layer, its kind the layout's, a sliding layer's budget 0, the global
+//    layers' budgets >= floor and summing to n_global · k exactly;
 //  - Expected Attention: a refused add adds nothing, a refused call writes nothing; on success every written
 //    score is finite and >= 0 (logits: finite), nothing past a head's length is written, and a head's sinks
 //    (its n_sink held tokens with the lowest positions) share one score above every other token's; a huge
@@ -45,6 +48,7 @@
 #include <kvevict/cuda/views.cuh>
 #include <kvevict/kvevict.hpp>
 #include <kvevict/layer_budgets.hpp>
+#include <kvevict/layer_layout.hpp>
 
 #include "fuzz_util.hpp"
 
@@ -178,6 +182,47 @@ void fuzz_rope(FuzzedDataProvider& in, DrawnView& d) {
                  ")");
 }
 
+// plan_layers (layer_layout.hpp) with the schedule, k and prompt fuzz_layer_budgets drew.
+void fuzz_plan_layers(FuzzedDataProvider& in, const LayerBudgets& s, std::size_t k, std::size_t prompt) {
+  kvevict::LayerLayout layout;
+  try {
+    if (in.ConsumeBool()) {
+      layout = kvevict::LayerLayout::periodic(in.ConsumeIntegralInRange<std::size_t>(0, 40),
+                                              in.ConsumeIntegralInRange<std::size_t>(0, 8),
+                                              in.ConsumeIntegralInRange<std::size_t>(0, 600), in.ConsumeBool());
+    } else {
+      layout.kinds.resize(in.ConsumeIntegralInRange<std::size_t>(0, 40));
+      for (auto& kind : layout.kinds)
+        kind = in.ConsumeBool() ? kvevict::AttentionKind::global : kvevict::AttentionKind::sliding;
+      layout.window = in.ConsumeIntegralInRange<std::size_t>(0, 600);
+    }
+  } catch (const std::invalid_argument&) {
+    return;
+  }
+  std::vector<kvevict::LayerPlan> plan;
+  try {
+    plan = kvevict::plan_layers(s, layout, k, prompt);
+  } catch (const std::invalid_argument&) {
+    return;
+  }
+  KVFUZZ_CHECK(plan.size() == layout.size(), "plan_layers returned ", plan.size(), " plans for ", layout.size(),
+               " layers");
+  std::size_t sum = 0, n_global = 0;
+  for (std::size_t l = 0; l < plan.size(); ++l) {
+    KVFUZZ_CHECK(plan[l].kind == layout.kinds[l], "plan_layers changed layer ", l, "'s kind");
+    if (plan[l].kind == kvevict::AttentionKind::sliding) {
+      KVFUZZ_CHECK(plan[l].budget == 0, "plan_layers gave sliding layer ", l, " a budget of ", plan[l].budget);
+      continue;
+    }
+    ++n_global;
+    KVFUZZ_CHECK(plan[l].budget >= s.floor, "plan_layers gave ", plan[l].budget, " below floor ", s.floor);
+    KVFUZZ_CHECK(!__builtin_add_overflow(sum, plan[l].budget, &sum), "plan_layers budgets overflow");
+  }
+  std::size_t total = 0;
+  KVFUZZ_CHECK(!__builtin_mul_overflow(n_global, k, &total) && sum == total, "plan_layers sum ", sum,
+               " != n_global * k = ", n_global, " * ", k);
+}
+
 void fuzz_layer_budgets(FuzzedDataProvider& in) {
   LayerBudgets s;
   const std::size_t n_layers = in.ConsumeIntegralInRange<std::size_t>(0, 40);
@@ -197,6 +242,10 @@ void fuzz_layer_budgets(FuzzedDataProvider& in) {
   }
   s.floor = in.ConsumeBool() ? 1 : in.ConsumeBool() ? k / 2 : in.ConsumeIntegralInRange<std::size_t>(0, 400);
   const std::size_t prompt = in.ConsumeBool() ? 0 : in.ConsumeIntegralInRange<std::size_t>(0, 600);
+  if (in.ConsumeBool()) {
+    fuzz_plan_layers(in, s, k, prompt);
+    return;
+  }
   std::vector<std::size_t> b;
   try {
     b = layer_budgets(s, n_layers, k, prompt);

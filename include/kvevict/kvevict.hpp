@@ -8,6 +8,7 @@
 //   presets.hpp   Keyformer, H2O, StreamingLLM, TOVA, SnapKV, H2OMean, KeyformerMean, KeyNorm, KeyDiff aliases; Policy,
 //                 parse_policy, make_cache
 //   layer_budgets.hpp  per-layer budgets over a model: uniform, PyramidKV, or weights
+//   layer_layout.hpp   global and sliding-window layers: which are evicted, and the plan of their budgets
 //   cache.hpp     Cache<Score, Temperature, Selection>: one layer's evicting cache (orchestration);
 //                 its CacheConfig in cache_config.hpp
 //   concepts.hpp  the Score / Temperature / Selection contracts (and the Score's optional hooks: rows
@@ -50,6 +51,7 @@
 #include "kvevict/kv/kv_buffer.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/layer_budgets.hpp"
+#include "kvevict/layer_layout.hpp"
 #include "kvevict/paged/page_eviction.hpp"
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_cache.hpp"

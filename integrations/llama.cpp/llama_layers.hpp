@@ -13,11 +13,13 @@
 #include <string>
 #include <vector>
 
+#include <kvevict/layer_layout.hpp>
+
 #include "llama_cells.hpp"
 
 namespace kvevict_llama {
 
-/// The attention kind of every layer of a llama.cpp model. A model with sliding-window layers (Gemma 2/3,
+/// The attention kind of every layer of a llama.cpp model (kvevict's `LayerLayout`, read from the model). A model with sliding-window layers (Gemma 2/3,
 /// Cohere 2, ...: `llama_model_n_swa > 0`) runs with llama.cpp's iSWA memory: one KV cache for the global
 /// layers and one for the sliding ones, each with its own cells and its own attention mask. kvevict scores and
 /// tracks cells on the global layers only; a drop (`llama_memory_seq_rm`) reaches both caches (llama.cpp 0.3.36's
@@ -36,23 +38,29 @@ struct LayerKinds {
   std::size_t n_global = 0;       ///< global layers
   std::size_t window = 0;         ///< the sliding layers' window in positions (0: none slide)
 
-  /// Every layer of `n_layer` global.
-  static LayerKinds all_global(std::size_t n_layer) {
+  /// The kinds of `layout`'s layers.
+  static LayerKinds from_layout(const kvevict::LayerLayout& layout) {
     LayerKinds k;
-    k.global.assign(n_layer, true);
+    for (const kvevict::AttentionKind a : layout.kinds) k.global.push_back(a == kvevict::AttentionKind::global);
+    k.window = layout.window;
     k.finish();
     return k;
   }
 
-  /// A period `n_pattern` as llama.cpp's `set_swa_pattern`: layer l slides iff `l % n_pattern < n_pattern − 1`
-  /// (`dense_first` false) or `l % n_pattern != 0` (`dense_first` true); `n_pattern` 0: every layer slides.
+  /// The kvevict layout of these kinds.
+  kvevict::LayerLayout layout() const {
+    kvevict::LayerLayout l;
+    for (const bool g : global) l.kinds.push_back(g ? kvevict::AttentionKind::global : kvevict::AttentionKind::sliding);
+    l.window = window;
+    return l;
+  }
+
+  /// A period `n_pattern` as llama.cpp's `set_swa_pattern` (`LayerLayout::periodic`, `dense_first` its
+  /// `global_first`); `n_pattern` 0: every layer slides (llama.cpp's rule; `of` refuses it).
   static LayerKinds period(std::size_t n_layer, std::size_t n_pattern, bool dense_first, std::size_t window) {
+    if (n_pattern != 0) return from_layout(kvevict::LayerLayout::periodic(n_layer, n_pattern, window, dense_first));
     LayerKinds k;
-    k.global.resize(n_layer);
-    for (std::size_t l = 0; l < n_layer; ++l) {
-      const bool slides = n_pattern == 0 || (dense_first ? l % n_pattern != 0 : l % n_pattern < n_pattern - 1);
-      k.global[l] = !slides;
-    }
+    k.global.assign(n_layer, false);
     k.window = window;
     k.finish();
     return k;
@@ -64,27 +72,28 @@ struct LayerKinds {
   static LayerKinds of(const llama_model* model) {
     const auto n_layer = static_cast<std::size_t>(llama_model_n_layer(model));
     const std::int32_t n_swa = llama_model_n_swa(model);
-    if (n_swa <= 0) return all_global(n_layer);
+    if (n_swa <= 0) return from_layout(kvevict::LayerLayout::all_global(n_layer));
+    const auto window = static_cast<std::size_t>(n_swa);
     const std::string arch = meta(model, "general.architecture");
     LayerKinds k;
     const std::string pattern = meta(model, arch + ".attention.sliding_window_pattern");
     if (!pattern.empty() && pattern.front() == '[') {
       k = from_bool_array(pattern, n_layer, arch);
     } else if (!pattern.empty()) {
-      k = period(n_layer, parse_count(pattern, arch), false, 0);
+      k = period(n_layer, parse_count(pattern, arch), false, window);
     } else if (arch == "gemma3" || arch == "gemma-embedding") {
-      k = period(n_layer, 6, false, 0);
+      k = period(n_layer, 6, false, window);
     } else if (arch == "gemma2") {
-      k = period(n_layer, 2, false, 0);
+      k = period(n_layer, 2, false, window);
     } else if (arch == "cohere2") {
-      k = period(n_layer, 4, false, 0);
+      k = period(n_layer, 4, false, window);
     } else {
       throw std::invalid_argument("the model (architecture '" + arch + "') has sliding-window layers (window " +
                                   std::to_string(n_swa) + ") and its GGUF does not say which (no " + arch +
                                   ".attention.sliding_window_pattern); kvevict knows the layout of gemma2, gemma3 "
                                   "and cohere2 only, so it cannot tell which layers to score and evict");
     }
-    k.window = static_cast<std::size_t>(n_swa);
+    k.window = window;
     if (k.n_global == 0)
       throw std::invalid_argument("every layer of the model (architecture '" + arch + "') attends a sliding window of " +
                                   std::to_string(n_swa) + " positions: its cache is bounded by the window already, "
