@@ -421,6 +421,7 @@ case "$case_name" in
     msg="kvevict-llama: --model: the model (architecture 'olmo2') has sliding-window layers (window 4) and its GGUF does not say which (no olmo2.attention.sliding_window_pattern); kvevict knows the layout of gemma2, gemma3 and cohere2 only, so it cannot tell which layers to score and evict"
     refuses "$msg" --model "$w/olmo2.gguf" --prompt hi --policy h2o --budget 4
     refuses "$msg" --model "$w/olmo2.gguf" --prompt hi --policy full
+    refuses "kvevict-llama: --swa-full: expected on or off, got 'maybe'" --model "$w/olmo2.gguf" --prompt hi --swa-full maybe
     refuses "kvevict-llama: --model: '$w/olmo2.gguf' has no vocabulary: llama.cpp cannot tokenize text for it" \
       --model "$w/olmo2.gguf" --prompt hi --no-kvevict
     ;;
@@ -437,7 +438,8 @@ case "$case_name" in
   gemma3_k256_keyformer) need_gemma3; k256_on "$GEMMA3" "$HOWTO" 12 keyformer; sliding_cells 512 ;;
   gemma3_k256_h2o_summed)  # the summed row (one query head) replayed as what it is: a trace of one head
     need_gemma3; kvl_only=(--score-rows summed); k256_on "$GEMMA3" "$HOWTO" 1 h2o; sliding_cells 512 ;;
-  gemma3_k256_streaming) need_gemma3; k256_on "$GEMMA3" "$HOWTO" 12 streaming; sliding_cells 512 ;;
+  gemma3_k256_streaming)  # with llama_context_default_params' full-size sliding cache (--swa-full on)
+    need_gemma3; kvl_only=(--swa-full on); k256_on "$GEMMA3" "$HOWTO" 12 streaming; sliding_cells 512 ;;
   gemma3_keydiff) need_gemma3; keydiff "$GEMMA3" "$HOWTO" off ;;
   *) fail "unknown case $case_name" ;;
 esac
