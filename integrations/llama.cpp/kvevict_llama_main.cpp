@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   std::string model_path, prompt, prompt_file, prompt_tokens_text, skip_text, steps_text = "32", teacher_text, ctx_text,
                                                                     batch_text = "64", threads_text, fa = "off", score_rows = "per-head", parallel_text = "1", stride_text, kv_unified = "on", swa_full = "off",
                                                                     kept_out, trace_out, keys_out;
-  bool no_kvevict = false, ignore_eos = false, count_only = false, bounded = false;
+  bool no_kvevict = false, ignore_eos = false, count_only = false, print_tokens = false, bounded = false;
   kvcli::EvictionFlags flags;
   app.add_option("--model", model_path,
                  "GGUF model file (default $KVEVICT_SHARED_DIR/models/stories260K/stories260K.gguf)");
@@ -114,6 +114,8 @@ int main(int argc, char** argv) {
                                          "[n_layer*n_head_kv, N, n_embd/n_head] (after RoPE)");
   app.add_flag("--verbose", g_verbose, "show llama.cpp's log");
   app.add_flag("--count-tokens", count_only, "print the text's token count (llama.cpp's tokenizer, with BOS) and exit");
+  app.add_flag("--print-tokens", print_tokens,
+               "print the text's token ids (llama.cpp's tokenizer, with BOS), space-separated on one line, and exit");
   kvcli::ToolSpec spec;
   spec.default_policy = "full";
   spec.snapkv = false;
@@ -243,6 +245,12 @@ int main(int argc, char** argv) {
     if (llama_vocab_type(vocab) == LLAMA_VOCAB_TYPE_NONE)
       throw kvcli::UsageError("--model", "'" + model_path + "' has no vocabulary: llama.cpp cannot tokenize text for it");
     std::vector<llama_token> tokens = tokenize(vocab, text);
+    if (print_tokens) {
+      for (std::size_t i = 0; i < tokens.size(); ++i) std::printf(i ? " %d" : "%d", tokens[i]);
+      std::printf("\n");
+      if (std::fflush(stdout) != 0) throw std::runtime_error("stdout: write error");
+      return kvcli::kExitOk;
+    }
     if (count_only) {
       std::printf("%zu\n", tokens.size());
       return kvcli::kExitOk;

@@ -430,6 +430,13 @@ case "$case_name" in
     # (the callback on, cells tracked on the global layers' mask) gives llama.cpp's own greedy ids.
     need_gemma3
     full_vs_llama "$GEMMA3" "$HOWTO" 1000 24 >/dev/null
+    # --print-tokens: llama.cpp's own tokenization (BOS 2, "return" one piece, the indent one; transformers' Unigram
+    # reading of the GGUF cuts "return" in two), as the Gemma quality runs use it.
+    ids=$("$KVL" --model "$GEMMA3" --prompt "def foo(x):
+    return x + 1" --print-tokens)
+    [ "$ids" = "2 2063 46293 236769 236781 1473 107 140 2060 1123 900 236743 236770" ] || fail "--print-tokens: $ids"
+    [ "$("$KVL" --model "$GEMMA3" --prompt-file "$HOWTO" --print-tokens | wc -w)" = \
+      "$("$KVL" --model "$GEMMA3" --prompt-file "$HOWTO" --count-tokens)" ] || fail "--print-tokens and --count-tokens differ"
     "$KVL" --model "$GEMMA3" --prompt-file "$HOWTO" --prompt-tokens 1000 --steps 2 --ignore-eos --threads 1 --policy full \
       2>&1 >/dev/null | grep -q "layers: 3 global of 18 (the others a sliding window of 512; its cells seen 512)" \
       || fail "expected 3 global layers of 18 and a window of 512 cells"
