@@ -150,7 +150,9 @@ def summary(rows, quality):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", help="SmolLM2 .gguf (default: bash scripts/get-models.sh)")
+    ap.add_argument("--family", choices=("smollm2", "gemma3"), default="smollm2",
+                    help="the model: SmolLM2-135M (default) or Gemma 3 270M (prompts: needle_prompts.py)")
+    ap.add_argument("--model", help="the family's .gguf (default: bash scripts/get-models.sh [gemma3-270m])")
     ap.add_argument("--prompts", required=True, help="kvevict-quality --prompts-out FILE")
     ap.add_argument("--ratios", default="0.1,0.2")
     ap.add_argument("--rows", default=",".join([f"kvpress:{r}" for r in sbs.KVPRESS_ROWS]
@@ -171,12 +173,16 @@ def main():
     from transformers import AutoModelForCausalLM
     torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
-    model_path = args.model or subprocess.run(["bash", os.path.join(sbs.ROOT, "scripts/get-models.sh")], check=True,
-                                              capture_output=True, text=True).stdout.strip()
+    fetch = ["bash", os.path.join(sbs.ROOT, "scripts/get-models.sh")] + (["gemma3-270m"] if args.family == "gemma3" else [])
+    model_path = args.model or subprocess.run(fetch, check=True, capture_output=True, text=True).stdout.strip()
     folder, gguf = os.path.split(model_path)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32,
                                                  attn_implementation="sdpa").eval()
-    tokenizer = sbs.smollm2_tokenizer(folder, gguf)
+    if args.family == "smollm2":
+        tokenizer = sbs.smollm2_tokenizer(folder, gguf)
+    else:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf).backend_tokenizer  # decodes only
+        sbs.gemma3_sliding_rule()
     end_id = model.config.eos_token_id if isinstance(model.config.eos_token_id, int) else model.config.eos_token_id[0]
     # Depth round-robin (prompt 0 of each depth, then 1, ...): a run stopped early still covers every depth.
     prompts = read_prompts(args.prompts)

@@ -27,6 +27,15 @@ row that raises is written with its error.
 Resumable: results go to --out/results.csv, one line per (window, protocol, row); lines already there are not
 run again. --summary prints the Markdown tables (mean over windows, and paired differences) from the file.
 
+--family gemma3 runs the same on Gemma 3 270M (scripts/get-models.sh gemma3-270m), tokenized by llama.cpp's
+tokenizer (`kvevict-llama --print-tokens`, --llama-bin; transformers 5.2's tokenizer from the GGUF is a Unigram model
+over the BPE scores and cuts howto-argparse.rst into 10,564 tokens where Gemma's own makes 6,750), each window led by
+Gemma's <bos>, so the prompt is BOS + P tokens and k = floor(r (P + 1)); no kvevict-quality check: its engine runs Llama-architecture models only). Its
+sliding-window layers keep their window in every row: KVEvictCache leaves them to transformers, and kvpress's
+presses get kvpress's own Gemma 3 rule (it skips the sliding layers of Gemma3ForConditionalGeneration; kvpress
+0.5.5 applies it to that class only, and compressing the text-only Gemma3ForCausalLM's sliding layers breaks
+their mask, so the rule is extended to it here: `gemma3_sliding_rule`).
+
   PY=$(bash scripts/get-hf-venv.sh); PYTHONPATH=build-hf/python $PY bench/quality/kvpress/side_by_side.py --windows 1
 """
 import argparse
@@ -70,6 +79,39 @@ def kvpress_press(name, compression_ratio):
     if name == "adakv_expected_attention":
         return kvpress.AdaKVPress(kvpress.ExpectedAttentionPress(compression_ratio=compression_ratio))
     return make[name](compression_ratio=compression_ratio)
+
+
+def gemma3_sliding_rule():
+    """kvpress 0.5.5 skips Gemma 3's sliding-window layers for Gemma3ForConditionalGeneration only (an isinstance
+    check in kvpress.presses.base_press); the text-only Gemma3ForCausalLM gets the same rule."""
+    from kvpress.presses import base_press
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
+    base_press.Gemma3ForConditionalGeneration = (Gemma3ForConditionalGeneration, Gemma3ForCausalLM)
+
+
+class LlamaCppTokenizer:
+    """Gemma 3's own tokenization, by llama.cpp (`kvevict-llama --model GGUF --print-tokens`): `encode(text)` returns an
+    object whose `.ids` are the text's ids without BOS (as tokenizers.Tokenizer.encode); `decode(ids)` uses
+    transformers' tokenizer from the GGUF (its pieces are the GGUF's, so the text is the same)."""
+
+    def __init__(self, kvl, model_path, decoder):
+        self.kvl, self.model_path, self.decoder = kvl, model_path, decoder
+        if not os.access(kvl, os.X_OK):
+            sys.exit(f"{kvl} is not built: bash scripts/llama-test.sh (or give --llama-bin)")
+
+    def encode(self, text, add_special_tokens=False):
+        out = subprocess.run([self.kvl, "--model", self.model_path, "--prompt", text, "--print-tokens"], check=True,
+                             capture_output=True, text=True).stdout.split()
+        ids = [int(t) for t in out][1:]  # without the BOS llama.cpp puts first
+
+        class Encoding:
+            pass
+        e = Encoding()
+        e.ids = ids
+        return e
+
+    def decode(self, ids):
+        return self.decoder.decode(ids)
 
 
 def smollm2_tokenizer(folder, gguf):
@@ -313,7 +355,11 @@ def summary(rows, ratio, quality=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", help="SmolLM2 .gguf (default: bash scripts/get-models.sh)")
+    ap.add_argument("--family", choices=("smollm2", "gemma3"), default="smollm2",
+                    help="the model: SmolLM2-135M (default) or Gemma 3 270M")
+    ap.add_argument("--model", help="the family's .gguf (default: bash scripts/get-models.sh [gemma3-270m])")
+    ap.add_argument("--llama-bin", default=os.path.join(ROOT, "build-llama/kvevict-llama"),
+                    help="gemma3: kvevict-llama, whose --print-tokens tokenizes (default build-llama/kvevict-llama)")
     ap.add_argument("--data", default=os.path.join(os.environ.get("KVEVICT_SHARED_DIR", os.path.join(ROOT, "..", "shared")),
                                                    "data/python-howto"))
     ap.add_argument("--windows", type=int, default=12)
@@ -331,20 +377,31 @@ def main():
     args = ap.parse_args()
     results = os.path.join(args.out, "results.csv")
     if args.summary:
-        print(summary(read_done(results), args.ratio, quality_rows(args.quality_csv, args.ratio)))
+        print(summary(read_done(results), args.ratio,
+                      quality_rows(args.quality_csv, args.ratio) if args.family == "smollm2" else {}))
         return
     torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
-    model_path = args.model or subprocess.run(["bash", os.path.join(ROOT, "scripts/get-models.sh")], check=True,
-                                              capture_output=True, text=True).stdout.strip()
+    fetch = ["bash", os.path.join(ROOT, "scripts/get-models.sh")] + (["gemma3-270m"] if args.family == "gemma3" else [])
+    model_path = args.model or subprocess.run(fetch, check=True, capture_output=True, text=True).stdout.strip()
     folder, gguf = os.path.split(model_path)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32,
                                                  attn_implementation="sdpa").eval()
-    tokenizer = smollm2_tokenizer(folder, gguf)
+    prefix = []  # Gemma 3 expects <bos> first (its attention sink)
+    if args.family == "smollm2":
+        tokenizer = smollm2_tokenizer(folder, gguf)
+    else:
+        hf_tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+        tokenizer = LlamaCppTokenizer(args.llama_bin, model_path, hf_tokenizer.backend_tokenizer)
+        prefix = [hf_tokenizer.bos_token_id]
+    if args.family == "gemma3":
+        gemma3_sliding_rule()
     length = args.prompt + args.predict + 1
     wins = windows(args.data, tokenizer, length, args.first_window + args.windows)[args.first_window:]
-    P, k = args.prompt, math.floor(args.ratio * args.prompt)
-    quality = quality_full_nll(args.quality_csv) if args.prompt == 2048 and args.predict == 255 else {}
+    P = args.prompt + len(prefix)
+    k = math.floor(args.ratio * P)
+    quality = (quality_full_nll(args.quality_csv) if args.family == "smollm2" and args.prompt == 2048
+               and args.predict == 255 else {})
     os.makedirs(args.out, exist_ok=True)
     done = {(r["window"], r["protocol"], r["source"], r["row"]) for r in read_done(results)}
     new_file = not os.path.isfile(results)
@@ -356,7 +413,7 @@ def main():
         if new_file:
             w.writeheader()
         for wi, (doc, tokens) in enumerate(wins, start=args.first_window):
-            ids = torch.tensor([tokens])
+            ids = torch.tensor([prefix + tokens])
             targets = ids[0, P + 1:]
             t0 = time.time()
             ref = Scorer(run_full(model, ids, P), targets)
