@@ -100,8 +100,12 @@ class LlamaCppTokenizer:
             sys.exit(f"{kvl} is not built: bash scripts/llama-test.sh (or give --llama-bin)")
 
     def encode(self, text, add_special_tokens=False):
-        out = subprocess.run([self.kvl, "--model", self.model_path, "--prompt", text, "--print-tokens"], check=True,
-                             capture_output=True, text=True).stdout.split()
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt") as f:  # a document exceeds argv's limit
+            f.write(text)
+            f.flush()
+            out = subprocess.run([self.kvl, "--model", self.model_path, "--prompt-file", f.name, "--print-tokens"],
+                                 check=True, capture_output=True, text=True).stdout.split()
         ids = [int(t) for t in out][1:]  # without the BOS llama.cpp puts first
 
         class Encoding:
