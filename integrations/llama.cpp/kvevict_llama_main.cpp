@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   app.add_option("--trace-out", trace_out, "write the model-wide logits the cache was given as float32 .npy "
                                            "[n_layer*n_head, N, N] (--score-rows summed: [1, N, N]) for kvevict-replay");
   app.add_option("--keys-out", keys_out, "--policy knorm or keydiff: write the keys the cache was given as float32 .npy "
-                                         "[n_layer*n_head_kv, N, n_embd/n_head] (after RoPE)");
+                                         "[n_global_layers*n_head_kv, N, head_dim] (after RoPE; head_dim: the GGUF's attention.key_length, "
+                                         "else n_embd/n_head)");
   app.add_flag("--verbose", g_verbose, "show llama.cpp's log");
   app.add_flag("--count-tokens", count_only, "print the text's token count (llama.cpp's tokenizer, with BOS) and exit");
   app.add_flag("--print-tokens", print_tokens,
@@ -245,6 +246,14 @@ int main(int argc, char** argv) {
     if (llama_vocab_type(vocab) == LLAMA_VOCAB_TYPE_NONE)
       throw kvcli::UsageError("--model", "'" + model_path + "' has no vocabulary: llama.cpp cannot tokenize text for it");
     std::vector<llama_token> tokens = tokenize(vocab, text);
+    if (print_tokens || count_only) {
+      if (print_tokens && count_only)
+        throw kvcli::UsageError("--print-tokens", "prints the ids; --count-tokens prints their count (give one)");
+      const char* what = print_tokens ? "--print-tokens" : "--count-tokens";
+      if (!skip_text.empty() || !prompt_tokens_text.empty())
+        throw kvcli::UsageError(!skip_text.empty() ? "--skip-tokens" : "--prompt-tokens",
+                                std::string("selects tokens for a run; ") + what + " reports the whole text (drop it)");
+    }
     if (print_tokens) {
       for (std::size_t i = 0; i < tokens.size(); ++i) std::printf(i ? " %d" : "%d", tokens[i]);
       std::printf("\n");
@@ -295,6 +304,18 @@ int main(int argc, char** argv) {
                                 "position right after the last one "
                                 "the sequence holds, so the newest token must be kept; give a recent window w >= 1 "
                                 "(--recent 1, or a ratio with k >= 2)");
+      const std::string k_flag = flags.budget_given ? flags.budget_flag
+                                 : prompt_tokens_text.empty() ? (prompt_file.empty() ? "--prompt" : "--prompt-file")
+                                                              : "--prompt-tokens";
+      if (policy == kvevict::Policy::streaming_llm && r.w == 0)  // k == sinks: no recent token is kept
+        throw kvcli::UsageError(flags.sinks_given ? "--sinks" : k_flag,
+                                "k = " + std::to_string(r.k) + " holds only the " + std::to_string(r.sinks) +
+                                    " attention sinks: llama.cpp decodes each new token right after the last "
+                                    "position the sequence holds, so streaming needs k >= sinks + 1");
+      if (policy == kvevict::Policy::tova && r.k <= 2)  // no recent window: at k <= 2 TOVA drops the newest token
+        throw kvcli::UsageError(k_flag, "k = " + std::to_string(r.k) + ": TOVA keeps no recent window, and with k <= 2 "
+                                        "it evicts the token just decoded (the newest must stay for llama.cpp to "
+                                        "decode the next); give k >= 3");
       config.seed = flags.seed;
     }
     if (n_seq > 1) {

@@ -281,7 +281,7 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
   flags.seed_keyformer_only = !spec.seed_sampler;
   if (spec.policy)
     app.add_option("--policy", flags.policy_text,
-                   std::string("KV-cache policy: keyformer, h2o, streaming, window, tova, snapkv, knorm") +
+                   std::string("KV-cache policy: keyformer, h2o, streaming, window, tova, snapkv, knorm, keydiff") +
                        (spec.allow_full ? ", or full (no eviction)" : "") + " (default " + spec.default_policy + ")")
         ->type_name("NAME");
   if (spec.budget) {

@@ -413,6 +413,24 @@ case "$case_name" in
     ;;
   summed_logits_keyformer) summed_logits keyformer ;;
   refuse_output_that_is_an_input) refuse_output_that_is_an_input ;;
+  refuse_newest_evicted)
+    # Budgets where the policy would evict the token just decoded (llama.cpp decodes only right after the newest
+    # position held): refused before any token, not found mid-run; and --print-tokens / --count-tokens combinations.
+    common=(--model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 200 --steps 4)
+    refuses "kvevict-llama: --budget: k = 4 holds only the 4 attention sinks: llama.cpp decodes each new token right after the last position the sequence holds, so streaming needs k >= sinks + 1" \
+      "${common[@]}" --policy streaming --budget 4
+    refuses "kvevict-llama: --sinks: k = 3 holds only the 3 attention sinks: llama.cpp decodes each new token right after the last position the sequence holds, so streaming needs k >= sinks + 1" \
+      "${common[@]}" --policy streaming --budget 3 --sinks 3 --parallel 2 --seq-stride 300
+    refuses "kvevict-llama: --budget: k = 2: TOVA keeps no recent window, and with k <= 2 it evicts the token just decoded (the newest must stay for llama.cpp to decode the next); give k >= 3" \
+      "${common[@]}" --policy tova --budget 2
+    refuses "kvevict-llama: --print-tokens: prints the ids; --count-tokens prints their count (give one)" \
+      --model "$MODEL" --prompt-file "$TEXT" --print-tokens --count-tokens
+    refuses "kvevict-llama: --skip-tokens: selects tokens for a run; --print-tokens reports the whole text (drop it)" \
+      --model "$MODEL" --prompt-file "$TEXT" --print-tokens --skip-tokens 3
+    refuses "kvevict-llama: --prompt-tokens: selects tokens for a run; --count-tokens reports the whole text (drop it)" \
+      --model "$MODEL" --prompt-file "$TEXT" --count-tokens --prompt-tokens 50
+    "$KVL" "${common[@]}" --policy streaming --budget 5 --threads 1 >/dev/null 2>&1 || fail "streaming at k = sinks + 1"
+    ;;
   refuse_unknown_sliding_layout)
     # Sliding-window layers whose layout neither the GGUF nor kvevict's table gives (a 4-layer OLMo 2 with a window
     # of 4, written by make_tiny_gguf.py; llama.cpp hard-codes its period): refused before any token, also with
