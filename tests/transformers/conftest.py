@@ -67,6 +67,22 @@ def smollm2(smollm2_path):
     return model
 
 
+def records_trace(records, P, T, n_q_heads, q_per_kv):
+    """The logits a KVEvictLayer recorded (record=True: a prefill, then T decode steps) as kvevict.replay's trace
+    [n_q_heads, P + T, P + T]: the prompt's rows, then each step's row over the positions held before it (0
+    elsewhere; a policy that scores from positions or keys records none)."""
+    import numpy as np
+    N = P + T
+    x = np.zeros((n_q_heads, N, N), np.float32)
+    if records[0][1] is not None:
+        x[:, :P, :P] = records[0][1]
+    for t, (_, logits, before, _) in enumerate(records[1:], start=P):
+        if logits is not None:
+            for h in range(n_q_heads):
+                x[h, t, before[h // q_per_kv]] = logits[h]
+    return x
+
+
 def greedy_loop(model, ids, cache, steps, after_step=None, position_ids=None):
     """Greedy, by hand: the prompt in one forward, then one token per forward (no position_ids unless given:
     the cache numbers them). Returns (generated ids, the logits of every forward's last position)."""

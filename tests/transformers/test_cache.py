@@ -10,7 +10,7 @@ import torch
 from transformers import DynamicCache
 
 import kvevict
-from conftest import ROOT, greedy_loop, tiny_model
+from conftest import ROOT, greedy_loop, records_trace, tiny_model
 from kvevict.transformers import KVEvictCache, layer_seed
 
 P, T = 24, 16  # prompt tokens, generated tokens
@@ -122,18 +122,10 @@ def test_kept_sets_equal_replay_of_the_given_logits(case):
     model = tiny_model("llama", seed=5)
     cache = KVEvictCache(model, policy=policy, budget=budget, record=True, **opts)
     loop(model, prompt(6), cache, steps=T + 1)  # prompt + T decode forwards
-    N = P + T
     for layer in range(2):
         records = cache.layers[layer].records
         assert [r[0] for r in records] == ["prefill"] + ["step"] * T
-        x = np.zeros((4, N, N), np.float32)
-        if records[0][1] is not None:
-            x[:, :P, :P] = records[0][1]
-        for t, (_, logits, before, _) in enumerate(records[1:], start=P):
-            if logits is None:
-                continue
-            for h in range(4):
-                x[h, t, before[h // 2]] = logits[h]
+        x = records_trace(records, P, T, 4, 2)
         want = kvevict.replay(x, P, **replay_kwargs(policy, budget, opts, layer))
         assert len(want) == len(records) == T + 1
         for rec, w in zip(records, want):

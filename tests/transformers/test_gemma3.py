@@ -3,7 +3,6 @@ an evicting policy holds k in every full-attention layer at every step while the
 transformers' DynamicSlidingWindowLayer (before the first full-attention layer, bit for bit DynamicCache's); the
 logits the cache scores are the model's own attention; the kept sets are kvevict.replay's on them. A tiny random
 Gemma 3 here; Gemma 3 270M in test_gemma3_270m.py."""
-import numpy as np
 import pytest
 import torch
 import transformers
@@ -11,7 +10,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
 import kvevict
-from conftest import greedy_loop
+from conftest import greedy_loop, records_trace
 from kvevict.transformers import KVEvictCache, layer_seed
 
 P, T, W = 24, 12, 8  # prompt tokens, generated tokens, sliding window
@@ -119,17 +118,11 @@ def test_prompt_logits_are_the_models_own_attention():
 def test_kept_sets_equal_replay_of_the_given_logits(gemma3, policy, budget, opts):
     cache = KVEvictCache(gemma3, policy=policy, budget=budget, record=True, **opts)
     greedy_loop(gemma3, prompt(6), cache, T + 1)
-    N, k = P + T, budget if isinstance(budget, int) else int(budget * P)
+    k = budget if isinstance(budget, int) else int(budget * P)
     for layer in GLOBAL:
         records = cache.layers[layer].records
         assert [r[0] for r in records] == ["prefill"] + ["step"] * T
-        x = np.zeros((4, N, N), np.float32)
-        if records[0][1] is not None:
-            x[:, :P, :P] = records[0][1]
-        for t, (_, logits, before, _) in enumerate(records[1:], start=P):
-            if logits is not None:
-                for h in range(4):
-                    x[h, t, before[h // 2]] = logits[h]
+        x = records_trace(records, P, T, 4, 2)
         kw = dict(policy=policy, q_heads_per_kv=2, budget=k)
         if policy == "streaming":
             kw["sinks"] = 2
