@@ -8,13 +8,12 @@
 #   2. needles: NEEDLES (default 3) prompts per depth (10/50/90 %) of kvevict-quality's needle task
 #      (needle_prompts.py, 2048 tokens), answered greedily by the full cache and by each row at r = 0.1 and 0.2
 #      (retrieval.py --family gemma3; the question is inside the compressed prompt: query-aware).
-# Needs the transformers venv (scripts/get-hf-venv.sh), the module built for it (scripts/transformers-test.sh's
-# build-hf) and kvevict-llama (scripts/llama-test.sh's build-llama) for the tokenizer. Resumable (results.csv per
+# Needs the transformers venv (scripts/get-hf-venv.sh) with kvevict installed (scripts/transformers-test.sh
+# pip installs this checkout there) and kvevict-llama (scripts/llama-test.sh's build-llama) for the tokenizer. Resumable (results.csv per
 # part); writes bench/quality/results/gemma3/{r0.1,r0.2,r0.5,needles}/ and summary_*.md. About 50 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=${PY:-$(bash scripts/get-hf-venv.sh)}
-export PYTHONPATH=${PYTHONPATH:-$(pwd)/build-hf/python}
 kvl=${LLAMA_BIN:-$(pwd)/build-llama/kvevict-llama}
 out=bench/quality/results/gemma3
 windows=${WINDOWS:-3} predict=${PREDICT:-64} needles=${NEEDLES:-3} threads=${THREADS:-2}

@@ -8,7 +8,7 @@ so load on the machine hits them alike). A streamer timestamps every token: the 
 (last token - first token) / (new - 1) ... per generated token after the first, the prefill time is the
 first token's. Prints a Markdown table: median over the rounds, and each variant's ratio to DynamicCache.
 
-  PY=$(bash scripts/get-hf-venv.sh); PYTHONPATH=build-hf/python $PY bench/transformers/speed.py
+  PY=$(bash scripts/get-hf-venv.sh); $PY bench/transformers/speed.py
 """
 import argparse
 import os

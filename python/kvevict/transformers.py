@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover - depends on the environment (a torch th
     _MISSING = sorted(set(_MISSING) | {"torch"}, reverse=True)
 if _MISSING:
     raise ImportError(
-        "kvevict.transformers needs " + " and ".join(_MISSING) + " (pip install torch transformers; "
+        "kvevict.transformers needs " + " and ".join(_MISSING) + " (pip install 'kvevict[transformers]' or pip install torch transformers; "
         "bash scripts/get-hf-venv.sh makes a venv with the tested versions: torch 2.10.0, transformers 5.2.0)")
 import transformers
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicSlidingWindowLayer

@@ -16,7 +16,7 @@ run of digits has ended; correct = the answer's first run of digits equals the c
 Resumable: one line per (prompt, ratio, source, row) in --out/results.csv; --summary prints the table. The
 prompts run depth by depth in turn (the first of each depth, then the second, ...), so a partial run is balanced.
 
-  PY=$(bash scripts/get-hf-venv.sh); PYTHONPATH=build-hf/python:python $PY bench/quality/kvpress/retrieval.py \\
+  PY=$(bash scripts/get-hf-venv.sh); $PY bench/quality/kvpress/retrieval.py \\
       --prompts /tmp/prompts.txt --ratios 0.1,0.2 --out bench/quality/results/kvpress_retrieval
 """
 import argparse

@@ -7,7 +7,7 @@
 # Resumable (side_by_side.py skips the lines already in results.csv). About 20 minutes per ratio on 2 cores.
 #   RATIOS=0.1,0.2,0.5 (default)   THREADS=2   ROWS (side_by_side.py --rows; default the list above)
 #   PY (default: the venv of scripts/get-hf-venv.sh). Two ratios may run at once (RATIOS=0.2 & RATIOS=0.5).
-# Needs the module built for that venv: bash scripts/transformers-test.sh builds it in build-hf/python.
+# Needs kvevict installed in that venv: bash scripts/transformers-test.sh pip installs this checkout there.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 py=${PY:-$(bash scripts/get-hf-venv.sh)}
@@ -21,8 +21,8 @@ for r in "${ratios[@]}"; do
   out=bench/quality/results/kvpress
   [[ $r == 0.1 ]] || out=bench/quality/results/kvpress_r$r
   mkdir -p "$out"
-  PYTHONPATH="${KVEVICT_HF_BUILD_DIR:-build-hf}/python:python" "$py" bench/quality/kvpress/side_by_side.py \
+  "$py" bench/quality/kvpress/side_by_side.py \
     --windows 12 --ratio "$r" --protocols prefill --threads "$threads" --rows "$rows" --out "$out" >/dev/null
-  PYTHONPATH="${KVEVICT_HF_BUILD_DIR:-build-hf}/python:python" "$py" bench/quality/kvpress/side_by_side.py \
+  "$py" bench/quality/kvpress/side_by_side.py \
     --ratio "$r" --out "$out" --summary >"$out/summary.md"
 done

@@ -36,7 +36,7 @@ presses get kvpress's own Gemma 3 rule (it skips the sliding layers of Gemma3For
 0.5.5 applies it to that class only, and compressing the text-only Gemma3ForCausalLM's sliding layers breaks
 their mask, so the rule is extended to it here: `gemma3_sliding_rule`).
 
-  PY=$(bash scripts/get-hf-venv.sh); PYTHONPATH=build-hf/python $PY bench/quality/kvpress/side_by_side.py --windows 1
+  PY=$(bash scripts/get-hf-venv.sh); $PY bench/quality/kvpress/side_by_side.py --windows 1
 """
 import argparse
 import csv
