@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -34,6 +35,7 @@ PyCache::PyCache(const std::string& policy, const Options& o) : setup_(policy_of
   lengths_.assign(n_kv_heads_, 0);
 
   configure(setup_, o, /*has_shared_heads=*/true);
+  if (o.has("head_budgets")) setup_.config.head_budgets = to_head_budgets(o.get("head_budgets"));
   try {
     if (dtype_ == DType::float32)
       cache_ = kvevict::make_cache(setup_.policy, setup_.config, view<float>(), setup_.params);
@@ -145,11 +147,34 @@ void PyCache::decode_step(py::handle logits, py::handle gumbel) {
   std::size_t n = 0;  // checked again by the library, under the lock (a cache that grew in between is refused)
   {
     GilFreeLock lock(mutex_);
-    n = lengths_[0];
+    n = longest();
   }
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
   const ScoreArgs a = checked_scores(logits, gumbel, setup_, {H, nn}, "[n_q_heads, n]");
   locked_decode_step(*cache_, mutex_, a, n);
+}
+
+std::size_t PyCache::longest() const {
+  return lengths_.empty() ? 0 : *std::max_element(lengths_.begin(), lengths_.end());
+}
+
+template <class T>
+void PyCache::uneven_logits(const kvevict::KVView<T>& kv, const AttentionArgs& a, std::size_t n) {
+  const std::size_t H = setup_.config.n_q_heads;
+  if (std::all_of(lengths_.begin(), lengths_.end(), [n](std::size_t len) { return len == n; })) {
+    kvevict::attention_logits(kv, a.qp, H, a.op, a.scale, a.bp);
+    return;
+  }
+  // Head-adaptive budgets: query head h reads its KV head's own length; the rest of its row is masked.
+  const std::size_t g = H / n_kv_heads_;
+  for (std::size_t h = 0; h < H; ++h) {
+    const std::size_t len = lengths_[h / g];
+    float* row = a.op + h * n;
+    kvevict::attention_logits_row(kv.read_only(), h / g, a.qp + h * head_dim_, row, a.scale);
+    if (a.bp != nullptr)
+      for (std::size_t s = 0; s < len; ++s) row[s] += a.bp[h * n + s];
+    std::fill(row + len, row + n, -std::numeric_limits<float>::infinity());
+  }
 }
 
 py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out) {
@@ -159,19 +184,19 @@ py::array PyCache::attention_logits(py::handle q, py::handle scale, py::handle b
   std::size_t n = 0;
   {
     GilFreeLock lock(mutex_);
-    n = lengths_[0];
+    n = longest();
   }
   const AttentionArgs a = checked_attention(q, scale, bias, out, setup_.config.n_q_heads, n, head_dim_);
   std::size_t now = n;
   {
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mutex_);
-    now = lengths_[0];
+    now = longest();
     if (now == n) {
       if (dtype_ == DType::float32)
-        kvevict::attention_logits(view<float>(), a.qp, setup_.config.n_q_heads, a.op, a.scale, a.bp);
+        uneven_logits(view<float>(), a, n);
       else
-        kvevict::attention_logits(view<Eigen::half>(), a.qp, setup_.config.n_q_heads, a.op, a.scale, a.bp);
+        uneven_logits(view<Eigen::half>(), a, n);
     }
   }
   if (now != n) throw py::value_error(length_changed(n, now));

@@ -20,6 +20,8 @@
 
 namespace kvpy {
 
+struct AttentionArgs;  // cache_calls.hpp
+
 /// Owned K/V storage, shared (std::shared_ptr) by the cache and every NumPy array over it.
 struct StorageBase {
   virtual ~StorageBase() = default;
@@ -75,6 +77,12 @@ class PyCache {
  private:
   void wrap_storage(py::object k, py::object v, const Options& o);
   void own_storage(const Options& o);
+  /// The longest KV head's length (all equal unless head_budgets is adaptive). Under the mutex.
+  std::size_t longest() const;
+  /// attention_logits' kernel into `a.out` `[n_q_heads][n]`, `n = longest()`: each query head over its KV
+  /// head's own length, the rest of its row -inf (head-adaptive budgets). Under the mutex.
+  template <class T>
+  void uneven_logits(const kvevict::KVView<T>& kv, const AttentionArgs& a, std::size_t n);
   /// KV head index `h` in [0, n_kv_heads), else IndexError (the library's message for h too large).
   std::size_t head(py::handle h, const char* who) const;
 

@@ -21,7 +21,7 @@ namespace kvpy {
 namespace {
 
 /// Cache's keyword-only options after `policy`, in the order help() shows them (kCacheDoc explains each).
-const std::array<OptionSpec, 21> kCacheOptions{{{"n_q_heads"},
+const std::array<OptionSpec, 22> kCacheOptions{{{"n_q_heads"},
                                                 {"budget", default_budget},
                                                 {"recent"},
                                                 {"n_kv_heads"},
@@ -41,7 +41,8 @@ const std::array<OptionSpec, 21> kCacheOptions{{{"n_q_heads"},
                                                 {"snap_kernel"},
                                                 {"snap_pooling"},
                                                 {"snap_decode"},
-                                                {"mean_attention"}}};
+                                                {"mean_attention"},
+                                                {"head_budgets"}}};
 
 /// The ready-made policies as subclasses (`kvevict.Keyformer(...)` = `kvevict.Cache("keyformer", ...)`).
 struct KeyformerCache : PyCache { using PyCache::PyCache; };

@@ -52,6 +52,9 @@ double to_double(py::handle o, const std::string& name);
 bool to_bool(py::handle o, const std::string& name);
 /// A str; TypeError naming the argument otherwise.
 std::string to_text(py::handle o, const std::string& name);
+/// `head_budgets`: 'uniform', 'adaptive' (AdaKV, floor 0.2) or 'adaptive:ALPHA' (floor ALPHA in [0, 1]),
+/// the tools' --head-budgets grammar. ValueError naming head_budgets and the value otherwise.
+kvevict::HeadBudgets to_head_budgets(py::handle o);
 
 /// An amount given as tokens (int), a fraction (float) or a string in the tools' grammar ("64", "0.5",
 /// "50%"; cli/amount.hpp), with the tools' range checks: ValueError "<name>: <problem>" otherwise.

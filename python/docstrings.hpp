@@ -31,7 +31,7 @@ constexpr const char* kCache = R"doc(One transformer layer's evicting KV cache (
 Cache(policy, *, n_q_heads, budget='50%', recent=None, n_kv_heads=None, capacity=None, head_dim=None,
       dtype=None, k=None, v=None, sinks=None, tau_init=None, tau_end=None, horizon=None,
       noise=None, seed=None, shared_heads=False, snap_window=None, snap_kernel=None,
-      snap_pooling=None, snap_decode=None, mean_attention=None)
+      snap_pooling=None, snap_decode=None, mean_attention=None, head_budgets=None)
 
 policy      'keyformer', 'h2o', 'streaming', 'window', 'tova', 'snapkv', 'knorm' (key norm: each
             token scored 1 / (1 + ||k||) from its key when appended, no logits) or 'keydiff' (every
@@ -66,6 +66,14 @@ mean_attention
             number of queries that scored it (newest position - its position + 1; C++ kvevict::H2OMean,
             KeyformerMean; kvpress's ObservedAttention is 'h2o' with recent=0) instead of the sum. The
             stored scores stay the sums. PagedCache: unit='token' only.
+head_budgets
+            'uniform' (the default: every KV head keeps k) or 'adaptive' / 'adaptive:ALPHA' (AdaKV,
+            Feng et al. 2024: the layer keeps k * n_kv_heads tokens, shared among its KV heads by
+            score at the first cut; each head keeps its recent window and at least ALPHA (default
+            0.2) of its k - w key tokens). 'keyformer', 'h2o', 'snapkv', 'tova', per-head selection
+            (not shared_heads). The heads then hold different lengths: decode_step takes logits
+            [n_q_heads, max(lengths)], head h's row read on its KV head's lengths[h // g] slots, and
+            attention_logits returns that layout with -inf past each head's length.
 
 An option that the policy does not use raises ValueError (it would be ignored otherwise); None
 means "not given". Raises ValueError / TypeError / OverflowError for bad arguments, with the
@@ -98,7 +106,8 @@ second prefill, a budget resolving to 0, w > k, NaN / +inf logits, ...; the cach
 
 constexpr const char* kDecodeStep =
     R"doc(One decode step after appending the new token (every head holds n = previous length + 1
-slots): logits float32 [n_q_heads, n] by slot (as kvevict.attention_logits returns them;
+slots; with head_budgets='adaptive' n = max(lengths), head h's row read on lengths[h // g]):
+logits float32 [n_q_heads, n] by slot (as kvevict.attention_logits returns them;
 None allowed for 'streaming' / 'window' / 'knorm' / 'keydiff'); gumbel optional, same shape. Scores the step at tau_t
 and, if n > k, evicts one slot per KV head by moving slot n - 1 into it (slot order is then
 not position order). No allocation in C++; the GIL is released. O(n_q_heads * n).
@@ -141,7 +150,8 @@ constexpr const char* kAttentionLogits =
 x[h, s] = scale * (q[h] . K[h // g, s]) (+ bias[h, s]), by slot, as decode_step expects.
 q: float32 [n_q_heads, head_dim] (RoPE applied); scale: default 1 / sqrt(head_dim);
 bias: optional float32 [n_q_heads, n]; out: optional writeable float32 [n_q_heads, n] to
-fill (else a new array). n = lengths[0] (every head must hold n slots). Returns out.
+fill (else a new array). n = max(lengths); with head_budgets='adaptive' the heads hold different
+lengths, and query head h's row past its KV head's lengths[h // g] is -inf (bias not added there). Returns out.
 O(n_q_heads * n * head_dim); the GIL is released. ValueError, with out untouched, if the
 cache's length changed between the checks of the arguments and the kernel (another thread,
 or an argument's __array__, appended or stepped the cache meanwhile).)doc";

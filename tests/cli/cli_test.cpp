@@ -237,6 +237,14 @@ std::vector<Case> cases() {
       {"ReplayMeanAttentionStreaming", R, "{W}/t.json --policy streaming --mean-attention --budget 3", 2,
        {"--mean-attention: only --policy h2o or keyformer accumulates a score over every query (the policy is "
         "streaming); drop --mean-attention"}},
+      {"ReplayHeadBudgetsAdaptive", R, "{W}/t.json --policy h2o --budget 2 --head-budgets adaptive:0.5", 0,
+       {"[h2o k=2 w=1 sinks=0"}},
+      {"ReplayHeadBudgetsShared", R, "{W}/t.json --policy h2o --head-budgets adaptive --shared-heads", 2,
+       {"kvevict-replay: --head-budgets: adaptive shares the budget among KV heads, --shared-heads keeps the same "
+        "tokens on every head: drop one"}},
+      {"ReplayHeadBudgetsStreaming", R, "{W}/t.json --policy streaming --head-budgets adaptive", 2,
+       {"kvevict-replay: --head-budgets: adaptive shares the budget by attention scores: --policy keyformer, h2o, "
+        "snapkv or tova (the policy is streaming)"}},
       {"ReplayDefaultRecentIs30Percent", R, "{W}/t.json --policy h2o --budget 3", 0, {"[h2o k=3 w=1 sinks=0]"}},
       {"ReplayStreamingDefaultSinks", R, "{W}/t.json --policy streaming --budget 3 --sinks 1", 0, {"[streaming k=3 w=2 sinks=1]"}},
       {"ReplayRecentAboveBudget", R, "{W}/t.json --policy h2o --budget 2 --recent 3", 2, {"kvevict-replay: --recent: w = 3 exceeds the budget k = 2"}},

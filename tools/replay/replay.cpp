@@ -123,6 +123,7 @@ Plan make_plan(const Trace& trace, const Options& o) {
 
   plan.config.n_q_heads = trace.n_q_heads;
   plan.config.shared_heads = o.shared_heads;
+  plan.config.head_budgets = o.head_budgets;
   plan.config.seed = o.seed;
   return plan;
 }
@@ -219,14 +220,16 @@ void replay(const Trace& trace, const Options& options, std::ostream& out) {
   std::vector<float> x(H * N, 0.0f), z(plan.trace_noise ? H * N : 0, 0.0f);
   for (std::size_t t = P; t < N; ++t) {
     kv.append(static_cast<std::int64_t>(t), zero_row.data(), zero_row.data());
-    const std::size_t n = kv.length(0);
+    std::size_t n = 0;  // the row stride: the longest KV head (all equal unless head-adaptive)
+    for (std::size_t j = 0; j < n_kv; ++j) n = std::max(n, kv.length(j));
     for (std::size_t h = 0; h < H; ++h) {
       const std::int64_t* pos = cache->positions(h / g);
+      const std::size_t len = kv.length(h / g);
       const float* row = trace.logits.data() + trace.index(h, t, 0);
-      for (std::size_t s = 0; s < n; ++s) x[h * n + s] = row[pos[s]];
+      for (std::size_t s = 0; s < len; ++s) x[h * n + s] = row[pos[s]];
       if (!plan.trace_noise) continue;
       const float* noise = trace.gumbel.data() + trace.index(h, t, 0);
-      for (std::size_t s = 0; s < n; ++s) z[h * n + s] = noise[pos[s]];
+      for (std::size_t s = 0; s < len; ++s) z[h * n + s] = noise[pos[s]];
     }
     cache->decode_step(x.data(), n, plan.trace_noise ? z.data() : nullptr);
     writer.write(t, *cache);

@@ -9,7 +9,9 @@
 //             the cache scores them at τ_init and cuts every KV head to k.
 //   decode    for t = P..N-1: position t is appended; query head h's row t is restricted to the
 //             positions its KV head h / g retains (in the cache's slot order) plus t; the cache
-//             scores the step at τ_s, s = t - P + 1, and cuts back to k.
+//             scores the step at τ_s, s = t - P + 1, and cuts back to k (with head-adaptive budgets,
+//             --head-budgets adaptive, each KV head back to its own share: the rows are laid out with
+//             the stride n = the longest head's length, head j's read on its own length).
 //
 // After prefill and after every decode position one JSON line is written:
 //   {"t": t, "tau": τ, "kept": [[positions of KV head 0, ascending], ...], "scores": [[...], ...]}
@@ -53,6 +55,7 @@ struct Options {
   Noise noise = Noise::automatic;        ///< --noise
   std::uint64_t seed = 0;                ///< --seed (the cache's Gumbel generator)
   bool shared_heads = false;             ///< --shared-heads
+  kvevict::HeadBudgets head_budgets;     ///< --head-budgets (AdaKV: the heads hold different lengths)
   std::optional<std::size_t> snap_window;  ///< --snap-window L (snapkv); default min(32, k)
   std::size_t snap_kernel = 7;           ///< --snap-kernel K (snapkv, odd)
   kvevict::Pooling snap_pooling = kvevict::Pooling::max;       ///< --snap-pooling

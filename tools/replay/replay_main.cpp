@@ -45,7 +45,6 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Replay a KV-cache eviction policy (kvevict) over one layer's attention-logit trace and print what it keeps."};
   std::string trace_path, logits_path, gumbel_path, noise = "auto", prompt_len_text, group_text, gen_steps_text;
-  bool shared_heads = false;
   kvcli::EvictionFlags flags;
 
   auto* trace_opt = app.add_option("trace", trace_path,
@@ -70,7 +69,12 @@ int main(int argc, char** argv) {
                  "Keyformer noise: none, gumbel (seeded generator), trace (the trace's gumbel), "
                  "auto (default: trace if the trace has gumbel, else gumbel)")
       ->type_name("none|gumbel|trace|auto");
-  app.add_flag("--shared-heads", shared_heads, "one selection per layer instead of one per KV head");
+  app.add_flag("--shared-heads", flags.shared_heads, "one selection per layer instead of one per KV head");
+  app.add_option("--head-budgets", flags.head_budgets_text,
+                 "how the layer's budget is shared among its KV heads: uniform (default: k each) or adaptive (AdaKV: "
+                 "k x KV heads in total, shared by score, each head keeping its recent window and at least ALPHA "
+                 "(default 0.2) of its k - w key tokens); keyformer, h2o, snapkv, tova")
+      ->type_name("uniform|adaptive|adaptive:ALPHA");
 
   return kvcli::run_tool("kvevict-replay", app, argc, argv, [&]() -> int {
     try {
@@ -99,7 +103,8 @@ int main(int argc, char** argv) {
       options.tau_init = flags.tau_init;
       options.tau_end = flags.tau_end;
       options.sinks = flags.sinks;
-      options.shared_heads = shared_heads;
+      options.shared_heads = flags.shared_heads;
+      options.head_budgets = flags.head_budgets;
       if (flags.snap_window_given) options.snap_window = flags.snap_window;
       options.snap_kernel = flags.snap_kernel;
       options.snap_pooling = flags.snap_pooling;
