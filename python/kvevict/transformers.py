@@ -42,8 +42,9 @@ except ImportError:  # pragma: no cover - depends on the environment (a torch th
     _MISSING = sorted(set(_MISSING) | {"torch"}, reverse=True)
 if _MISSING:
     raise ImportError(
-        "kvevict.transformers needs " + " and ".join(_MISSING) + " (pip install 'kvevict[transformers]' or pip install torch transformers; "
-        "bash scripts/get-hf-venv.sh makes a venv with the tested versions: torch 2.10.0, transformers 5.2.0)")
+        "kvevict.transformers needs " + " and ".join(_MISSING) + " (pip install \"<kvevict checkout>[transformers]\" "
+        "installs the tested versions, torch 2.10.0 and transformers 5.2.0; in a checkout, bash "
+        "scripts/get-hf-venv.sh makes a venv with them)")
 import transformers
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicSlidingWindowLayer
 

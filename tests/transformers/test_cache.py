@@ -307,9 +307,9 @@ def test_import_error_says_what_to_install():
     code = "import sys; sys.modules['torch'] = None; import kvevict.transformers"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 1
-    assert ("ImportError: kvevict.transformers needs torch (pip install 'kvevict[transformers]' or pip install torch "
-            "transformers; bash "
-            "scripts/get-hf-venv.sh makes a venv with the tested versions: torch 2.10.0, transformers 5.2.0)") in r.stderr
+    assert ('ImportError: kvevict.transformers needs torch (pip install "<kvevict checkout>[transformers]" installs '
+            "the tested versions, torch 2.10.0 and transformers 5.2.0; in a checkout, bash scripts/get-hf-venv.sh "
+            "makes a venv with them)") in r.stderr
 
 
 def prefill_only_against_kvpress(press, policy, model_seed, prompt_seed, **options):
