@@ -12,6 +12,8 @@ void bind_cache(pybind11::module_& m);
 void bind_paged(pybind11::module_& m);
 /// kvevict.replay, the library behind kvevict-replay (replay_binding.cpp).
 void bind_replay(pybind11::module_& m);
+/// kvevict.QueryStatistics and kvevict.expected_attention_logits (expected_attention.cpp).
+void bind_expected_attention(pybind11::module_& m);
 
 }  // namespace kvpy
 

@@ -139,6 +139,25 @@ void PyCache::prefill(py::handle logits, py::handle gumbel) {
     P = lengths_[0];
   }
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), p = static_cast<py::ssize_t>(P);
+  if (setup_.policy == kvevict::Policy::tova && py::isinstance<py::array>(logits) &&
+      py::reinterpret_borrow<py::array>(logits).ndim() == 2) {
+    // TOVA scores the prompt from its last row only: [n_q_heads, P] is that row (Expected Attention's logits).
+    const ScoreArgs a = checked_scores(logits, gumbel, setup_, {H, p}, "[n_q_heads, P] (the prompt's last row)");
+    std::string message;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mutex_);
+      try {
+        kvevict::SingleRowLogits last(a.lp, setup_.config.n_q_heads, P, P == 0 ? 0 : P - 1);
+        cache_->prefill_chunk(last, P, P);
+        cache_->finish_prefill();
+      } catch (const std::invalid_argument& e) {
+        message = e.what();
+      }
+    }
+    if (!message.empty()) throw py::value_error(message);
+    return;
+  }
   const ScoreArgs a = checked_scores(logits, gumbel, setup_, {H, p, p}, "[n_q_heads, P, P]");
   locked_prefill(*cache_, mutex_, a, P, setup_);
 }
@@ -152,6 +171,11 @@ void PyCache::decode_step(py::handle logits, py::handle gumbel) {
   const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads), nn = static_cast<py::ssize_t>(n);
   const ScoreArgs a = checked_scores(logits, gumbel, setup_, {H, nn}, "[n_q_heads, n]");
   locked_decode_step(*cache_, mutex_, a, n);
+}
+
+std::size_t PyCache::longest_length() {
+  GilFreeLock lock(mutex_);
+  return longest();
 }
 
 std::size_t PyCache::longest() const {

@@ -65,6 +65,18 @@ class PyCache {
   std::size_t step();
   float temperature();
 
+  /// The longest KV head's length, under the cache's mutex (taken here, the GIL released while waiting).
+  std::size_t longest_length();
+  /// Calls `f(view, longest())` under the cache's mutex (the caller has released the GIL): `view` is the
+  /// `KVView<float>` or `KVView<Eigen::half>` of the storage.
+  template <class F>
+  void with_locked_view(F&& f) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (dtype_ == DType::float32)
+      f(view<float>(), longest());
+    else
+      f(view<Eigen::half>(), longest());
+  }
   const std::string& policy() const { return setup_.name; }
   std::size_t n_kv_heads() const { return n_kv_heads_; }
   std::size_t n_q_heads() const { return setup_.config.n_q_heads; }

@@ -98,7 +98,8 @@ constexpr const char* kPrefill =
     R"doc(Scores the prompt and evicts every KV head to min(k, P) tokens (Keyformer Algorithm 1,
 prompt phase). Every KV head must hold the P prompt tokens (positions strictly ascending).
 logits: float32 [n_q_heads, P, P], x[h, r, c] = logit of query r against slot c (only c <= r
-is read; -inf = masked); may be None for 'streaming', 'window' (no score), 'knorm' and 'keydiff' (scored
+is read; -inf = masked); for 'tova', whose score reads only the prompt's last row, also that row alone,
+float32 [n_q_heads, P] (e.g. kvevict.expected_attention_logits); may be None for 'streaming', 'window' (no score), 'knorm' and 'keydiff' (scored
 from the keys); ignored by them when given.
 gumbel: optional pre-drawn noise, same shape ('keyformer' with noise=True only).
 The GIL is released while it runs. O(n_q_heads * P^2). ValueError (the library's message) on a
@@ -155,6 +156,35 @@ lengths, and query head h's row past its KV head's lengths[h // g] is -inf (bias
 O(n_q_heads * n * head_dim); the GIL is released. ValueError, with out untouched, if the
 cache's length changed between the checks of the arguments and the kernel (another thread,
 or an argument's __array__, appended or stepped the cache meanwhile).)doc";
+
+constexpr const char* kQueryStatistics =
+    R"doc(QueryStatistics(n_q_heads, head_dim): one layer's running mean and covariance of its pre-RoPE
+queries, per query head (Expected Attention, Devoto et al. 2025, §3.1; C++ kvevict::QueryStatistics), summed
+in float64. kvpress leaves out the prompt's first 4 rows (their hidden states carry the sinks' outliers): add
+the rows from position 4 on, then each decode step's query. Memory 8 * n_q_heads * (head_dim^2 + head_dim)
+bytes. Calls on one object are serialised by a lock.)doc";
+
+constexpr const char* kQueryStatisticsAdd =
+    R"doc(Adds query rows q: float32 [rows, n_q_heads, head_dim], C-contiguous, before RoPE.
+O(rows * n_q_heads * head_dim^2); the GIL is released. ValueError (nothing added) for a wrong shape or
+dtype, or a non-finite element (named by row, head and index).)doc";
+
+constexpr const char* kExpectedAttentionLogits =
+    R"doc(expected_attention_logits(stats, cache, *, next_position, rope_theta=10000.0,
+rope_style='half_split', n_future_positions=512, n_sink=4, use_covariance=True, use_vnorm=True, epsilon=0.0)
+
+The logits that make a 'tova' Cache rank its held tokens by Expected Attention (kvpress's
+ExpectedAttentionPress): float32 [n_q_heads, n], n = max(cache.lengths), by slot; row h holds
+log(score[h // g][s]) for the slots of its KV head and -inf past its length, where score is the attention
+the next n_future_positions queries (Gaussian, from stats' mean and covariance, rotated by the average RoPE of
+positions next_position ..) are expected to pay each held key, times ||v||; the n_sink held tokens with the
+lowest positions of each KV head score the layer's largest score + 1 (always kept). next_position: the
+prompt's length at prefill, the new token's position + 1 after a decode step's append. rope_style:
+'half_split' (Hugging Face's rotate_half) or 'interleaved' (Meta / llama2.c); rope_theta the model's base.
+Use: cache.prefill(x[:, :]) with these rows as the prompt's last row (a 'tova' cache takes [n_q_heads, P]),
+then, each step after append and stats.add(q), cache.decode_step(expected_attention_logits(...)).
+O(n_q_heads * (n * d^2 + d^3) + d * F); the GIL is released. ValueError for mismatched sizes (stats of
+another layer), options out of range, a non-finite key or value, or no query rows in stats.)doc";
 
 constexpr const char* kPagedAttentionLogits =
     R"doc(The same over a PagedCache (kvevict::paged_attention_logits): x[h, s] for the

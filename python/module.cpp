@@ -49,5 +49,6 @@ PYBIND11_MODULE(kvevict, m) {
   kvpy::bind_cache(m);
   kvpy::bind_paged(m);  // after bind_cache: adds the PagedCache overload of attention_logits
   kvpy::bind_replay(m);
+  kvpy::bind_expected_attention(m);  // after bind_cache: takes a Cache
   bind_gguf(m);
 }
