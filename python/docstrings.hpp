@@ -207,6 +207,7 @@ budget / recent: as in Cache (int tokens, float fraction, or '50%'; defaults '50
 gen_steps (horizon T, default N - P), noise ('auto' when None, 'none', 'gumbel' (seeded generator)
 or 'trace' (the gumbel array, float32 [H_q, N, N])), gumbel, seed (default 42).
 shared_heads: one selection from scores summed over KV heads.
+head_budgets: as Cache ('uniform', 'adaptive' or 'adaptive:ALPHA'; kvevict-replay --head-budgets).
 The GIL is released. ValueError naming the argument on bad input.)doc";
 
 constexpr const char* kPagePool =

@@ -30,7 +30,7 @@ py::object default_four() { return py::int_(4); }
 
 /// replay's keyword-only options after logits and prompt_len (doc::kReplay explains each). None = not given:
 /// the Keyformer-only options are refused for another policy when given.
-const std::array<OptionSpec, 12> kReplayOptions{{{"policy", default_keyformer},
+const std::array<OptionSpec, 13> kReplayOptions{{{"policy", default_keyformer},
                                                  {"q_heads_per_kv", default_one},
                                                  {"budget", default_budget},
                                                  {"recent"},
@@ -41,7 +41,8 @@ const std::array<OptionSpec, 12> kReplayOptions{{{"policy", default_keyformer},
                                                  {"noise"},
                                                  {"gumbel"},
                                                  {"seed"},
-                                                 {"shared_heads", default_false}}};
+                                                 {"shared_heads", default_false},
+                                                 {"head_budgets"}}};
 
 /// The replay's message names its command-line flags (--budget-ratio, ...): name the Python arguments.
 std::string python_names(std::string m) {
@@ -115,6 +116,7 @@ py::list run_replay(py::handle logits, py::handle prompt_len, const Options& o) 
         throw py::value_error(std::string(key) + " is used only by policy 'keyformer' (got policy '" + r.policy +
                               "')");
   r.shared_heads = o.has("shared_heads") && to_bool(o.get("shared_heads"), "shared_heads");
+  if (o.has("head_budgets")) r.head_budgets = to_head_budgets(o.get("head_budgets"));
 
   std::string lines;
   try {

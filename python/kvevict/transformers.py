@@ -62,7 +62,7 @@ SUPPORTED_ATTENTION = ("sdpa", "eager")
 POLICIES = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff")
 _EVICT = ("step", "prefill")
 _OPTION_NAMES = ("recent", "sinks", "tau_init", "tau_end", "horizon", "noise", "seed", "shared_heads",
-                 "snap_window", "snap_kernel", "snap_pooling", "snap_decode", "mean_attention")
+                 "snap_window", "snap_kernel", "snap_pooling", "snap_decode", "mean_attention", "head_budgets")
 
 
 DEFAULT_SEED = 42  # kvevict's and the tools' default noise seed
@@ -247,7 +247,7 @@ class KVEvictLayer(CacheLayerMixin):
             self.prefilled = True
             if o.record:
                 self.records.append(("prefill", logits, None, self._kept()))
-            self.length = self.kv.lengths[0]
+            self.length = max(self.kv.lengths)
             if o.evict == "prefill":
                 self._detach()
             return
@@ -258,10 +258,30 @@ class KVEvictLayer(CacheLayerMixin):
         if o.record:
             before = [self.kv.positions(h) for h in range(o.n_kv_heads)]
         self.kv.decode_step(x)
-        self.length = self.kv.lengths[0]
+        self.length = max(self.kv.lengths)
         if o.record:
             self.records.append(("step", None if x is None else x.copy(), before, self._kept()))
         assert q_len == 1
+
+    def head_mask(self, attention_mask, q, eager):
+        """The attention module's mask with head-adaptive budgets (head_budgets='adaptive'), after the prompt: the
+        given mask ([b, 1, q, n'] or None) cut to this layer's n = max(lengths) + q slots (the model makes one mask
+        for every layer, sized by the first layer's length, and the layers' longest heads differ) and restricted,
+        per query head, to its KV head's live slots plus the q new ones: [1, n_q_heads, q, n]. Bool for SDPA
+        (True = attend), additive float for eager. None before the prompt is cut (every head then even)."""
+        if self.kv is None or not self.prefilled:
+            return None
+        lengths = self.kv.lengths
+        o = self._owner()
+        n = max(lengths) + q
+        own = torch.tensor(lengths).repeat_interleave(o.n_q_heads // o.n_kv_heads) + q  # [n_q]
+        valid = (torch.arange(n)[None, :] < own[:, None])[None, :, None, :]  # [1, n_q, 1, n]
+        if attention_mask is not None and attention_mask.dtype == torch.bool:
+            return attention_mask[..., :n] & valid
+        if attention_mask is not None or eager:
+            base = attention_mask[..., :n] if attention_mask is not None else torch.zeros(1, 1, q, n)
+            return torch.where(valid, base, torch.tensor(torch.finfo(base.dtype).min, dtype=base.dtype))
+        return valid.expand(1, o.n_q_heads, q, n)
 
     def _kept(self):
         return [self.kv.retained_positions(h) for h in range(self._owner().n_kv_heads)]
@@ -347,7 +367,9 @@ class KVEvictCache(Cache):
     options   kvevict.Cache's policy options: sinks, tau_init, tau_end, horizon (Keyformer: required, the
               decode steps tau rises over, e.g. max_new_tokens), noise, seed (default 42; layer l's noise is
               seeded with layer_seed(seed, l), as kvevict-generate does), shared_heads, snap_window,
-              snap_kernel, snap_pooling, snap_decode, mean_attention (h2o, keyformer). A wrong one raises
+              snap_kernel, snap_pooling, snap_decode, mean_attention (h2o, keyformer), head_budgets ('adaptive'
+              or 'adaptive:ALPHA': AdaKV, the layer's k * n_kv_heads shared among its KV heads by score; the
+              heads then hold different lengths and attention masks each head past its own). A wrong one raises
               kvevict's ValueError here.
     record    keep, per layer, the logits each prefill / decode step was given and the kept positions
               (layers[i].records; for tests: memory n_q_heads * P^2 floats per layer).
@@ -402,6 +424,8 @@ class KVEvictCache(Cache):
         for i, m in enumerate(modules):
             if i in self._global:  # a sliding layer is not scored
                 self._handles.append(m.register_forward_hook(_make_hook(ref), with_kwargs=True))
+                if "head_budgets" in self.options and self.options["head_budgets"] != "uniform":
+                    self._handles.append(m.register_forward_pre_hook(_make_mask_hook(ref), with_kwargs=True))
         self._finalizer = weakref.finalize(self, _remove, self._handles)
 
     def _parse_budget(self):
@@ -479,6 +503,22 @@ def _make_hook(ref):
             cache.layers[module.layer_idx].after_attention(module, kwargs)
         return None
     return hook
+
+
+def _make_mask_hook(ref):
+    """Head-adaptive budgets: before the attention module runs, its mask masks each query head past its KV head's
+    own length (KVEvictLayer.head_mask)."""
+    def pre_hook(module, args, kwargs):
+        cache = ref()
+        if cache is None or kwargs.get("past_key_values") is not cache:
+            return None
+        q = kwargs["hidden_states"].shape[1]
+        eager = module.config._attn_implementation == "eager"
+        mask = cache.layers[module.layer_idx].head_mask(kwargs.get("attention_mask"), q, eager)
+        if mask is None:
+            return None
+        return args, dict(kwargs, attention_mask=mask)
+    return pre_hook
 
 
 def _remove(handles):

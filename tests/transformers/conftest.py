@@ -79,7 +79,8 @@ def records_trace(records, P, T, n_q_heads, q_per_kv):
     for t, (_, logits, before, _) in enumerate(records[1:], start=P):
         if logits is not None:
             for h in range(n_q_heads):
-                x[h, t, before[h // q_per_kv]] = logits[h]
+                held = before[h // q_per_kv]  # head-adaptive budgets: the row's tail past it is -inf
+                x[h, t, held] = logits[h, :len(held)]
     return x
 
 
