@@ -59,7 +59,10 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 # in the full-attention ("global") layers (config.layer_types).
 HYBRID_MODEL_TYPES = ("gemma3_text",)
 SUPPORTED_ATTENTION = ("sdpa", "eager")
-POLICIES = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff")
+POLICIES = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff",
+            "expected_attention")
+# Expected Attention's options (kvevict.expected_attention_logits; kvpress's ExpectedAttentionPress defaults).
+_EA_OPTIONS = dict(n_future_positions=512, n_sink=4, use_covariance=True, use_vnorm=True, epsilon=0.0)
 _EVICT = ("step", "prefill")
 _OPTION_NAMES = ("recent", "sinks", "tau_init", "tau_end", "horizon", "noise", "seed", "shared_heads",
                  "snap_window", "snap_kernel", "snap_pooling", "snap_decode", "mean_attention", "head_budgets")
@@ -134,6 +137,7 @@ class KVEvictLayer(CacheLayerMixin):
         self.prefilled = False
         self.k_buf = self.v_buf = None
         self.records = []  # with record=True: what the kvevict cache was given and what it kept
+        self.stats = None  # policy 'expected_attention': the layer's kvevict.QueryStatistics
         self._pending = 0
 
     # -- storage ---------------------------------------------------------------------------------------
@@ -230,6 +234,8 @@ class KVEvictLayer(CacheLayerMixin):
             options["seed"] = layer_seed(options.get("seed", DEFAULT_SEED), self.layer_idx)
         self.kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=k, k=self.k_buf.numpy(),
                                 v=self.v_buf.numpy(), **options)
+        if o.expected:
+            self.stats = kvevict.QueryStatistics(o.n_q_heads, o.head_dim)
 
     def after_attention(self, module, kwargs):
         """The forward hook: after the layer attended with every slot, score and evict."""
@@ -242,7 +248,12 @@ class KVEvictLayer(CacheLayerMixin):
             return
         needs_logits = o.policy not in ("streaming", "window", "knorm", "keydiff")  # knorm, keydiff: from the keys
         if not self.prefilled:
-            logits = self._prompt_logits(module, kwargs) if needs_logits else None
+            if o.expected:  # the prompt's queries past the sinks, then the prompt's last row of expected logits
+                q = self._queries(module, kwargs, rope=False)[0, :, o.expected["n_sink"]:]  # [n_q, P - n_sink, d]
+                self.stats.add(q.transpose(0, 1).contiguous().numpy())
+                logits = self._expected_logits()
+            else:
+                logits = self._prompt_logits(module, kwargs) if needs_logits else None
             self.kv.prefill(logits)
             self.prefilled = True
             if o.record:
@@ -252,7 +263,10 @@ class KVEvictLayer(CacheLayerMixin):
                 self._detach()
             return
         x = None
-        if needs_logits:
+        if o.expected:
+            self.stats.add(self._queries(module, kwargs, rope=False)[0, :, -1:, :].transpose(0, 1).contiguous().numpy())
+            x = self._expected_logits()
+        elif needs_logits:
             q = self._queries(module, kwargs)[0, :, -1, :].contiguous().numpy()  # [n_q, d]
             x = kvevict.attention_logits(self.kv, q, module.scaling)
         if o.record:
@@ -291,7 +305,13 @@ class KVEvictLayer(CacheLayerMixin):
         self.kv = None
         self._alloc(max(2 * self.length, self.length + 256))
 
-    def _queries(self, module, kwargs):
+    def _expected_logits(self):
+        """Expected Attention's rows over the held slots, [n_q_heads, n], the next position being the tokens seen."""
+        return kvevict.expected_attention_logits(self.stats, self.kv, next_position=self.seen, rope_style="half_split",
+                                                 **self._owner().expected)
+
+    def _queries(self, module, kwargs, rope=True):
+        """The layer's queries [1, n_q, q, d] (float32), after RoPE, or before it (Expected Attention's statistics)."""
         o = self._owner()
         hidden = kwargs["hidden_states"]
         b, s, _ = hidden.shape
@@ -299,6 +319,8 @@ class KVEvictLayer(CacheLayerMixin):
         if getattr(module, "q_norm", None) is not None:  # Qwen3
             q = module.q_norm(q)
         q = q.transpose(1, 2)
+        if not rope:
+            return q.float()
         cos, sin = kwargs["position_embeddings"]
         rope = sys.modules[type(module).__module__].apply_rotary_pos_emb
         q, _ = rope(q, q, cos, sin)
@@ -328,6 +350,7 @@ class KVEvictLayer(CacheLayerMixin):
 
     def reset(self):
         self.kv = None
+        self.stats = None
         self.length = self.seen = 0
         self.prefilled = False
         self.k_buf = self.v_buf = None
@@ -358,7 +381,10 @@ class KVEvictCache(Cache):
               transformers' DynamicSlidingWindowLayer (their window, never scored or evicted); the budget and
               the policy apply to each full-attention layer.
     policy    'keyformer', 'h2o', 'streaming', 'window', 'tova', 'snapkv', 'knorm' (key norm: no logits), 'keydiff'
-              (KeyDiff: no logits) or 'full' (no eviction).
+              (KeyDiff: no logits), 'expected_attention' (Expected Attention, Devoto et al. 2025: a 'tova' cache
+              ranked by kvevict.expected_attention_logits from the layer's pre-RoPE query statistics; options
+              n_future_positions, n_sink, use_covariance, use_vnorm, epsilon, kvpress's defaults; the default
+              RoPE only) or 'full' (no eviction).
     budget    k per KV head: an int (tokens, at most the prompt's length), a float in (0, 1] (k = floor(r P)) or
               a string ('64', '0.5', '50%'), as kvevict.Cache and the command-line tools take it.
     recent    the recent window w, as kvevict.Cache (default 30% of k for keyformer, h2o, snapkv).
@@ -385,12 +411,21 @@ class KVEvictCache(Cache):
             raise ValueError(f"KVEvictCache: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
         if evict not in _EVICT:
             raise ValueError(f"KVEvictCache: evict must be 'step' or 'prefill' (got {evict!r})")
+        self.expected = None  # policy 'expected_attention': its options, and RoPE's theta
+        if policy == "expected_attention":
+            if recent is not None:
+                raise ValueError(f"KVEvictCache: policy 'expected_attention' has no recent window (got recent={recent!r}):"
+                                 " it keeps the top-k by expected attention, its n_sink first tokens among them")
+            self.expected = self._expected_attention_options(config, options)
+            options = {}
+            policy = "tova"  # ranked by the logits expected_attention_logits gives, as kvevict-quality does
         unknown = sorted(set(options) - set(_OPTION_NAMES))
         if unknown:
             raise TypeError(f"KVEvictCache: unknown option(s) {', '.join(unknown)}; kvevict.Cache's options are "
                             f"{', '.join(_OPTION_NAMES[1:])}")
         self.model_config = config
-        self.policy, self.evict, self.record = policy, evict, record
+        self.policy, self.evict, self.record = policy, evict, record  # 'tova' for 'expected_attention'
+        self.policy_name = "expected_attention" if self.expected else policy
         self.n_layers = config.num_hidden_layers
         self.n_q_heads = config.num_attention_heads
         self.n_kv_heads = getattr(config, "num_key_value_heads", None) or self.n_q_heads
@@ -427,6 +462,34 @@ class KVEvictCache(Cache):
                 if "head_budgets" in self.options and self.options["head_budgets"] != "uniform":
                     self._handles.append(m.register_forward_pre_hook(_make_mask_hook(ref), with_kwargs=True))
         self._finalizer = weakref.finalize(self, _remove, self._handles)
+
+    @staticmethod
+    def _expected_attention_options(config, options):
+        """policy='expected_attention': its options (kvpress's defaults), checked, and the model's RoPE theta."""
+        unknown = sorted(set(options) - set(_EA_OPTIONS))
+        if unknown:
+            raise TypeError(f"KVEvictCache: policy 'expected_attention' takes {', '.join(_EA_OPTIONS)} "
+                            f"(got {', '.join(unknown)})")
+        if config.model_type in HYBRID_MODEL_TYPES:
+            raise ValueError(f"KVEvictCache: policy 'expected_attention' is not supported on {config.model_type} "
+                             "(its query scaling and per-layer-type RoPE are not the statistics' model)")
+        rope = getattr(config, "rope_parameters", None) or {}
+        theta = rope.get("rope_theta", getattr(config, "rope_theta", None))
+        if rope.get("rope_type", "default") != "default" or theta is None:
+            raise ValueError("KVEvictCache: policy 'expected_attention' needs the default RoPE (got "
+                             f"{rope or 'no rope_theta'}): the average rotation of future positions assumes it")
+        opts = dict(_EA_OPTIONS, **options)
+        n_sink = opts["n_sink"]
+        # kvevict's own checks of the options, on a one-token cache.
+        d = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        probe = kvevict.Cache("tova", n_q_heads=1, n_kv_heads=1, capacity=2, head_dim=d, budget=1)
+        probe.append(0, np.ones((1, d), np.float32), np.ones((1, d), np.float32))
+        stats = kvevict.QueryStatistics(1, d)
+        stats.add(np.zeros((1, 1, d), np.float32))
+        kvevict.expected_attention_logits(stats, probe, next_position=1, rope_theta=float(theta), **opts)
+        if isinstance(n_sink, bool) or not isinstance(n_sink, int):
+            raise TypeError(f"KVEvictCache: n_sink must be an int (got {n_sink!r})")
+        return dict(opts, rope_theta=float(theta))
 
     def _parse_budget(self):
         """The budget as an int (tokens) or a float (a fraction of the prompt), as kvevict reads it."""
@@ -489,7 +552,7 @@ class KVEvictCache(Cache):
         kept = "nothing yet" if lay is None or not lay.prefilled else f"{lay.length} kept per KV head"
         sliding = self.n_layers - len(self.global_layers)
         layers = f"{self.n_layers} layers" + (f" ({sliding} of them sliding-window)" if sliding else "")
-        return (f"KVEvictCache(policy={self.policy!r}, budget={self.budget!r}, evict={self.evict!r}, "
+        return (f"KVEvictCache(policy={self.policy_name!r}, budget={self.budget!r}, evict={self.evict!r}, "
                 f"{layers} x {self.n_kv_heads} KV heads: {lay.seen if lay else 0} tokens seen, {kept})")
 
 
