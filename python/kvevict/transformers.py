@@ -26,8 +26,9 @@ The queries are recomputed from the attention module's inputs by a forward hook 
 RoPE), so scoring works with attn_implementation "sdpa" and "eager"; other implementations are refused.
 Supported: Llama, Mistral (without sliding window), Qwen2 (without sliding layers), Qwen3 and Gemma 3 (text:
 sliding-window layers keep transformers' own DynamicSlidingWindowLayer, global layers are evicted); float32 on
-the CPU; one sequence (batch 1). Beam search, batched generation, crop (assisted decoding) raise errors that say
-so. policy="full" keeps everything through the same storage (a reference for the others).
+the CPU; batches of left-padded sequences (each its own kvevict cache, budget and per-head lengths; the layer's
+mask lets each read only its own kept slots: _layer.py). Beam search and crop (assisted decoding) raise errors
+that say so. policy="full" keeps everything through the same storage (a reference for the others).
 """
 import math
 import sys
@@ -46,11 +47,12 @@ if _MISSING:
         "installs the tested versions, torch 2.10.0 and transformers 5.2.0; in a checkout, bash "
         "scripts/get-hf-venv.sh makes a venv with them)")
 import transformers
-from transformers.cache_utils import Cache, CacheLayerMixin, DynamicSlidingWindowLayer
+from transformers.cache_utils import Cache, DynamicSlidingWindowLayer
 
 import numpy as np
 
 import kvevict
+from kvevict._layer import DEFAULT_SEED, SUPPORTED_ATTENTION, KVEvictLayer, check_attention, layer_seed
 
 __all__ = ["KVEvictCache", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ATTENTION"]
 
@@ -58,7 +60,6 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 # Model types whose sliding-window layers stay transformers' own (DynamicSlidingWindowLayer) while kvevict evicts
 # in the full-attention ("global") layers (config.layer_types).
 HYBRID_MODEL_TYPES = ("gemma3_text",)
-SUPPORTED_ATTENTION = ("sdpa", "eager")
 POLICIES = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff",
             "expected_attention")
 # Expected Attention's options (kvevict.expected_attention_logits; kvpress's ExpectedAttentionPress defaults).
@@ -66,15 +67,6 @@ _EA_OPTIONS = dict(n_future_positions=512, n_sink=4, use_covariance=True, use_vn
 _EVICT = ("step", "prefill")
 _OPTION_NAMES = ("recent", "sinks", "tau_init", "tau_end", "horizon", "noise", "seed", "shared_heads",
                  "snap_window", "snap_kernel", "snap_pooling", "snap_decode", "mean_attention", "head_budgets")
-
-
-DEFAULT_SEED = 42  # kvevict's and the tools' default noise seed
-
-
-def layer_seed(seed, layer):
-    """Layer `layer`'s Keyformer noise seed, as kvevict-generate and kvevict-quality derive it
-    (tools/llama2/eviction.cpp): seed + layer * 0x9E3779B97F4A7C15, modulo 2^64; distinct per layer."""
-    return (seed + 0x9E3779B97F4A7C15 * layer) % (1 << 64)
 
 
 def _check_model(model):
@@ -98,16 +90,8 @@ def _check_model(model):
         raise ValueError("KVEvictCache does not support sliding-window attention layers "
                          f"({type(model).__name__}: config.sliding_window={getattr(config, 'sliding_window', None)}, "
                          f"layer_types {sorted(set(layer_types)) or None}); load the model with sliding_window=None")
-    _check_attention(config)
+    check_attention(config)
     return config
-
-
-def _check_attention(config):
-    impl = getattr(config, "_attn_implementation", None)
-    if impl not in SUPPORTED_ATTENTION:
-        raise ValueError(f"KVEvictCache works with attn_implementation 'sdpa' or 'eager' (got {impl!r}): its scores "
-                         "need the layer's queries against the cache's keys; load the model with "
-                         "attn_implementation='sdpa'")
 
 
 def _attention_modules(model):
@@ -117,258 +101,6 @@ def _attention_modules(model):
         if getattr(m, "layer_idx", None) != i or not hasattr(m, "q_proj"):
             raise ValueError(f"KVEvictCache: decoder layer {i} has no attention module with q_proj and layer_idx {i}")
     return mods
-
-
-class KVEvictLayer(CacheLayerMixin):
-    """One full-attention ("global") transformer layer: K/V buffers [n_kv_heads, capacity, head_dim] (torch,
-    float32) and, for an evicting policy, the kvevict cache over them (no copy). ``length`` live slots; ``seen``
-    tokens so far. (A sliding-window layer of a hybrid model is transformers' own DynamicSlidingWindowLayer.)"""
-
-    is_sliding = False
-    is_compileable = False
-
-    def __init__(self, owner, layer_idx):
-        super().__init__()
-        self._owner = weakref.ref(owner)
-        self.layer_idx = layer_idx
-        self.kv = None  # the kvevict cache (None: policy 'full', or after the prompt with evict='prefill')
-        self.length = 0
-        self.seen = 0
-        self.prefilled = False
-        self.k_buf = self.v_buf = None
-        self.records = []  # with record=True: what the kvevict cache was given and what it kept
-        self.stats = None  # policy 'expected_attention': the layer's kvevict.QueryStatistics
-        self._pending = 0
-
-    # -- storage ---------------------------------------------------------------------------------------
-    def lazy_initialization(self, key_states, value_states):
-        self.dtype, self.device = key_states.dtype, key_states.device
-        self.is_initialized = True
-
-    def _alloc(self, capacity):
-        o = self._owner()
-        k = torch.zeros(o.n_kv_heads, capacity, o.head_dim, dtype=torch.float32)
-        v = torch.zeros_like(k)
-        if self.k_buf is not None and self.length:
-            k[:, :self.length] = self.k_buf[:, :self.length]
-            v[:, :self.length] = self.v_buf[:, :self.length]
-        self.k_buf, self.v_buf = k, v
-
-    def _views(self):
-        n = self.length
-        return self.k_buf[:, :n].unsqueeze(0), self.v_buf[:, :n].unsqueeze(0)
-
-    @property
-    def keys(self):
-        return None if self.k_buf is None else self._views()[0]
-
-    @keys.setter
-    def keys(self, value):  # CacheLayerMixin.__init__ sets None
-        pass
-
-    @property
-    def values(self):
-        return None if self.v_buf is None else self._views()[1]
-
-    @values.setter
-    def values(self, value):
-        pass
-
-    # -- the transformers protocol -----------------------------------------------------------------------
-    def update(self, key_states, value_states, cache_kwargs=None):
-        o = self._owner()
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        _check_attention(o.model_config)
-        b, h, q, d = key_states.shape
-        if b != 1:
-            raise ValueError(f"KVEvictCache holds one sequence (batch size 1); got batch size {b}: batched "
-                             "generation and beam search (num_beams > 1) are not supported")
-        if key_states.dtype != torch.float32 or key_states.device.type != "cpu":
-            raise ValueError(f"KVEvictCache keeps float32 K/V on the CPU; got {key_states.dtype} on "
-                             f"{key_states.device}: load the model with dtype=torch.float32 on the CPU")
-        if (h, d) != (o.n_kv_heads, o.head_dim):
-            raise ValueError(f"KVEvictCache: layer {self.layer_idx} got K/V of {h} heads x {d}, expected "
-                             f"{o.n_kv_heads} x {o.head_dim} (the model's config)")
-        cache_position = (cache_kwargs or {}).get("cache_position")
-        positions = (torch.arange(self.seen, self.seen + q) if cache_position is None
-                     else cache_position.reshape(-1).to("cpu"))
-        if positions.numel() != q or int(positions[0]) != self.seen:
-            raise ValueError(f"KVEvictCache: layer {self.layer_idx} expects the next token at position {self.seen} "
-                             f"(the tokens it has seen); got cache_position starting at {int(positions[0])}")
-        if self.prefilled and self.kv is not None and q != 1:
-            raise ValueError(f"KVEvictCache(evict='step') takes one new token per forward after the prompt (got {q}); "
-                             "feed tokens one at a time, or use evict='prefill' (eviction of the prompt only)")
-        if not self.prefilled:
-            self._start(q)
-        elif self.kv is None and self.length + q > self.k_buf.shape[1]:
-            self._alloc(max(2 * self.k_buf.shape[1], self.length + q))
-        ks = key_states[0].transpose(0, 1).contiguous()  # [q, n_kv, d]
-        vs = value_states[0].transpose(0, 1).contiguous()
-        if self.kv is not None:
-            kn, vn = ks.numpy(), vs.numpy()
-            pos = positions.tolist()
-            for t in range(q):
-                self.kv.append(pos[t], kn[t], vn[t])
-        else:
-            self.k_buf[:, self.length:self.length + q] = ks.transpose(0, 1)
-            self.v_buf[:, self.length:self.length + q] = vs.transpose(0, 1)
-        self.length += q
-        self.seen += q
-        self._pending = q
-        return self._views()
-
-    def _start(self, prompt_len):
-        """The prompt's forward: resolves the budget against P and makes the kvevict cache (if any)."""
-        o = self._owner()
-        self.prompt_len = prompt_len
-        if o.policy == "full":
-            self._alloc(max(16, 2 * prompt_len))
-            return
-        # k <= P tokens (floor(r * P) for a fraction, as kvevict resolves it), passed as tokens: SnapKV's window
-        # is then min(32, k), as in kvevict-quality.
-        k = o.resolve_budget(prompt_len)
-        self._alloc(prompt_len + 1)  # the prompt, then k + 1 slots at every step
-        options = dict(o.options)
-        if o.policy == "keyformer" or options.get("snap_decode") == "keyformer":  # Keyformer's noise, per layer
-            options["seed"] = layer_seed(options.get("seed", DEFAULT_SEED), self.layer_idx)
-        self.kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=k, k=self.k_buf.numpy(),
-                                v=self.v_buf.numpy(), **options)
-        if o.expected:
-            self.stats = kvevict.QueryStatistics(o.n_q_heads, o.head_dim)
-
-    def after_attention(self, module, kwargs):
-        """The forward hook: after the layer attended with every slot, score and evict."""
-        o = self._owner()
-        q_len = self._pending
-        self._pending = 0
-        if self.kv is None:
-            if not self.prefilled:
-                self.prefilled = True
-            return
-        needs_logits = o.policy not in ("streaming", "window", "knorm", "keydiff")  # knorm, keydiff: from the keys
-        if not self.prefilled:
-            if o.expected:  # the prompt's queries past the sinks, then the prompt's last row of expected logits
-                q = self._queries(module, kwargs, rope=False)[0, :, o.expected["n_sink"]:]  # [n_q, P - n_sink, d]
-                self.stats.add(q.transpose(0, 1).contiguous().numpy())
-                logits = self._expected_logits()
-            else:
-                logits = self._prompt_logits(module, kwargs) if needs_logits else None
-            self.kv.prefill(logits)
-            self.prefilled = True
-            if o.record:
-                self.records.append(("prefill", logits, None, self._kept()))
-            self.length = max(self.kv.lengths)
-            if o.evict == "prefill":
-                self._detach()
-            return
-        x = None
-        if o.expected:
-            self.stats.add(self._queries(module, kwargs, rope=False)[0, :, -1:, :].transpose(0, 1).contiguous().numpy())
-            x = self._expected_logits()
-        elif needs_logits:
-            q = self._queries(module, kwargs)[0, :, -1, :].contiguous().numpy()  # [n_q, d]
-            x = kvevict.attention_logits(self.kv, q, module.scaling)
-        if o.record:
-            before = [self.kv.positions(h) for h in range(o.n_kv_heads)]
-        self.kv.decode_step(x)
-        self.length = max(self.kv.lengths)
-        if o.record:
-            self.records.append(("step", None if x is None else x.copy(), before, self._kept()))
-        assert q_len == 1
-
-    def head_mask(self, attention_mask, q, eager):
-        """The attention module's mask with head-adaptive budgets (head_budgets='adaptive'), after the prompt: the
-        given mask ([b, 1, q, n'] or None) cut to this layer's n = max(lengths) + q slots (the model makes one mask
-        for every layer, sized by the first layer's length, and the layers' longest heads differ) and restricted,
-        per query head, to its KV head's live slots plus the q new ones: [1, n_q_heads, q, n]. Bool for SDPA
-        (True = attend), additive float for eager. None before the prompt is cut (every head then even)."""
-        if self.kv is None or not self.prefilled:
-            return None
-        lengths = self.kv.lengths
-        o = self._owner()
-        n = max(lengths) + q
-        own = torch.tensor(lengths).repeat_interleave(o.n_q_heads // o.n_kv_heads) + q  # [n_q]
-        valid = (torch.arange(n)[None, :] < own[:, None])[None, :, None, :]  # [1, n_q, 1, n]
-        if attention_mask is not None and attention_mask.dtype == torch.bool:
-            return attention_mask[..., :n] & valid
-        if attention_mask is not None or eager:
-            base = attention_mask[..., :n] if attention_mask is not None else torch.zeros(1, 1, q, n)
-            return torch.where(valid, base, torch.tensor(torch.finfo(base.dtype).min, dtype=base.dtype))
-        return valid.expand(1, o.n_q_heads, q, n)
-
-    def _kept(self):
-        return [self.kv.retained_positions(h) for h in range(self._owner().n_kv_heads)]
-
-    def _detach(self):
-        """evict='prefill': the prompt is cut; from now on the layer only grows (no kvevict cache)."""
-        self.kv = None
-        self._alloc(max(2 * self.length, self.length + 256))
-
-    def _expected_logits(self):
-        """Expected Attention's rows over the held slots, [n_q_heads, n], the next position being the tokens seen."""
-        return kvevict.expected_attention_logits(self.stats, self.kv, next_position=self.seen, rope_style="half_split",
-                                                 **self._owner().expected)
-
-    def _queries(self, module, kwargs, rope=True):
-        """The layer's queries [1, n_q, q, d] (float32), after RoPE, or before it (Expected Attention's statistics)."""
-        o = self._owner()
-        hidden = kwargs["hidden_states"]
-        b, s, _ = hidden.shape
-        q = module.q_proj(hidden).view(b, s, -1, o.head_dim)
-        if getattr(module, "q_norm", None) is not None:  # Qwen3
-            q = module.q_norm(q)
-        q = q.transpose(1, 2)
-        if not rope:
-            return q.float()
-        cos, sin = kwargs["position_embeddings"]
-        rope = sys.modules[type(module).__module__].apply_rotary_pos_emb
-        q, _ = rope(q, q, cos, sin)
-        return q.float()
-
-    def _prompt_logits(self, module, kwargs):
-        o = self._owner()
-        q = self._queries(module, kwargs)[0]  # [n_q, P, d]
-        P = q.shape[1]
-        k = self.k_buf[:, :P].repeat_interleave(o.n_q_heads // o.n_kv_heads, dim=0)  # [n_q, P, d]
-        x = torch.matmul(q, k.transpose(1, 2)) * module.scaling
-        return x.contiguous().numpy()
-
-    def get_mask_sizes(self, cache_position):
-        q = cache_position.shape[0]
-        # The live slots hold positions < seen (in any order); the q new tokens go to slots length ..
-        # length + q - 1 with positions seen .. seen + q - 1. transformers' causal mask compares the query's
-        # position with kv_offset + slot: this offset gives the new slots their positions and keeps every live
-        # slot (all older) visible.
-        return self.length + q, self.seen - self.length
-
-    def get_seq_length(self):
-        return self.seen
-
-    def get_max_cache_shape(self):
-        return -1
-
-    def reset(self):
-        self.kv = None
-        self.stats = None
-        self.length = self.seen = 0
-        self.prefilled = False
-        self.k_buf = self.v_buf = None
-        self.records = []
-
-    def reorder_cache(self, beam_idx):
-        raise NotImplementedError("KVEvictCache does not support beam search (reorder_cache): it holds one "
-                                  "sequence; use num_beams=1")
-
-    def crop(self, max_length):
-        raise NotImplementedError("KVEvictCache cannot crop (assisted / speculative decoding): evicted tokens "
-                                  "cannot be restored")
-
-    def batch_repeat_interleave(self, repeats):
-        raise NotImplementedError("KVEvictCache holds one sequence: it cannot be repeated over a batch")
-
-    def batch_select_indices(self, indices):
-        raise NotImplementedError("KVEvictCache holds one sequence: it cannot select batch indices")
 
 
 class KVEvictCache(Cache):
@@ -450,17 +182,16 @@ class KVEvictCache(Cache):
         self.global_layers = [i for i in range(self.n_layers)
                               if config.model_type not in HYBRID_MODEL_TYPES or layer_types[i] == "full_attention"]
         self._global = set(self.global_layers)
-        super().__init__(layers=[KVEvictLayer(self, i) if i in self._global
+        ref = weakref.ref(self)
+        super().__init__(layers=[KVEvictLayer(ref, i) if i in self._global
                                  else DynamicSlidingWindowLayer(sliding_window=config.sliding_window)
                                  for i in range(self.n_layers)])
         modules = _attention_modules(model)
         self._handles = []
-        ref = weakref.ref(self)
         for i, m in enumerate(modules):
             if i in self._global:  # a sliding layer is not scored
+                self._handles.append(m.register_forward_pre_hook(_make_mask_hook(ref), with_kwargs=True))
                 self._handles.append(m.register_forward_hook(_make_hook(ref), with_kwargs=True))
-                if "head_budgets" in self.options and self.options["head_budgets"] != "uniform":
-                    self._handles.append(m.register_forward_pre_hook(_make_mask_hook(ref), with_kwargs=True))
         self._finalizer = weakref.finalize(self, _remove, self._handles)
 
     @staticmethod
@@ -523,20 +254,24 @@ class KVEvictCache(Cache):
         """Whether layer `layer` is a full-attention layer kvevict evicts in (False: a sliding-window layer)."""
         return layer in self._global
 
-    def retained_positions(self, layer, kv_head):
-        """The positions layer `layer`, KV head `kv_head` holds, ascending."""
+    def retained_positions(self, layer, kv_head, seq=0):
+        """The positions sequence `seq` of the batch holds in layer `layer`, KV head `kv_head`, ascending (its own
+        positions: a left-padded sequence's first real token is position 0)."""
         if not self.is_global(layer):
             raise ValueError(f"KVEvictCache: layer {layer} is a sliding-window layer (transformers' "
                              "DynamicSlidingWindowLayer holds its window); kvevict evicts in the full-attention "
                              f"layers {self.global_layers}")
         lay = self.layers[layer]
-        if lay.kv is not None:
-            return lay.kv.retained_positions(kv_head)
+        if lay.kvs is not None:
+            if not 0 <= seq < len(lay.kvs):
+                raise IndexError(f"KVEvictCache: seq {seq} out of range (the batch has {len(lay.kvs)} sequences)")
+            return lay.kvs[seq].retained_positions(kv_head)
         raise ValueError(f"KVEvictCache: layer {layer} has no kvevict cache (policy 'full', evict='prefill' after "
                          "the prompt, or nothing seen yet)")
 
     def kept_length(self, layer=None):
-        """Live slots of a layer (the K/V length attention reads; default: the first full-attention layer)."""
+        """Live slots of a layer (the K/V length attention reads, the longest sequence and KV head of the batch;
+        default: the first full-attention layer)."""
         layer = self.global_layers[0] if layer is None else layer
         if not self.is_global(layer):
             keys = self.layers[layer].keys
@@ -561,7 +296,7 @@ def _make_hook(ref):
         cache = ref()
         if cache is None or kwargs.get("past_key_values") is not cache:
             return None
-        _check_attention(module.config)
+        check_attention(module.config)
         with torch.no_grad():
             cache.layers[module.layer_idx].after_attention(module, kwargs)
         return None
@@ -569,15 +304,16 @@ def _make_hook(ref):
 
 
 def _make_mask_hook(ref):
-    """Head-adaptive budgets: before the attention module runs, its mask masks each query head past its KV head's
-    own length (KVEvictLayer.head_mask)."""
+    """Before the attention module runs: the prompt's real tokens, then, after the cut, the mask that lets each
+    sequence's query heads read their own kept slots (KVEvictLayer.before_attention)."""
     def pre_hook(module, args, kwargs):
         cache = ref()
         if cache is None or kwargs.get("past_key_values") is not cache:
             return None
         q = kwargs["hidden_states"].shape[1]
         eager = module.config._attn_implementation == "eager"
-        mask = cache.layers[module.layer_idx].head_mask(kwargs.get("attention_mask"), q, eager)
+        mask = cache.layers[module.layer_idx].before_attention(kwargs.get("attention_mask"),
+                                                               kwargs.get("position_ids"), q, eager)
         if mask is None:
             return None
         return args, dict(kwargs, attention_mask=mask)

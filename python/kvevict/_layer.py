@@ -1,0 +1,335 @@
+"""kvevict.transformers' cache layer: one full-attention transformer layer's K/V for a batch of sequences, each
+sequence with its own kvevict cache (its own budget and per-KV-head lengths) over its slice of the layer's buffers.
+
+Layout: k_buf, v_buf [B, n_kv_heads, capacity, head_dim] torch float32 on the CPU; sequence b's kvevict.Cache wraps
+k_buf[b] / v_buf[b] without a copy. Attention reads k_buf[:, :, :n], n = the longest (sequence, KV head); each query
+head reads only its own sequence's and KV head's live slots through the mask this layer gives the attention module
+(`attention_mask`), so sequences of a batch may hold different numbers of tokens (different prompt lengths, AdaKV's
+per-head budgets). Left padding (transformers' convention for generation) is dropped at the prompt's cut: a
+sequence's kvevict cache holds only its real tokens, at their own positions 0 .. P_b - 1."""
+import numpy as np
+import torch
+from transformers.cache_utils import CacheLayerMixin
+
+import kvevict
+
+DEFAULT_SEED = 42  # kvevict's and the tools' default noise seed
+SUPPORTED_ATTENTION = ("sdpa", "eager")
+_NO_LOGITS = ("streaming", "window", "knorm", "keydiff")  # scored from positions or keys
+
+
+def layer_seed(seed, layer):
+    """Layer `layer`'s Keyformer noise seed, as kvevict-generate and kvevict-quality derive it
+    (tools/llama2/eviction.cpp): seed + layer * 0x9E3779B97F4A7C15, modulo 2^64; distinct per layer."""
+    return (seed + 0x9E3779B97F4A7C15 * layer) % (1 << 64)
+
+
+def check_attention(config):
+    impl = getattr(config, "_attn_implementation", None)
+    if impl not in SUPPORTED_ATTENTION:
+        raise ValueError(f"KVEvictCache works with attn_implementation 'sdpa' or 'eager' (got {impl!r}): its scores "
+                         "need the layer's queries against the cache's keys; load the model with "
+                         "attn_implementation='sdpa'")
+
+
+def _visible(mask):
+    """Bool 'attends' from a transformers attention mask (bool: True attends; float: 0 attends, a large negative
+    masks)."""
+    return mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+
+
+class KVEvictLayer(CacheLayerMixin):
+    """One full-attention ("global") layer of a batch of B sequences (a sliding-window layer of a hybrid model is
+    transformers' own DynamicSlidingWindowLayer). `lens[b, j]`: live slots of sequence b, KV head j; `length`: the
+    K/V view's length (their maximum); `seen`: tokens per row of the batch so far (prompt padding included: the
+    model's cache_position); `next_pos[b]`: sequence b's next position (its real tokens)."""
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, owner, layer_idx):
+        super().__init__()
+        self._owner = owner  # a weakref.ref to the KVEvictCache
+        self.layer_idx = layer_idx
+        self.reset()
+
+    def reset(self):
+        self.kvs = None  # one kvevict.Cache per sequence (None: policy 'full', or evict='prefill' after the cut)
+        self.stats = None  # policy 'expected_attention': one kvevict.QueryStatistics per sequence
+        self.batch = 0
+        self.lens = None
+        self.length = 0
+        self.seen = 0
+        self.next_pos = None
+        self.prefilled = False
+        self.compacted = False  # the prompt was cut: slots no longer follow the model's columns
+        self.k_buf = self.v_buf = None
+        self.records = []  # with record=True (batch 1): what the kvevict cache was given and what it kept
+        self._real = None  # [B, P] bool: the prompt's real (unpadded) tokens, from its attention mask
+
+    @property
+    def kv(self):
+        """Sequence 0's kvevict cache (the only one at batch 1), or None."""
+        return self.kvs[0] if self.kvs else None
+
+    # -- storage ---------------------------------------------------------------------------------------
+    def lazy_initialization(self, key_states, value_states):
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def _alloc(self, capacity):
+        """(Re)allocates the buffers with `capacity` slots per (sequence, KV head), keeping the live slots."""
+        o = self._owner()
+        k = torch.zeros(self.batch, o.n_kv_heads, capacity, o.head_dim, dtype=torch.float32)
+        v = torch.zeros_like(k)
+        if self.k_buf is not None and self.length:
+            k[:, :, :self.length] = self.k_buf[:, :, :self.length]
+            v[:, :, :self.length] = self.v_buf[:, :, :self.length]
+        self.k_buf, self.v_buf = k, v
+
+    def _views(self):
+        n = self.length
+        return self.k_buf[:, :, :n], self.v_buf[:, :, :n]
+
+    @property
+    def keys(self):
+        return None if self.k_buf is None else self._views()[0]
+
+    @keys.setter
+    def keys(self, value):  # CacheLayerMixin.__init__ sets None
+        pass
+
+    @property
+    def values(self):
+        return None if self.v_buf is None else self._views()[1]
+
+    @values.setter
+    def values(self, value):
+        pass
+
+    # -- the transformers protocol -----------------------------------------------------------------------
+    def update(self, key_states, value_states, cache_kwargs=None):
+        o = self._owner()
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        check_attention(o.model_config)
+        b, h, q, d = key_states.shape
+        if key_states.dtype != torch.float32 or key_states.device.type != "cpu":
+            raise ValueError(f"KVEvictCache keeps float32 K/V on the CPU; got {key_states.dtype} on "
+                             f"{key_states.device}: load the model with dtype=torch.float32 on the CPU")
+        if (h, d) != (o.n_kv_heads, o.head_dim):
+            raise ValueError(f"KVEvictCache: layer {self.layer_idx} got K/V of {h} heads x {d}, expected "
+                             f"{o.n_kv_heads} x {o.head_dim} (the model's config)")
+        if self.batch and b != self.batch:
+            raise ValueError(f"KVEvictCache: layer {self.layer_idx} holds {self.batch} sequences; got a batch of {b} "
+                             "(beam search and batch changes are not supported)")
+        cache_position = (cache_kwargs or {}).get("cache_position")
+        positions = (torch.arange(self.seen, self.seen + q) if cache_position is None
+                     else cache_position.reshape(-1).to("cpu"))
+        if positions.numel() != q or int(positions[0]) != self.seen:
+            raise ValueError(f"KVEvictCache: layer {self.layer_idx} expects the next token at position {self.seen} "
+                             f"(the tokens it has seen); got cache_position starting at {int(positions[0])}")
+        if self.kvs is not None and q != 1:
+            raise ValueError(f"KVEvictCache(evict='step') takes one new token per forward after the prompt (got {q}); "
+                             "feed tokens one at a time, or use evict='prefill' (eviction of the prompt only)")
+        if not self.prefilled:  # the prompt: stored as given (padding included) until the hook cuts it
+            self.batch = b
+            self._alloc(q + 1 if o.policy != "full" else max(16, 2 * q))
+            self.k_buf[:, :, :q] = key_states
+            self.v_buf[:, :, :q] = value_states
+            self.lens = np.full((b, h), q, dtype=np.int64)
+        elif self.kvs is not None:  # one token, appended by each sequence's cache at its own slots
+            kn = key_states[:, :, 0].contiguous().numpy()
+            vn = value_states[:, :, 0].contiguous().numpy()
+            for s, kv in enumerate(self.kvs):
+                kv.append(int(self.next_pos[s]), kn[s], vn[s])
+                self.lens[s] = kv.lengths
+        else:  # the cache grows: policy 'full' (the model's columns), or evict='prefill' after the cut
+            if self.length + q > self.k_buf.shape[2]:
+                self._alloc(max(2 * self.k_buf.shape[2], self.length + q))
+            if not self.compacted:
+                self.k_buf[:, :, self.length:self.length + q] = key_states
+                self.v_buf[:, :, self.length:self.length + q] = value_states
+            else:
+                for s in range(b):
+                    for j in range(h):
+                        n = int(self.lens[s, j])
+                        self.k_buf[s, j, n:n + q] = key_states[s, j]
+                        self.v_buf[s, j, n:n + q] = value_states[s, j]
+            self.lens += q
+        if self.next_pos is not None:
+            self.next_pos += q
+        self.length = int(self.lens.max())
+        self.seen += q
+        return self._views()
+
+    def before_attention(self, attention_mask, position_ids, q, eager):
+        """The forward pre-hook's part, before the attention module runs (and calls update). At the prompt: reads
+        which tokens are real from the mask. After the cut: checks the new tokens' positions and returns the mask
+        [B, n_q_heads, q, n] that lets query i of sequence b, query head h read slots s < lens[b, h // g] + i + 1
+        (its own kept tokens, then the new ones causally); None where the model's mask is right as it is."""
+        o = self._owner()
+        if not self.prefilled:
+            if o.policy != "full" and attention_mask is not None:
+                self._real = _visible(attention_mask[:, 0, -1, :q]).clone()  # the last query sees every real token
+            return None
+        if not self.compacted:
+            return None
+        if position_ids is not None:
+            want = torch.as_tensor(self.next_pos)[:, None] + torch.arange(q)[None, :]
+            got = position_ids.to("cpu").expand(self.batch, q)
+            if not torch.equal(got, want):
+                s = int((got != want).any(dim=1).nonzero()[0])
+                raise ValueError(f"KVEvictCache: sequence {s} of the batch is at position {int(want[s, 0])} (its real "
+                                 f"tokens so far), but the model was given position_ids {got[s].tolist()}: pass "
+                                 "position_ids = attention_mask.cumsum(-1) - 1 for left-padded batches, as generate does")
+        g = o.n_q_heads // o.n_kv_heads
+        n = self.length + q
+        own = torch.as_tensor(self.lens).repeat_interleave(g, dim=1)  # [B, n_q]
+        limit = own[:, :, None, None] + torch.arange(q)[None, None, :, None] + 1
+        valid = torch.arange(n)[None, None, None, :] < limit  # [B, n_q, q, n]
+        if not eager:
+            return valid
+        return torch.zeros(valid.shape).masked_fill_(~valid, torch.finfo(torch.float32).min)
+
+    def after_attention(self, module, kwargs):
+        """The forward hook: after the layer attended, cut the prompt (per sequence) or score and evict one step."""
+        o = self._owner()
+        if o.policy == "full" and not self.prefilled:
+            self.prefilled = True
+            return
+        if not self.prefilled:
+            self._cut_prompt(module, kwargs)
+            return
+        if self.kvs is None:
+            return
+        queries = None
+        if o.expected:
+            pre = self._queries(module, kwargs, rope=False)[:, :, -1:, :].transpose(1, 2).contiguous().numpy()
+        elif o.policy not in _NO_LOGITS:
+            queries = self._queries(module, kwargs)[:, :, -1, :].contiguous().numpy()  # [B, n_q, d]
+        for s, kv in enumerate(self.kvs):
+            x = None
+            if o.expected:
+                self.stats[s].add(pre[s])
+                x = self._expected_logits(s)
+            elif queries is not None:
+                x = kvevict.attention_logits(kv, queries[s], module.scaling)
+            if o.record:
+                before = [kv.positions(j) for j in range(o.n_kv_heads)]
+            kv.decode_step(x)
+            self.lens[s] = kv.lengths
+            if o.record:
+                self.records.append(("step", None if x is None else x.copy(), before, self._kept(s)))
+        self.length = int(self.lens.max())
+
+    def _cut_prompt(self, module, kwargs):
+        """The prompt's cut: each sequence's real tokens into its own kvevict cache (slots 0 .. P_b - 1, positions
+        0 .. P_b - 1), its prefill at its own budget k_b, then the layer's view over the longest."""
+        o = self._owner()
+        B, P = self.batch, self.seen
+        real = self._real if self._real is not None else torch.ones(B, P, dtype=torch.bool)
+        pads = []
+        for s in range(B):
+            n_real = int(real[s].sum())
+            if n_real == 0 or not bool(real[s, P - n_real:].all()):
+                raise ValueError(f"KVEvictCache: sequence {s} of the batch is not left-padded (its real tokens must end "
+                                 "the prompt): use tokenizer.padding_side = 'left', as transformers does for generation")
+            pads.append(P - n_real)
+        needs_logits = o.policy not in _NO_LOGITS and not o.expected
+        queries = self._queries(module, kwargs) if needs_logits else None  # [B, n_q, P, d]
+        pre = self._queries(module, kwargs, rope=False) if o.expected else None
+        options = dict(o.options)
+        if o.policy == "keyformer" or options.get("snap_decode") == "keyformer":  # Keyformer's noise, per layer
+            options["seed"] = layer_seed(options.get("seed", DEFAULT_SEED), self.layer_idx)
+        g = o.n_q_heads // o.n_kv_heads
+        self.kvs, self.stats, self.next_pos = [], [] if o.expected else None, np.zeros(B, dtype=np.int64)
+        for s in range(B):
+            p0, n = pads[s], P - pads[s]
+            rows_k = self.k_buf[s, :, p0:P].transpose(0, 1).contiguous().numpy()  # [n, n_kv, d], a copy
+            rows_v = self.v_buf[s, :, p0:P].transpose(0, 1).contiguous().numpy()
+            kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=o.resolve_budget(n),
+                               k=self.k_buf[s].numpy(), v=self.v_buf[s].numpy(), **options)
+            for t in range(n):
+                kv.append(t, rows_k[t], rows_v[t])
+            logits = None
+            if o.expected:  # the prompt's queries past the sinks, then the prompt's last row of expected logits
+                stats = kvevict.QueryStatistics(o.n_q_heads, o.head_dim)
+                stats.add(pre[s, :, p0 + o.expected["n_sink"]:].transpose(0, 1).contiguous().numpy())
+                self.stats.append(stats)
+                self.kvs.append(kv)
+                self.next_pos[s] = n
+                logits = self._expected_logits(s)
+            elif needs_logits:
+                keys = self.k_buf[s, :, :n].repeat_interleave(g, dim=0)  # [n_q, n, d]
+                logits = (torch.matmul(queries[s, :, p0:], keys.transpose(1, 2)) * module.scaling).contiguous().numpy()
+            kv.prefill(logits)
+            if o.record:
+                if B != 1:
+                    raise ValueError("KVEvictCache(record=True) records batch 1 only")
+                self.records.append(("prefill", logits, None, self._kept(0, kv)))
+            if not o.expected:
+                self.kvs.append(kv)
+            self.lens[s] = kv.lengths
+            self.next_pos[s] = n
+        self.prefilled = self.compacted = True
+        self.length = int(self.lens.max())
+        if o.evict == "prefill":  # from now on the layer only grows (no kvevict cache)
+            self.kvs = self.stats = None
+            self._alloc(max(2 * self.length, self.length + 256))
+
+    def _kept(self, s, kv=None):
+        kv = kv if kv is not None else self.kvs[s]
+        return [kv.retained_positions(j) for j in range(self._owner().n_kv_heads)]
+
+    def _expected_logits(self, s):
+        """Expected Attention's rows over sequence s's held slots, [n_q_heads, n]."""
+        return kvevict.expected_attention_logits(self.stats[s], self.kvs[s], next_position=int(self.next_pos[s]),
+                                                 rope_style="half_split", **self._owner().expected)
+
+    def _queries(self, module, kwargs, rope=True):
+        """The layer's queries [B, n_q, q, d] (float32), after RoPE, or before it (Expected Attention's statistics)."""
+        import sys
+        o = self._owner()
+        hidden = kwargs["hidden_states"]
+        b, s, _ = hidden.shape
+        q = module.q_proj(hidden).view(b, s, -1, o.head_dim)
+        if getattr(module, "q_norm", None) is not None:  # Qwen3, Gemma 3
+            q = module.q_norm(q)
+        q = q.transpose(1, 2)
+        if not rope:
+            return q.float()
+        cos, sin = kwargs["position_embeddings"]
+        apply = sys.modules[type(module).__module__].apply_rotary_pos_emb
+        q, _ = apply(q, q, cos, sin)
+        return q.float()
+
+    def get_mask_sizes(self, cache_position):
+        q = cache_position.shape[0]
+        # The live slots hold positions < seen (in any order); the q new tokens go to slots length ..
+        # length + q - 1 with positions seen .. seen + q - 1. transformers' causal mask compares the query's
+        # position with kv_offset + slot: this offset gives the new slots their positions and keeps every live
+        # slot (all older) visible. (After the prompt's cut, before_attention replaces the mask.)
+        return self.length + q, self.seen - self.length
+
+    def get_seq_length(self):
+        return self.seen
+
+    def get_max_cache_shape(self):
+        return -1
+
+    def reorder_cache(self, beam_idx):
+        raise NotImplementedError("KVEvictCache does not support beam search (reorder_cache): a sequence's kvevict "
+                                  "cache (its scores, kept slots and noise state) cannot be copied to another; use "
+                                  "num_beams=1")
+
+    def crop(self, max_length):
+        raise NotImplementedError("KVEvictCache cannot crop (assisted / speculative decoding): evicted tokens "
+                                  "cannot be restored")
+
+    def batch_repeat_interleave(self, repeats):
+        raise NotImplementedError("KVEvictCache cannot repeat its sequences over a batch (contrastive search, "
+                                  "num_return_sequences after the prompt)")
+
+    def batch_select_indices(self, indices):
+        raise NotImplementedError("KVEvictCache cannot select batch indices of its sequences")
