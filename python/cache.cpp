@@ -162,6 +162,39 @@ void PyCache::prefill(py::handle logits, py::handle gumbel) {
   locked_prefill(*cache_, mutex_, a, P, setup_);
 }
 
+void PyCache::prefill_qk(py::handle q, py::handle scale) {
+  std::size_t P = 0;
+  {
+    GilFreeLock lock(mutex_);
+    P = lengths_[0];
+  }
+  const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads);
+  const py::array qa = checked_array(q, "q", Elem::float32, {static_cast<py::ssize_t>(P), H,
+                                                             static_cast<py::ssize_t>(head_dim_)},
+                                     "[P, n_q_heads, head_dim] (the prompt's queries, RoPE applied)");
+  const float s = scale.is_none() ? 1.0f / std::sqrt(static_cast<float>(head_dim_))
+                                  : static_cast<float>(to_double(scale, "scale"));
+  if (!std::isfinite(s)) throw py::value_error("scale must be finite (got " + text(scale) + ")");
+  if (P == 0) throw py::value_error("prefill_qk: the cache holds no prompt token (append the prompt first)");
+  std::string message;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      kvevict::QKChunkScratch scratch(P, head_dim_);
+      const auto* qp = static_cast<const float*>(qa.data());
+      if (dtype_ == DType::float32)
+        kvevict::prefill_chunk_qk(*cache_, view<float>(), qp, P, setup_.config.n_q_heads, s, scratch);
+      else
+        kvevict::prefill_chunk_qk(*cache_, view<Eigen::half>(), qp, P, setup_.config.n_q_heads, s, scratch);
+      cache_->finish_prefill();
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+  }
+  if (!message.empty()) throw py::value_error(message);
+}
+
 void PyCache::decode_step(py::handle logits, py::handle gumbel) {
   std::size_t n = 0;  // checked again by the library, under the lock (a cache that grew in between is refused)
   {

@@ -49,6 +49,7 @@ class PyCache {
 
   void append(py::handle position, py::handle k, py::handle v);
   void prefill(py::handle logits, py::handle gumbel);
+  void prefill_qk(py::handle q, py::handle scale);
   void decode_step(py::handle logits, py::handle gumbel);
   py::array attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out);
   /// `Cache.k` / `Cache.v`: the whole storage `[n_kv_heads, capacity, head_dim]`, no copy.

@@ -66,6 +66,7 @@ template <class Class>
 void bind_cache_methods(Class& c) {
   c.def("append", &PyCache::append, py::arg("position"), py::arg("k"), py::arg("v"), doc::kAppend)
       .def("prefill", &PyCache::prefill, py::arg("logits") = py::none(), py::arg("gumbel") = py::none(), doc::kPrefill)
+      .def("prefill_qk", &PyCache::prefill_qk, py::arg("q"), py::arg("scale") = py::none(), doc::kPrefillQK)
       .def("decode_step", &PyCache::decode_step, py::arg("logits") = py::none(), py::arg("gumbel") = py::none(),
            doc::kDecodeStep)
       .def("positions", &PyCache::positions, py::arg("h"), doc::kPositions)

@@ -105,6 +105,15 @@ gumbel: optional pre-drawn noise, same shape ('keyformer' with noise=True only).
 The GIL is released while it runs. O(n_q_heads * P^2). ValueError (the library's message) on a
 second prefill, a budget resolving to 0, w > k, NaN / +inf logits, ...; the cache is then unchanged.)doc";
 
+constexpr const char* kPrefillQK =
+    R"doc(The prompt's cut from its queries, without its [n_q_heads, P, P] logits: q float32
+[P, n_q_heads, head_dim] (RoPE applied), scale (default 1 / sqrt(head_dim)). The logits
+scale * q . K are computed from the cache's keys a few rows at a time (C++ prefill_chunk_qk, Eigen
+GEMM tiles; memory O(16 * P) floats, not O(n_q_heads * P^2)) and scored as prefill scores a
+materialised array (the library's test: bit for bit with the same products). Then evicts to k as
+prefill does. Not for 'snapkv' (its window is the prompt's last rows: use prefill). The GIL is
+released. O(n_q_heads * P^2 * head_dim). ValueError (the library's message) as prefill.)doc";
+
 constexpr const char* kDecodeStep =
     R"doc(One decode step after appending the new token (every head holds n = previous length + 1
 slots; with head_budgets='adaptive' n = max(lengths), head h's row read on lengths[h // g]):

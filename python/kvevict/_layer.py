@@ -260,10 +260,13 @@ class KVEvictLayer(CacheLayerMixin):
                 self.kvs.append(kv)
                 self.next_pos[s] = n
                 logits = self._expected_logits(s)
-            elif needs_logits:
+            elif needs_logits and (o.record or o.policy == "snapkv"):  # the [n_q, P_b, P_b] logits, materialised
                 keys = self.k_buf[s, :, :n].repeat_interleave(g, dim=0)  # [n_q, n, d]
                 logits = (torch.matmul(queries[s, :, p0:], keys.transpose(1, 2)) * module.scaling).contiguous().numpy()
-            kv.prefill(logits)
+            if needs_logits and logits is None:  # scored from Q and K a few rows at a time: memory O(16 P), not O(P^2)
+                kv.prefill_qk(queries[s, :, p0:].transpose(0, 1).contiguous().numpy(), scale=module.scaling)
+            else:
+                kv.prefill(logits)
             if o.record:
                 if B != 1:
                     raise ValueError("KVEvictCache(record=True) records batch 1 only")

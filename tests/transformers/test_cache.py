@@ -357,3 +357,21 @@ def test_layer_seeds_are_the_engines():
     # tools/llama2/eviction.cpp: seed + layer * 0x9E3779B97F4A7C15, wrapping at 2^64
     assert [layer_seed(42, layer) for layer in range(3)] == [42, 11400714819323198527, 4354685564936845396]
     assert layer_seed(1, 29) == (1 + 29 * 0x9E3779B97F4A7C15) % 2**64
+
+
+@pytest.mark.parametrize("policy, opts", [("h2o", {}), ("keyformer", dict(horizon=T)), ("tova", {}),
+                                          ("h2o", dict(head_budgets="adaptive"))])
+def test_prompt_scored_from_queries_keeps_what_the_materialised_logits_keep(policy, opts):
+    """Without record=True the prompt is scored from its queries (Cache.prefill_qk, no [n_q, P, P] array); with it
+    from the materialised logits: the same kept positions in every layer and head, the same ids and logits."""
+    model = tiny_model("llama", seed=5)
+    ids = prompt(6)
+    lean = KVEvictCache(model, policy=policy, budget=0.5, **opts)
+    full = KVEvictCache(model, policy=policy, budget=0.5, record=True, **opts)
+    a_ids, a = loop(model, ids, lean)
+    b_ids, b = loop(model, ids, full)
+    assert a_ids == b_ids
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for layer in range(2):
+        for h in range(2):
+            assert lean.retained_positions(layer, h) == full.retained_positions(layer, h)
