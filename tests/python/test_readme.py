@@ -15,7 +15,7 @@ def python_blocks():
 
 
 def test_every_python_block_of_the_page_is_run():
-    assert len(python_blocks()) == 2, "docs/python.md has a new python block: run it in a test here"
+    assert len(python_blocks()) == 3, "docs/python.md has a new python block: run it in a test here"
 
 
 def test_readme_python_example_runs(capsys):
@@ -37,8 +37,25 @@ def test_readme_python_example_runs(capsys):
     assert str(kept) in capsys.readouterr().out
 
 
-def test_readme_paged_example_runs(capsys):
+def test_expected_attention_example_runs():
     code = python_blocks()[1]
+    rng = np.random.default_rng(2)
+    P, T = 12, 6
+    env = dict(kvevict=__import__("kvevict"), P=P, T=T,
+               k_rows=rng.standard_normal((P, 4, 64)).astype(np.float32),
+               v_rows=rng.standard_normal((P, 4, 64)).astype(np.float32),
+               q_prerope=rng.standard_normal((P, 8, 64)).astype(np.float32),
+               q_new_prerope=rng.standard_normal((8, 64)).astype(np.float32),
+               k_new=rng.standard_normal((4, 64)).astype(np.float32),
+               v_new=rng.standard_normal((4, 64)).astype(np.float32))
+    exec(compile(code, str(PAGE), "exec"), env)
+    cache, stats = env["cache"], env["stats"]
+    assert cache.lengths == [6, 6, 6, 6] and cache.step == T and stats.count == P - 4 + T
+    assert all(cache.retained_positions(j)[:4] == [0, 1, 2, 3] for j in range(4))  # the sinks stay
+
+
+def test_readme_paged_example_runs(capsys):
+    code = python_blocks()[2]
     rng = np.random.default_rng(1)
     P, T = 12, 6
     env = dict(kvevict=__import__("kvevict"), P=P, T=T,
