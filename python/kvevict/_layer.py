@@ -185,6 +185,12 @@ class KVEvictLayer(CacheLayerMixin):
                                  "position_ids = attention_mask.cumsum(-1) - 1 for left-padded batches, as generate does")
         g = o.n_q_heads // o.n_kv_heads
         n = self.length + q
+        if self.batch == 1 and int(self.lens.min()) == self.length and (
+                attention_mask is None or attention_mask.shape[-1] == n):
+            # One sequence, every head at the same length: the model's own mask (get_mask_sizes' offset) is right,
+            # and SDPA keeps its fast path. (It is made once for all layers, sized by the first: another size
+            # is replaced below.)
+            return None
         own = torch.as_tensor(self.lens).repeat_interleave(g, dim=1)  # [B, n_q]
         limit = own[:, :, None, None] + torch.arange(q)[None, None, :, None] + 1
         valid = torch.arange(n)[None, None, None, :] < limit  # [B, n_q, q, n]
