@@ -170,8 +170,11 @@ class KVEvictLayer(CacheLayerMixin):
         (its own kept tokens, then the new ones causally); None where the model's mask is right as it is."""
         o = self._owner()
         if not self.prefilled:
-            if o.policy != "full" and attention_mask is not None:
-                self._real = _visible(attention_mask[:, 0, -1, :q]).clone()  # the last query sees every real token
+            if o.policy != "full":
+                if attention_mask is not None:  # the last query sees every real token
+                    self._real = _visible(attention_mask[:, 0, -1, :q]).clone()
+                if position_ids is not None:
+                    self._check_prompt_positions(position_ids, q)
             return None
         if not self.compacted:
             return None
@@ -197,6 +200,22 @@ class KVEvictLayer(CacheLayerMixin):
         if not eager:
             return valid
         return torch.zeros(valid.shape).masked_fill_(~valid, torch.finfo(torch.float32).min)
+
+    def _check_prompt_positions(self, position_ids, q):
+        """The prompt's real tokens must sit at positions 0 .. P_b - 1 (what the cache records for them, what
+        generate gives a left-padded batch): a key rotated elsewhere would not be at the position the cache holds."""
+        b = position_ids.shape[0] if position_ids.dim() == 2 else 1
+        pos = position_ids.to("cpu").reshape(b, -1)
+        real = self._real if self._real is not None else torch.ones(max(b, 1), q, dtype=torch.bool)
+        for s in range(real.shape[0]):
+            n = int(real[s].sum())
+            if n == 0 or not bool(real[s, q - n:].all()):
+                continue  # not left-padded (or empty): the cut refuses it, saying so
+            got = pos[min(s, b - 1), q - n:]
+            if n and not torch.equal(got, torch.arange(n)):
+                raise ValueError(f"KVEvictCache: the prompt's real tokens of sequence {s} of the batch are at positions "
+                                 f"{got[:4].tolist()}..., but the cache numbers them 0 .. {n - 1}: pass no position_ids "
+                                 "(one sequence) or attention_mask.cumsum(-1) - 1 (a left-padded batch), as generate does")
 
     def after_attention(self, module, kwargs):
         """The forward hook: after the layer attended, cut the prompt (per sequence) or score and evict one step."""
@@ -238,7 +257,10 @@ class KVEvictLayer(CacheLayerMixin):
         pads = []
         for s in range(B):
             n_real = int(real[s].sum())
-            if n_real == 0 or not bool(real[s, P - n_real:].all()):
+            if n_real == 0:
+                raise ValueError(f"KVEvictCache: sequence {s} of the batch has no real token (its attention mask is all "
+                                 "zeros)")
+            if not bool(real[s, P - n_real:].all()):
                 raise ValueError(f"KVEvictCache: sequence {s} of the batch is not left-padded (its real tokens must end "
                                  "the prompt): use tokenizer.padding_side = 'left', as transformers does for generation")
             pads.append(P - n_real)
@@ -254,7 +276,15 @@ class KVEvictLayer(CacheLayerMixin):
             p0, n = pads[s], P - pads[s]
             rows_k = self.k_buf[s, :, p0:P].transpose(0, 1).contiguous().numpy()  # [n, n_kv, d], a copy
             rows_v = self.v_buf[s, :, p0:P].transpose(0, 1).contiguous().numpy()
-            kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=o.resolve_budget(n),
+            try:
+                k = o.resolve_budget(n)
+            except ValueError as e:
+                raise ValueError(f"{e}" + (f" (sequence {s} of the batch)" if B > 1 else "")) from None
+            if o.expected and n <= o.expected["n_sink"]:
+                raise ValueError(f"KVEvictCache: policy 'expected_attention' needs more prompt tokens than n_sink = "
+                                 f"{o.expected['n_sink']} (its statistics leave those out); the prompt of sequence {s} "
+                                 f"has {n}: lower n_sink or give a longer prompt")
+            kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=k,
                                k=self.k_buf[s].numpy(), v=self.v_buf[s].numpy(), **options)
             for t in range(n):
                 kv.append(t, rows_k[t], rows_v[t])

@@ -210,7 +210,12 @@ class KVEvictCache(Cache):
             raise ValueError("KVEvictCache: policy 'expected_attention' needs the default RoPE (got "
                              f"{rope or 'no rope_theta'}): the average rotation of future positions assumes it")
         opts = dict(_EA_OPTIONS, **options)
-        n_sink = opts["n_sink"]
+        n_sink, future = opts["n_sink"], opts["n_future_positions"]
+        limit = getattr(config, "max_position_embeddings", None)
+        if limit and not isinstance(future, bool) and isinstance(future, int) and future > limit:
+            raise ValueError(f"KVEvictCache: n_future_positions = {future} exceeds the model's "
+                             f"max_position_embeddings = {limit} (the future positions it averages RoPE over; "
+                             "kvpress's default is 512)")
         # kvevict's own checks of the options, on a one-token cache.
         d = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         probe = kvevict.Cache("tova", n_q_heads=1, n_kv_heads=1, capacity=2, head_dim=d, budget=1)

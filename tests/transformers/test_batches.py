@@ -119,3 +119,32 @@ def test_gemma3_batch_sliding_layers_stay_transformers_own(attn):
         if n == T:  # (a sequence stopped early alone has taken fewer steps)
             assert all(batch.retained_positions(layer, 0, seq=b) == alone.retained_positions(layer, 0)
                        for layer in GLOBAL)
+
+
+def test_prompt_positions_and_short_prompts_are_checked():
+    """The prompt's real tokens must be at 0 .. P_b - 1 (what the cache records); an empty row, a budget a short
+    sequence cannot hold and an Expected Attention prompt within its sinks name the sequence."""
+    model = tiny_model("llama", seed=7)
+    seqs = prompts()
+    ids, mask = left_padded(seqs)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"^KVEvictCache: the prompt's real tokens of sequence 0 of the batch are "
+                                             r"at positions \[11, 12, 13, 14\]\.\.\., but the cache numbers them 0 \.\. "
+                                             r"19: pass no position_ids \(one sequence\) or attention_mask.cumsum"):
+            model(ids, attention_mask=mask, past_key_values=KVEvictCache(model, policy="h2o"))  # no position_ids
+        with pytest.raises(ValueError, match=r"sequence 0 of the batch are at positions \[5, 6, 7, 8\]"):
+            model(seqs[0], position_ids=torch.arange(20)[None] + 5, past_key_values=KVEvictCache(model, policy="h2o"))
+        empty = mask.clone()
+        empty[2] = 0
+        with pytest.raises(ValueError, match=r"^KVEvictCache: sequence 2 of the batch has no real token"):
+            model(ids, attention_mask=empty, position_ids=(empty.cumsum(-1) - 1).clamp(min=0),
+                  past_key_values=KVEvictCache(model, policy="h2o"))
+    with pytest.raises(ValueError, match=r"budget 16 tokens is larger than the prompt's 13 tokens.*\(sequence 2 of "
+                                         r"the batch\)$"):
+        run(model, ids, KVEvictCache(model, policy="h2o", budget=16), mask)
+    short, short_mask = left_padded([seqs[0], seqs[0][:, :3]])
+    with pytest.raises(ValueError, match=r"needs more prompt tokens than n_sink = 4 .* sequence 1 has 3: lower n_sink"):
+        run(model, short, KVEvictCache(model, policy="expected_attention", budget=0.5), short_mask)
+    with pytest.raises(ValueError, match=r"n_future_positions = 1000000000000 exceeds the model's "
+                                         r"max_position_embeddings = 512"):
+        KVEvictCache(model, policy="expected_attention", n_future_positions=10**12)
