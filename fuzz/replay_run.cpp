@@ -5,7 +5,8 @@
 // is a JSON trace. The trace is parsed with read_trace_json, command-line style overrides of P and
 // g are applied, and `replay::replay` runs with the fuzzed Options (policy names including unknown
 // ones, budgets and windows as counts and ratios including 0, huge, NaN, sinks, τ values including
-// 0, tiny, NaN and inf, horizons, every noise mode, shared heads). It must either throw
+// 0, tiny, NaN and inf, horizons, every noise mode, shared heads, head-adaptive budgets with floors in
+// and out of [0, 1]: the heads then hold different lengths). It must either throw
 // `replay::InputError`, `std::invalid_argument` or `std::length_error` (all exit 2 in the CLI) or
 // write exactly N - P + 1 JSON lines.
 #include <fuzzer/FuzzedDataProvider.h>
@@ -74,6 +75,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   o.noise = in.PickValueInArray(noises);
   o.seed = in.ConsumeIntegral<std::uint64_t>();
   o.shared_heads = in.ConsumeBool();
+  if (in.ConsumeBool()) {
+    static const float floors[] = {0.0f, 0.2f, 0.5f, 1.0f, -0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()};
+    o.head_budgets = kvevict::HeadBudgets::adaptive(in.PickValueInArray(floors));
+  }
   const int prompt_override = in.ConsumeIntegralInRange<int>(0, 3);
   const std::size_t prompt_len = pick_count(in);
   const int g_override = in.ConsumeIntegralInRange<int>(0, 3);
