@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,17 +45,6 @@ def vm(key):
     raise RuntimeError(key)
 
 
-class Clock:
-    def __init__(self):
-        self.times = []
-
-    def put(self, value):
-        self.times.append(time.perf_counter())
-
-    def end(self):
-        pass
-
-
 def prompts(tok, P, batch):
     import torch
     text = ""
@@ -78,6 +66,8 @@ def prompts(tok, P, batch):
 
 
 def child(args):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from speed import Clock  # the streamer that timestamps each token
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache

@@ -7,6 +7,8 @@ head reads only its own sequence's and KV head's live slots through the mask thi
 (`attention_mask`), so sequences of a batch may hold different numbers of tokens (different prompt lengths, AdaKV's
 per-head budgets). Left padding (transformers' convention for generation) is dropped at the prompt's cut: a
 sequence's kvevict cache holds only its real tokens, at their own positions 0 .. P_b - 1."""
+import sys
+
 import numpy as np
 import torch
 from transformers.cache_utils import CacheLayerMixin
@@ -253,6 +255,8 @@ class KVEvictLayer(CacheLayerMixin):
         0 .. P_b - 1), its prefill at its own budget k_b, then the layer's view over the longest."""
         o = self._owner()
         B, P = self.batch, self.seen
+        if o.record and B != 1:
+            raise ValueError("KVEvictCache(record=True) records batch 1 only")
         real = self._real if self._real is not None else torch.ones(B, P, dtype=torch.bool)
         pads = []
         for s in range(B):
@@ -288,13 +292,12 @@ class KVEvictLayer(CacheLayerMixin):
                                k=self.k_buf[s].numpy(), v=self.v_buf[s].numpy(), **options)
             for t in range(n):
                 kv.append(t, rows_k[t], rows_v[t])
+            self.kvs.append(kv)
+            self.next_pos[s] = n
             logits = None
             if o.expected:  # the prompt's queries past the sinks, then the prompt's last row of expected logits
-                stats = kvevict.QueryStatistics(o.n_q_heads, o.head_dim)
-                stats.add(pre[s, :, p0 + o.expected["n_sink"]:].transpose(0, 1).contiguous().numpy())
-                self.stats.append(stats)
-                self.kvs.append(kv)
-                self.next_pos[s] = n
+                self.stats.append(kvevict.QueryStatistics(o.n_q_heads, o.head_dim))
+                self.stats[s].add(pre[s, :, p0 + o.expected["n_sink"]:].transpose(0, 1).contiguous().numpy())
                 logits = self._expected_logits(s)
             elif needs_logits and (o.record or o.policy == "snapkv"):  # the [n_q, P_b, P_b] logits, materialised
                 keys = self.k_buf[s, :, :n].repeat_interleave(g, dim=0)  # [n_q, n, d]
@@ -304,21 +307,16 @@ class KVEvictLayer(CacheLayerMixin):
             else:
                 kv.prefill(logits)
             if o.record:
-                if B != 1:
-                    raise ValueError("KVEvictCache(record=True) records batch 1 only")
-                self.records.append(("prefill", logits, None, self._kept(0, kv)))
-            if not o.expected:
-                self.kvs.append(kv)
+                self.records.append(("prefill", logits, None, self._kept(s)))
             self.lens[s] = kv.lengths
-            self.next_pos[s] = n
         self.prefilled = self.compacted = True
         self.length = int(self.lens.max())
         if o.evict == "prefill":  # from now on the layer only grows (no kvevict cache)
             self.kvs = self.stats = None
             self._alloc(max(2 * self.length, self.length + 256))
 
-    def _kept(self, s, kv=None):
-        kv = kv if kv is not None else self.kvs[s]
+    def _kept(self, s):
+        kv = self.kvs[s]
         return [kv.retained_positions(j) for j in range(self._owner().n_kv_heads)]
 
     def _expected_logits(self, s):
@@ -328,7 +326,6 @@ class KVEvictLayer(CacheLayerMixin):
 
     def _queries(self, module, kwargs, rope=True):
         """The layer's queries [B, n_q, q, d] (float32), after RoPE, or before it (Expected Attention's statistics)."""
-        import sys
         o = self._owner()
         hidden = kwargs["hidden_states"]
         b, s, _ = hidden.shape
