@@ -3,7 +3,6 @@
 #include "conversions.hpp"
 
 #include <cstdint>
-#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 
@@ -88,21 +87,10 @@ std::string to_text(py::handle o, const std::string& name) {
 }
 
 kvevict::HeadBudgets to_head_budgets(py::handle o) {
-  const std::string text = to_text(o, "head_budgets");
-  if (text == "uniform") return kvevict::HeadBudgets::uniform();
-  const std::string adaptive = "adaptive";
-  if (text == adaptive) return kvevict::HeadBudgets::adaptive();
-  if (text.compare(0, adaptive.size() + 1, adaptive + ":") == 0) {
-    const std::string a = text.substr(adaptive.size() + 1);
-    char* end = nullptr;
-    const double v = a.empty() ? -1.0 : std::strtod(a.c_str(), &end);
-    if (a.empty() || end != a.c_str() + a.size() || !(v >= 0.0 && v <= 1.0))
-      throw py::value_error("head_budgets: ALPHA in 'adaptive:ALPHA' must be a share of the key budget in [0, 1] "
-                            "(got '" + a + "')");
-    return kvevict::HeadBudgets::adaptive(static_cast<float>(v));
-  }
-  throw py::value_error("head_budgets: unknown split '" + text + "' (expected 'uniform', 'adaptive' or "
-                        "'adaptive:ALPHA')");
+  kvevict::HeadBudgets split;
+  if (const std::string problem = kvcli::parse_head_budgets(to_text(o, "head_budgets"), split); !problem.empty())
+    throw py::value_error("head_budgets: " + problem);
+  return split;
 }
 
 Amount to_amount(py::handle o, const std::string& name, AmountKind kind) {

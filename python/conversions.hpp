@@ -53,7 +53,8 @@ bool to_bool(py::handle o, const std::string& name);
 /// A str; TypeError naming the argument otherwise.
 std::string to_text(py::handle o, const std::string& name);
 /// `head_budgets`: 'uniform', 'adaptive' (AdaKV, floor 0.2) or 'adaptive:ALPHA' (floor ALPHA in [0, 1]),
-/// the tools' --head-budgets grammar. ValueError naming head_budgets and the value otherwise.
+/// parsed by the tools' --head-budgets grammar (kvcli::parse_head_budgets). ValueError "head_budgets: <the
+/// grammar's problem>" otherwise; TypeError for a non-str.
 kvevict::HeadBudgets to_head_budgets(py::handle o);
 
 /// An amount given as tokens (int), a fraction (float) or a string in the tools' grammar ("64", "0.5",

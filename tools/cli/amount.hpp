@@ -1,4 +1,4 @@
-// kvevict tools — cli/amount.hpp: the one grammar of budgets and recent windows, and the defaults,
+// kvevict tools — cli/amount.hpp: the one grammar of budgets, recent windows and head budgets, and the defaults,
 // shared by kvevict-generate, kvevict-replay, kvevict-quality (through kvevict_cli) and the Python module.
 // SPDX-License-Identifier: Apache-2.0
 //
@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdlib>
 #include <string>
+
+#include "kvevict/head_budgets.hpp"
 
 namespace kvcli {
 
@@ -105,5 +107,32 @@ inline std::string check_amount_fraction(double r, AmountKind kind, const std::s
 
 /// SnapKV's observation window L for budget k when none is given: min(32, k).
 inline std::size_t default_snap_window(std::size_t k) { return std::min(defaults::kSnapWindow, k); }
+
+/// How a layer's budget is shared among its KV heads (--head-budgets, Python's head_budgets=): "uniform", "adaptive"
+/// (AdaKV, floor 0.2) or "adaptive:ALPHA" (floor ALPHA, a number in [0, 1]). Sets `out` and returns "" when `text`
+/// is one of them; otherwise returns the problem ("unknown split 'x' (expected uniform, adaptive or
+/// adaptive:ALPHA)" or "ALPHA in adaptive:ALPHA must be a share of the key budget in [0, 1] (got 'x')") and leaves
+/// `out` unchanged. Which policies and layouts may use it is the caller's check. O(length of text).
+inline std::string parse_head_budgets(const std::string& text, kvevict::HeadBudgets& out) {
+  const std::string adaptive = "adaptive";
+  if (text == "uniform") {
+    out = kvevict::HeadBudgets::uniform();
+    return {};
+  }
+  if (text.compare(0, adaptive.size(), adaptive) != 0 ||
+      (text.size() > adaptive.size() && text[adaptive.size()] != ':'))
+    return "unknown split '" + text + "' (expected uniform, adaptive or adaptive:ALPHA)";
+  float alpha = 0.2f;
+  if (text.size() > adaptive.size()) {
+    const std::string a = text.substr(adaptive.size() + 1);
+    char* end = nullptr;
+    const double v = std::strtod(a.c_str(), &end);
+    if (a.empty() || end != a.c_str() + a.size() || !(v >= 0.0 && v <= 1.0))
+      return "ALPHA in adaptive:ALPHA must be a share of the key budget in [0, 1] (got '" + a + "')";
+    alpha = static_cast<float>(v);
+  }
+  out = kvevict::HeadBudgets::adaptive(alpha);
+  return {};
+}
 
 }  // namespace kvcli

@@ -210,22 +210,11 @@ void EvictionFlags::validate() {
   }
 
   // --head-budgets (AdaKV's head-adaptive split of a layer's budget); checked against the layout below
-  if (!head_budgets_text.empty() && head_budgets_text != "uniform") {
-    const std::string kAdaptive = "adaptive";
-    if (head_budgets_text.compare(0, kAdaptive.size(), kAdaptive) != 0 ||
-        (head_budgets_text.size() > kAdaptive.size() && head_budgets_text[kAdaptive.size()] != ':'))
-      throw UsageError("--head-budgets", "unknown split '" + head_budgets_text +
-                                             "' (expected uniform, adaptive or adaptive:ALPHA)");
-    float alpha = 0.2f;
-    if (head_budgets_text.size() > kAdaptive.size()) {
-      const std::string a = head_budgets_text.substr(kAdaptive.size() + 1);
-      char* end = nullptr;
-      const double v = std::strtod(a.c_str(), &end);
-      if (a.empty() || end != a.c_str() + a.size() || !(v >= 0.0 && v <= 1.0))
-        throw UsageError("--head-budgets", "ALPHA in adaptive:ALPHA must be a share of the key budget in [0, 1] "
-                                           "(got '" + a + "')");
-      alpha = static_cast<float>(v);
-    }
+  kvevict::HeadBudgets split;
+  if (!head_budgets_text.empty())
+    if (const std::string problem = parse_head_budgets(head_budgets_text, split); !problem.empty())
+      throw UsageError("--head-budgets", problem);
+  if (split.is_adaptive()) {
     if (!evicts)
       throw UsageError("--head-budgets", "--policy full keeps every token; drop --head-budgets or choose an "
                                          "eviction policy");
@@ -238,7 +227,7 @@ void EvictionFlags::validate() {
     if (bounded_prefill)
       throw UsageError("--head-budgets", "adaptive is not supported with --bounded-prefill (the chunks need every "
                                          "KV head at one length)");
-    head_budgets = kvevict::HeadBudgets::adaptive(alpha);
+    head_budgets = split;
   }
 
   // --kv-layout, --page-size, --evict-unit (paged KV storage)
