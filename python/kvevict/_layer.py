@@ -64,6 +64,7 @@ class KVEvictLayer(CacheLayerMixin):
         self.seen = 0
         self.next_pos = None
         self.prefilled = False
+        self.cut_seen = None  # tokens seen when the prompt was cut (crop's floor with evict='prefill')
         self.compacted = False  # the prompt was cut: slots no longer follow the model's columns
         self.k_buf = self.v_buf = None
         self.records = []  # with record=True (batch 1): what the kvevict cache was given and what it kept
@@ -310,6 +311,7 @@ class KVEvictLayer(CacheLayerMixin):
                 self.records.append(("prefill", logits, None, self._kept(s)))
             self.lens[s] = kv.lengths
         self.prefilled = self.compacted = True
+        self.cut_seen = self.seen
         self.length = int(self.lens.max())
         if o.evict == "prefill":  # from now on the layer only grows (no kvevict cache)
             self.kvs = self.stats = None
@@ -359,9 +361,32 @@ class KVEvictLayer(CacheLayerMixin):
                                   "cache (its scores, kept slots and noise state) cannot be copied to another; use "
                                   "num_beams=1")
 
+    def crop_floor(self):
+        """The fewest tokens seen this layer can be cropped back to: 0 for policy 'full' (its slots are the model's
+        columns), the prompt's length once it was cut with evict='prefill' (later tokens were only appended). Raises
+        ValueError with the reason where nothing can be cropped (evict='step': decode steps evicted for good)."""
+        o = self._owner()
+        if not self.compacted:
+            if o.policy == "full" or self.seen == 0:
+                return 0
+            raise ValueError("KVEvictCache cannot crop a prompt it has not cut yet")
+        if self.kvs is None:
+            return self.cut_seen
+        raise ValueError("KVEvictCache(evict='step') cannot crop: every decode step since the prompt evicted a token "
+                         "for good; use evict='prefill' (the prompt cut once, later tokens appended), which crops "
+                         f"back to as far as the compressed prompt (position {self.cut_seen})")
+
     def crop(self, max_length):
-        raise NotImplementedError("KVEvictCache cannot crop (assisted / speculative decoding): evicted tokens "
-                                  "cannot be restored")
+        """Drops the tokens seen after the first `max_length` (KVEvictCache.crop checked the floor): each sequence
+        and KV head loses its last `seen - max_length` slots; positions of what stays are unchanged."""
+        drop = self.seen - max_length
+        if drop <= 0:
+            return
+        self.lens = self.lens - drop
+        if self.next_pos is not None:
+            self.next_pos -= drop
+        self.seen = max_length
+        self.length = int(self.lens.max())
 
     def batch_repeat_interleave(self, repeats):
         raise NotImplementedError("KVEvictCache cannot repeat its sequences over a batch (contrastive search, "

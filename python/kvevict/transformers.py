@@ -27,8 +27,9 @@ RoPE), so scoring works with attn_implementation "sdpa" and "eager"; other imple
 Supported: Llama, Mistral (without sliding window), Qwen2 (without sliding layers), Qwen3 and Gemma 3 (text:
 sliding-window layers keep transformers' own DynamicSlidingWindowLayer, global layers are evicted); float32 on
 the CPU; batches of left-padded sequences (each its own kvevict cache, budget and per-head lengths; the layer's
-mask lets each read only its own kept slots: _layer.py). Beam search and crop (assisted decoding) raise errors
-that say so. policy="full" keeps everything through the same storage (a reference for the others).
+mask lets each read only its own kept slots: _layer.py). Beam search raises an error that
+says so; crop (DynamicCache's) works back to the compressed prompt with evict='prefill' (the query-agnostic
+protocol: one compressed context, several questions). policy="full" keeps everything through the same storage (a reference for the others).
 """
 import math
 import sys
@@ -282,6 +283,38 @@ class KVEvictCache(Cache):
             keys = self.layers[layer].keys
             return 0 if keys is None else int(keys.shape[-2])
         return self.layers[layer].length
+
+    def crop(self, max_length):
+        """Forgets the tokens seen after the first `max_length` (negative: forgets the last -max_length), as
+        transformers' DynamicCache.crop; the kept tokens' positions are unchanged and the next forward continues
+        at position max_length. The query-agnostic protocol uses it: compress a context once (evict='prefill'),
+        ask a question, crop back to the context, ask the next.
+
+        Allowed back to the compressed prompt with evict='prefill' (what follows it was appended, never evicted),
+        and to any length with policy 'full'. Raises ValueError, changing nothing, below that floor, with
+        evict='step' (its decode steps evicted for good), or where a Gemma 3 sliding-window layer has already
+        dropped what would be needed (transformers' own rule). O(layers), no copy."""
+        if isinstance(max_length, bool) or not isinstance(max_length, int):
+            raise TypeError(f"KVEvictCache.crop: max_length must be an int (got {max_length!r})")
+        seen = self.get_seq_length()
+        target = seen + max_length if max_length < 0 else max_length
+        if target >= seen:
+            return
+        if target < 0:
+            raise ValueError(f"KVEvictCache.crop: max_length {max_length} removes more than the {seen} tokens seen")
+        for i, layer in enumerate(self.layers):  # every layer checked before any is cropped
+            if isinstance(layer, KVEvictLayer):
+                floor = layer.crop_floor()
+                if target < floor:
+                    raise ValueError(f"KVEvictCache.crop: max_length {max_length} would cut into the compressed prompt "
+                                     f"(its {floor} tokens were evicted down to a budget and cannot be restored); crop "
+                                     f"to at least {floor}")
+            elif layer.get_seq_length() >= layer.sliding_window:
+                raise ValueError(f"KVEvictCache.crop: sliding-window layer {i} has already dropped tokens older than "
+                                 f"its window of {layer.sliding_window} (transformers' DynamicSlidingWindowLayer cannot "
+                                 "crop then)")
+        for layer in self.layers:
+            layer.crop(target)
 
     def close(self):
         """Removes the forward hooks from the model's attention modules."""
