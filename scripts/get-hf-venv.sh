@@ -2,7 +2,7 @@
 # Creates (once) the virtual environment that kvevict.transformers, its tests (tests/transformers),
 # its speed bench (bench/transformers) and the kvpress side by side (bench/quality/kvpress) run in:
 # PyTorch, transformers, kvpress, gguf (transformers' GGUF loader), NumPy, pytest and pybind11 at the
-# pinned versions below.
+# pinned versions below; wonderwords (RULER's word lists, bench/ruler) and matplotlib (its plots).
 #
 # The venv lives under ${KVEVICT_HF_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvevict}/hf-venv-<hash>,
 # <hash> being a hash of the pins and of the interpreter's version: a venv already there is reused as it
@@ -25,6 +25,8 @@ readonly PINS=(
   "numpy==2.3.5"
   "pytest==8.4.2"
   "pybind11==2.13.6"
+  "wonderwords==2.2.0"
+  "matplotlib==3.10.8"
 )
 readonly TORCH_CPU_INDEX="https://download.pytorch.org/whl/cpu"
 
