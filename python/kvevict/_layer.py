@@ -14,6 +14,7 @@ import torch
 from transformers.cache_utils import CacheLayerMixin
 
 import kvevict
+from kvevict import _reconstruct
 
 DEFAULT_SEED = 42  # kvevict's and the tools' default noise seed
 SUPPORTED_ATTENTION = ("sdpa", "eager")
@@ -65,6 +66,8 @@ class KVEvictLayer(CacheLayerMixin):
         self.next_pos = None
         self.prefilled = False
         self.cut_seen = None  # tokens seen when the prompt was cut (crop's floor with evict='prefill')
+        self.pending = False  # policy 'kvzip': the prompt is held whole while the repeat passes score it
+        self.recon = None  # policy 'kvzip': the context's scores [n_kv, P] (_reconstruct.py)
         self.compacted = False  # the prompt was cut: slots no longer follow the model's columns
         self.k_buf = self.v_buf = None
         self.records = []  # with record=True (batch 1): what the kvevict cache was given and what it kept
@@ -132,6 +135,15 @@ class KVEvictLayer(CacheLayerMixin):
         if positions.numel() != q or int(positions[0]) != self.seen:
             raise ValueError(f"KVEvictCache: layer {self.layer_idx} expects the next token at position {self.seen} "
                              f"(the tokens it has seen); got cache_position starting at {int(positions[0])}")
+        if self.pending:  # a repeat pass (policy 'kvzip'): its K/V sit after the prompt until drop_after
+            if self.length + q > self.k_buf.shape[2]:
+                self._alloc(self.length + q)
+            self.k_buf[:, :, self.length:self.length + q] = key_states
+            self.v_buf[:, :, self.length:self.length + q] = value_states
+            self.lens += q
+            self.length = int(self.lens.max())
+            self.seen += q
+            return self._views()
         if self.kvs is not None and q != 1:
             raise ValueError(f"KVEvictCache(evict='step') takes one new token per forward after the prompt (got {q}); "
                              "feed tokens one at a time, or use evict='prefill' (eviction of the prompt only)")
@@ -172,6 +184,8 @@ class KVEvictLayer(CacheLayerMixin):
         [B, n_q_heads, q, n] that lets query i of sequence b, query head h read slots s < lens[b, h // g] + i + 1
         (its own kept tokens, then the new ones causally); None where the model's mask is right as it is."""
         o = self._owner()
+        if self.pending:  # a repeat pass: the model's causal mask over the prompt and the repeat is right
+            return None
         if not self.prefilled:
             if o.policy != "full":
                 if attention_mask is not None:  # the last query sees every real token
@@ -226,7 +240,15 @@ class KVEvictLayer(CacheLayerMixin):
         if o.policy == "full" and not self.prefilled:
             self.prefilled = True
             return
+        if self.pending:
+            start, end, prompt_len = o._recon_chunk
+            _reconstruct.score_chunk(self, self._queries(module, kwargs)[0], module.scaling, start, end, prompt_len)
+            return
         if not self.prefilled:
+            if o.reconstruct:  # the cut waits for the repeat passes (KVEvictCache's model hook runs them)
+                self.pending = True
+                self.recon = torch.zeros(o.n_kv_heads, self.seen)
+                return
             self._cut_prompt(module, kwargs)
             return
         if self.kvs is None:
@@ -269,7 +291,7 @@ class KVEvictLayer(CacheLayerMixin):
                 raise ValueError(f"KVEvictCache: sequence {s} of the batch is not left-padded (its real tokens must end "
                                  "the prompt): use tokenizer.padding_side = 'left', as transformers does for generation")
             pads.append(P - n_real)
-        needs_logits = o.policy not in _NO_LOGITS and not o.expected
+        needs_logits = o.policy not in _NO_LOGITS and not o.expected and not o.reconstruct
         queries = self._queries(module, kwargs) if needs_logits else None  # [B, n_q, P, d]
         pre = self._queries(module, kwargs, rope=False) if o.expected else None
         options = dict(o.options)
@@ -296,7 +318,9 @@ class KVEvictLayer(CacheLayerMixin):
             self.kvs.append(kv)
             self.next_pos[s] = n
             logits = None
-            if o.expected:  # the prompt's queries past the sinks, then the prompt's last row of expected logits
+            if o.reconstruct:  # policy 'kvzip': the repeat passes' scores as TOVA's row
+                logits = _reconstruct.logits_rows(self)
+            elif o.expected:  # the prompt's queries past the sinks, then the prompt's last row of expected logits
                 self.stats.append(kvevict.QueryStatistics(o.n_q_heads, o.head_dim))
                 self.stats[s].add(pre[s, :, p0 + o.expected["n_sink"]:].transpose(0, 1).contiguous().numpy())
                 logits = self._expected_logits(s)
@@ -316,6 +340,15 @@ class KVEvictLayer(CacheLayerMixin):
         if o.evict == "prefill":  # from now on the layer only grows (no kvevict cache)
             self.kvs = self.stats = None
             self._alloc(max(2 * self.length, self.length + 256))
+
+    def drop_after(self, n):
+        """Forgets what a repeat pass appended after the prompt's n tokens (policy 'kvzip')."""
+        self.lens[:] = n
+        self.length = self.seen = n
+
+    def cut_prompt_now(self):
+        """The prompt's cut once its scores came from elsewhere (policy 'kvzip': _reconstruct.run)."""
+        self._cut_prompt(None, None)
 
     def _kept(self, s):
         kv = self.kvs[s]

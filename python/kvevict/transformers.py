@@ -53,6 +53,7 @@ from transformers.cache_utils import Cache, DynamicSlidingWindowLayer
 import numpy as np
 
 import kvevict
+from kvevict import _reconstruct
 from kvevict._layer import DEFAULT_SEED, SUPPORTED_ATTENTION, KVEvictLayer, check_attention, layer_seed
 
 __all__ = ["KVEvictCache", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ATTENTION"]
@@ -62,7 +63,7 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 # in the full-attention ("global") layers (config.layer_types).
 HYBRID_MODEL_TYPES = ("gemma3_text",)
 POLICIES = ("full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff",
-            "expected_attention")
+            "expected_attention", "kvzip")
 # Expected Attention's options (kvevict.expected_attention_logits; kvpress's ExpectedAttentionPress defaults).
 _EA_OPTIONS = dict(n_future_positions=512, n_sink=4, use_covariance=True, use_vnorm=True, epsilon=0.0)
 _EVICT = ("step", "prefill")
@@ -117,7 +118,10 @@ class KVEvictCache(Cache):
               (KeyDiff: no logits), 'expected_attention' (Expected Attention, Devoto et al. 2025: a 'tova' cache
               ranked by kvevict.expected_attention_logits from the layer's pre-RoPE query statistics; options
               n_future_positions, n_sink, use_covariance, use_vnorm, epsilon, kvpress's defaults; the default
-              RoPE only) or 'full' (no eviction).
+              RoPE only), 'kvzip' (KVzip, Kim et al. 2025: query-agnostic, the context's tokens ranked by how
+              much the model attends to them while repeating the context; options tokenizer (required: the
+              model's, for the repeat prompt), chunk (2048), n_sink (4), head_budgets; batch 1; one more prefill
+              of the context's length: _reconstruct.py) or 'full' (no eviction).
     budget    k per KV head: an int (tokens, at most the prompt's length), a float in (0, 1] (k = floor(r P)) or
               a string ('64', '0.5', '50%'), as kvevict.Cache and the command-line tools take it.
     recent    the recent window w, as kvevict.Cache (default 30% of k for keyformer, h2o, snapkv).
@@ -152,13 +156,21 @@ class KVEvictCache(Cache):
             self.expected = self._expected_attention_options(config, options)
             options = {}
             policy = "tova"  # ranked by the logits expected_attention_logits gives, as kvevict-quality does
+        self.reconstruct, self._recon_chunk = None, None  # policy 'kvzip': _reconstruct.py
+        if policy == "kvzip":
+            if recent is not None:
+                raise ValueError(f"KVEvictCache: policy 'kvzip' has no recent window (got recent={recent!r}): it keeps "
+                                 "the top-k by reconstruction score, its n_sink first tokens among them")
+            self.reconstruct = _reconstruct.check_options(config, options, config.model_type in HYBRID_MODEL_TYPES)
+            options = {k: v for k, v in options.items() if k == "head_budgets"}
+            policy = "tova"  # ranked by the reconstruction scores as its row
         unknown = sorted(set(options) - set(_OPTION_NAMES))
         if unknown:
             raise TypeError(f"KVEvictCache: unknown option(s) {', '.join(unknown)}; kvevict.Cache's options are "
                             f"{', '.join(_OPTION_NAMES[1:])}")
         self.model_config = config
         self.policy, self.evict, self.record = policy, evict, record  # 'tova' for 'expected_attention'
-        self.policy_name = "expected_attention" if self.expected else policy
+        self.policy_name = "expected_attention" if self.expected else "kvzip" if self.reconstruct else policy
         self.n_layers = config.num_hidden_layers
         self.n_q_heads = config.num_attention_heads
         self.n_kv_heads = getattr(config, "num_key_value_heads", None) or self.n_q_heads
@@ -193,6 +205,8 @@ class KVEvictCache(Cache):
             if i in self._global:  # a sliding layer is not scored
                 self._handles.append(m.register_forward_pre_hook(_make_mask_hook(ref), with_kwargs=True))
                 self._handles.append(m.register_forward_hook(_make_hook(ref), with_kwargs=True))
+        if self.reconstruct:  # the repeat passes run after the prompt's forward through the whole model
+            self._handles.append(model.register_forward_hook(_reconstruct.make_model_hook(ref), with_kwargs=True))
         self._finalizer = weakref.finalize(self, _remove, self._handles)
 
     @staticmethod

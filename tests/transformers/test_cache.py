@@ -274,7 +274,7 @@ def test_refuses_bad_options(llama):
                                          r"which its temperature rises from tau_init to tau_end"):
         KVEvictCache(llama, policy="keyformer")
     with pytest.raises(ValueError, match=r"^KVEvictCache: unknown policy 'lru'; expected one of full, keyformer, "
-                                         r"h2o, streaming, window, tova, snapkv, knorm, keydiff, expected_attention$"):
+                                         r"h2o, streaming, window, tova, snapkv, knorm, keydiff, expected_attention, kvzip$"):
         KVEvictCache(llama, policy="lru")
     with pytest.raises(ValueError, match="sinks"):  # kvevict's own check: an option the policy does not use
         KVEvictCache(llama, policy="h2o", sinks=2)

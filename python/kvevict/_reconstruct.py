@@ -1,0 +1,125 @@
+"""KVEvictCache's policy 'kvzip': query-agnostic scores from context reconstruction (KVzip, Kim et al., NeurIPS 2025,
+arXiv 2505.23416, section 3; kvpress 0.5.5's KVzipPress is the reference implementation it is tested against).
+
+After the prompt (the context, P tokens) the model is asked to repeat it: for each chunk [s, e) of at most `chunk`
+context tokens, "\\n\\nRepeat the previous context exactly." (the first chunk) or "\\n\\nRepeat the part of the previous
+context exactly, starting with" + the 8 tokens before s (later ones), then "\\n", then the chunk's tokens, go through
+the model with the context's K/V in the cache (positions P, P + 1, ...). In every full-attention layer each repeat
+query's attention is taken over the first min(n_sink, s) context keys, the chunk's keys and the repeat's own keys
+(causally), softmax at the layer's scale; a context key's score is its largest weight over the repeat's queries and
+the query heads of its KV head's group. The repeat's K/V are then dropped. The first n_sink tokens get the largest
+score of all layers + 1 (kept everywhere). Each layer then keeps, per KV head, the top-k by score through kvevict's
+TOVA selection (its logits row: log score, so its softmax is the score normalised per head): uniform budgets keep
+each head's k best; head_budgets='adaptive' shares the layer's budget by those normalised scores (AdaKV).
+KVzip's default (kvpress's layerwise=False) shares one budget across all layers instead: not done here.
+
+Cost: the repeat passes are one more prefill of about P + 12 tokens per chunk header, plus the score's
+[n_q, L, n_sink + C + L] attention per layer and chunk (L = the repeat's length): O(P * (C + L)) per layer.
+"""
+import torch
+
+FIRST = "\n\nRepeat the previous context exactly."
+LATER = "\n\nRepeat the part of the previous context exactly, starting with"
+SUFFIX = "\n"
+OPTIONS = dict(tokenizer=None, chunk=2048, n_sink=4)
+
+
+def _encode(tokenizer, text):
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    ids = ids.ids if hasattr(ids, "ids") else ids  # a tokenizers.Tokenizer's Encoding
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    if not ids or not all(isinstance(i, int) for i in ids):
+        raise ValueError(f"KVEvictCache(policy='kvzip'): tokenizer.encode({text!r}) gave {ids!r}, not a list of ids")
+    return ids
+
+
+def check_options(config, options, hybrid):
+    """policy='kvzip': its options checked, the repeat prompts tokenized. Returns dict(first, later, suffix, chunk,
+    n_sink)."""
+    unknown = sorted(set(options) - set(OPTIONS) - {"head_budgets"})
+    if unknown:
+        raise TypeError(f"KVEvictCache: policy 'kvzip' takes tokenizer, chunk, n_sink and head_budgets (got "
+                        f"{', '.join(unknown)})")
+    if hybrid:
+        raise ValueError(f"KVEvictCache: policy 'kvzip' is not supported on {config.model_type}: the repeat passes "
+                         "would fill its sliding-window layers, which cannot drop them again")
+    opts = dict(OPTIONS, **{k: v for k, v in options.items() if k in OPTIONS})
+    if opts["tokenizer"] is None or not hasattr(opts["tokenizer"], "encode"):
+        raise ValueError("KVEvictCache: policy 'kvzip' needs tokenizer=, the model's tokenizer (its encode writes "
+                         f"the repeat prompt {FIRST!r})")
+    for name, low in (("chunk", 16), ("n_sink", 0)):
+        v = opts[name]
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"KVEvictCache: policy 'kvzip' needs {name} an int >= {low} (got {v!r})")
+    tok = opts["tokenizer"]
+    return dict(first=_encode(tok, FIRST), later=_encode(tok, LATER), suffix=_encode(tok, SUFFIX),
+                chunk=opts["chunk"], n_sink=opts["n_sink"])
+
+
+def score_chunk(layer, queries, scaling, start, end, prompt_len):
+    """One layer's scores of context keys [start, end) from the repeat pass's queries [n_q, L, d] (after RoPE), the
+    repeat's keys sitting at slots prompt_len .. prompt_len + L - 1. Writes layer.recon[:, start:end] ([n_kv, P])."""
+    o = layer._owner()
+    g = o.n_q_heads // o.n_kv_heads
+    L = queries.shape[1]
+    sink = min(o.reconstruct["n_sink"], start)
+    kb = layer.k_buf[0]
+    keys = torch.cat([kb[:, :sink], kb[:, start:end], kb[:, prompt_len:prompt_len + L]], dim=1)  # [n_kv, m, d]
+    keys = keys.repeat_interleave(g, dim=0)
+    w = torch.matmul(queries, keys.transpose(1, 2)) * scaling  # [n_q, L, m]
+    causal = torch.ones(L, L, dtype=torch.bool).triu(1)
+    w[:, :, -L:].masked_fill_(causal, float("-inf"))
+    w = torch.softmax(w, dim=-1)[:, :, sink:sink + end - start]
+    layer.recon[:, start:end] = w.amax(dim=1).view(o.n_kv_heads, g, end - start).amax(dim=1)
+
+
+def logits_rows(layer):
+    """The TOVA row [n_q_heads, P] that ranks a KV head's tokens by their score: log(score), the same for every
+    query head of the group (a zero score, an underflow, ranks last)."""
+    o = layer._owner()
+    g = o.n_q_heads // o.n_kv_heads
+    rows = torch.log(layer.recon.clamp_min(torch.finfo(torch.float32).tiny))
+    return rows.repeat_interleave(g, dim=0).contiguous().numpy()
+
+
+def run(cache, model, input_ids):
+    """The repeat passes after the prompt's forward, then every full-attention layer's cut."""
+    if input_ids is None:
+        raise ValueError("KVEvictCache(policy='kvzip') needs the prompt's input_ids (the repeat passes copy the "
+                         "context's tokens); inputs_embeds is not supported")
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"KVEvictCache(policy='kvzip') scores one sequence (got a batch of {input_ids.shape[0]})")
+    layers = [cache.layers[i] for i in cache.global_layers]
+    ctx = input_ids[0].tolist()
+    P = len(ctx)
+    r = cache.reconstruct
+    inner = getattr(model, model.base_model_prefix)
+    for start in range(0, P, r["chunk"]):
+        end = min(start + r["chunk"], P)
+        head = r["first"] if start == 0 else r["later"] + ctx[max(0, start - 8):start]
+        cache._recon_chunk = (start, end, P)
+        inner(input_ids=torch.tensor([head + r["suffix"] + ctx[start:end]]), past_key_values=cache, use_cache=True)
+        for layer in layers:
+            layer.drop_after(P)
+    top = max(float(layer.recon.max()) for layer in layers) + 1.0
+    for layer in layers:
+        layer.recon[:, :r["n_sink"]] = top
+        layer.pending = False
+        layer.cut_prompt_now()
+    cache._recon_chunk = None
+
+
+def make_model_hook(ref):
+    """A forward hook on the model: after the prompt's forward, the repeat passes and the cut."""
+    def hook(module, args, kwargs, output):
+        cache = ref()
+        if cache is None or kwargs.get("past_key_values") is not cache or cache._recon_chunk is not None:
+            return None
+        if not any(cache.layers[i].pending for i in cache.global_layers):
+            return None
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        with torch.no_grad():
+            run(cache, module, ids)
+        return None
+    return hook
+

@@ -1,0 +1,120 @@
+"""KVEvictCache(policy='kvzip'): KVzip's context-reconstruction scores against kvpress 0.5.5's KVzipPress (the
+reference implementation, run on the same model and ids), the kept tokens against a plain top-k of those scores,
+and the repeat passes leaving nothing behind (positions, logits)."""
+import pytest
+import torch
+from transformers import DynamicCache
+
+from kvevict.transformers import KVEvictCache
+
+kvpress = pytest.importorskip("kvpress")
+
+
+class Tok:
+    """A stand-in tokenizer for the tiny models (vocabulary 96): bytes to ids, as KVzipPress and kvevict call it."""
+    chat_template = None
+
+    def encode(self, text, add_special_tokens=False, return_tensors=None):
+        ids = [3 + (b * 7) % 90 for b in text.encode()][:9]
+        return torch.tensor([ids]) if return_tensors == "pt" else ids
+
+
+def prompt(seed, n):
+    return torch.randint(0, 96, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def kvpress_scores(model, ids, chunk):
+    """KVzipPress's score_val [layers, n_kv, P] before its compression (layerwise, ratio 0.5), sinks not yet set."""
+    from kvpress.presses import kvzip_press
+
+    class Tokenizers:
+        @staticmethod
+        def from_pretrained(*a, **k):
+            return Tok()
+    saved = kvzip_press.AutoTokenizer
+    kvzip_press.AutoTokenizer = Tokenizers
+    press = kvpress.KVzipPress(compression_ratio=0.5, layerwise=True, chunk_size=chunk)
+    got = []
+    press.compress_post = lambda model: got.append(press.score_val[:, 0].clone())
+    try:
+        with torch.no_grad(), press(model):
+            model(ids, past_key_values=DynamicCache(config=model.config))
+    finally:
+        kvzip_press.AutoTokenizer = saved
+    return got[0]
+
+
+@pytest.mark.parametrize("chunk,P", [(2048, 40), (16, 40), (16, 37)])
+def test_scores_equal_kvpress_and_kept_are_the_top_k(arch_model, chunk, P):
+    ids = prompt(P, P)
+    want = kvpress_scores(arch_model, ids, chunk)
+    cache = KVEvictCache(arch_model, policy="kvzip", budget=0.5, tokenizer=Tok(), chunk=chunk)
+    with torch.no_grad():
+        arch_model(ids, past_key_values=cache)
+    k = P // 2
+    top = float(want.max()) + 1.0
+    for layer in range(arch_model.config.num_hidden_layers):
+        got = cache.layers[layer].recon
+        assert torch.allclose(got[:, 4:], want[layer, :, 4:], rtol=1e-4, atol=1e-6)
+        assert torch.allclose(got[:, :4], torch.full_like(got[:, :4], top), rtol=1e-5)
+        ref = want[layer].clone()
+        ref[:, :4] = top
+        for h in range(ref.shape[0]):
+            assert list(cache.retained_positions(layer, h)) == sorted(torch.topk(ref[h], k).indices.tolist())
+    assert cache.get_seq_length() == P and cache.kept_length() == k
+
+
+def test_repeat_passes_leave_the_cache_as_the_prompt(llama):
+    ids, nxt = prompt(1, 30), prompt(2, 1)
+    cache = KVEvictCache(llama, policy="kvzip", budget=1.0, tokenizer=Tok(), chunk=16)
+    dyn = DynamicCache(config=llama.config)
+    with torch.no_grad():
+        a = llama(ids, past_key_values=cache).logits
+        b = llama(ids, past_key_values=dyn).logits
+        assert torch.equal(a, b)  # the prompt's own logits: the repeat passes run after them
+        assert cache.get_seq_length() == 30 and cache.kept_length() == 30
+        c = llama(nxt, past_key_values=cache).logits
+        d = llama(nxt, past_key_values=dyn).logits
+    assert torch.allclose(c, d, atol=1e-5)  # every token kept, at its position: the full cache's next step
+
+
+def test_generate_and_crop_query_agnostic(llama):
+    ctx, q1, q2 = prompt(3, 40), prompt(4, 5), prompt(5, 5)
+    cache = KVEvictCache(llama, policy="kvzip", budget=0.25, evict="prefill", tokenizer=Tok())
+    with torch.no_grad():
+        llama(ctx, past_key_values=cache)
+        assert cache.kept_length() == 10
+        a = llama(q1, past_key_values=cache).logits
+        cache.crop(40)
+        llama(q2, past_key_values=cache)
+        cache.crop(40)
+        b = llama(q1, past_key_values=cache).logits
+        assert torch.equal(a, b)
+        cache.crop(40)
+        full = torch.cat([ctx, q1], 1)
+        out = llama.generate(full, attention_mask=torch.ones_like(full), past_key_values=cache, max_new_tokens=4,
+                             min_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert out.shape[1] == 49
+
+
+def test_adaptive_head_budgets_share_the_layer_budget(llama):
+    cache = KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), head_budgets="adaptive")
+    with torch.no_grad():
+        llama(prompt(6, 40), past_key_values=cache)
+    for layer in range(2):
+        lens = [len(cache.retained_positions(layer, h)) for h in range(2)]
+        assert sum(lens) == 40
+
+
+def test_refusals(llama):
+    with pytest.raises(ValueError, match="needs tokenizer="):
+        KVEvictCache(llama, policy="kvzip", budget=0.5)
+    with pytest.raises(ValueError, match=r"chunk an int >= 16 \(got 8\)"):
+        KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), chunk=8)
+    with pytest.raises(ValueError, match="no recent window"):
+        KVEvictCache(llama, policy="kvzip", budget=0.5, recent=4, tokenizer=Tok())
+    with pytest.raises(TypeError, match="takes tokenizer, chunk, n_sink and head_budgets"):
+        KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), sinks=4)
+    cache = KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok())
+    with pytest.raises(ValueError, match="scores one sequence"), torch.no_grad():
+        llama(torch.cat([prompt(7, 20), prompt(8, 20)]), past_key_values=cache)
