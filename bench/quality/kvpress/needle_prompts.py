@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 MASK = (1 << 64) - 1
 SUBJECT = "the access code for the build server"
+QUESTION = "\n\nQuestion: What is " + SUBJECT + "?\nAnswer: The access code for the build server is"  # closes a prompt
 
 
 def splitmix64(state):
@@ -40,7 +41,7 @@ def make_items(docs, encode, prompt, depths=(10, 50, 90), per_depth=1, seed=1, h
     [(depth, code, ids)], depth-major."""
     if not docs:
         raise ValueError("make_items: no documents")
-    tail = encode("\n\nQuestion: What is " + SUBJECT + "?\nAnswer: The access code for the build server is")
+    tail = encode(QUESTION)
     state, items = seed & MASK, []
     for depth in depths:
         for _ in range(per_depth):

@@ -67,17 +67,26 @@ def greedy(model, tokenizer, first_logits, step, answer_tokens, end_id):
     return tokenizer.decode(out)
 
 
-def answer_kvpress(model, tokenizer, ids, name, ratio, answer_tokens, end_id):
+def answer_kvpress(model, tokenizer, ids, name, ratio, answer_tokens, end_id, split=None, hf_tokenizer=None):
+    """kvpress's press compresses ids[:, :split] (default: all of it); the rest (the question, under the
+    query-agnostic protocol) is appended uncompressed at its own positions, then the answer."""
     import torch
     from transformers import DynamicCache
     P = ids.shape[1]
+    C = P if split is None else split
     impl = "eager" if name == "observed_attention" else model.config._attn_implementation
     cache = DynamicCache(config=model.config)
     with torch.no_grad(), sbs.with_attention(model, impl):
-        with sbs.kvpress_press(name, 1.0 - ratio)(model):
-            first = model(ids, past_key_values=cache).logits[0, -1]
+        with sbs.kvpress_press(name, 1.0 - ratio, hf_tokenizer=hf_tokenizer)(model):
+            first = model(ids[:, :C], past_key_values=cache).logits[0, -1]
         lengths = sbs.layer_lengths(cache)
         L = lengths.pop() if len(lengths) == 1 else None
+        if L is None and C < P:
+            raise ValueError(f"{name}: per-layer cache lengths differ; the query-agnostic protocol needs one length")
+        if C < P:
+            first = model(ids[:, C:], past_key_values=cache, position_ids=torch.arange(C, P)[None],
+                          cache_position=torch.arange(L, L + P - C)).logits[0, -1]
+            L += P - C
 
         def step(tid, i):
             pos = torch.tensor([[P + i]])
@@ -87,7 +96,10 @@ def answer_kvpress(model, tokenizer, ids, name, ratio, answer_tokens, end_id):
         return greedy(model, tokenizer, first, step, answer_tokens, end_id)
 
 
-def answer_kvevict(model, tokenizer, ids, name, ratio, answer_tokens, end_id):
+def answer_kvevict(model, tokenizer, ids, name, ratio, answer_tokens, end_id, split=None, hf_tokenizer=None):
+    """kvevict's row: the whole prompt compressed then k at every answer step (evict="step", kvevict-quality's
+    protocol), or, with `split` (query-agnostic), ids[:, :split] compressed (evict="prefill") and the question
+    appended after it, the cache then growing by the answer."""
     import torch
     from kvevict.transformers import KVEvictCache
     policy, opts = sbs.kvevict_row(name)
@@ -95,10 +107,16 @@ def answer_kvevict(model, tokenizer, ids, name, ratio, answer_tokens, end_id):
         opts.update(horizon=answer_tokens, seed=1)
     elif policy == "streaming":
         opts.update(sinks=4)
-    cache = KVEvictCache(model, policy=policy, budget=ratio, evict="step", **opts)
+    elif policy == "kvzip":
+        opts.update(tokenizer=hf_tokenizer)
+    cache = KVEvictCache(model, policy=policy, budget=ratio, evict="step" if split is None else "prefill", **opts)
     try:
         with torch.no_grad():
-            first = model(ids, past_key_values=cache).logits[0, -1]
+            if split is None:
+                first = model(ids, past_key_values=cache).logits[0, -1]
+            else:
+                model(ids[:, :split], past_key_values=cache)
+                first = model(ids[:, split:], past_key_values=cache).logits[0, -1]
 
             def step(tid, i):
                 return model(torch.tensor([[tid]]), past_key_values=cache).logits[0, -1]
@@ -158,6 +176,9 @@ def main():
     ap.add_argument("--rows", default=",".join([f"kvpress:{r}" for r in sbs.KVPRESS_ROWS]
                                                + ["kvevict:h2o", "kvevict:snapkv@kernel=15"]))
     ap.add_argument("--answer-tokens", type=int, default=8)
+    ap.add_argument("--protocol", choices=("aware", "agnostic"), default="aware",
+                    help="aware (default): the whole prompt, question included, is compressed; agnostic: the excerpt "
+                         "and needle are compressed first, the question is appended after (issue 54; smollm2 only)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quality-csv", help="kvevict-quality's PREFIX_retrieval.csv of the same prompts (a check)")
@@ -168,6 +189,8 @@ def main():
     if args.summary:
         print(summary(sbs.read_done(results), quality))
         return
+    if args.protocol == "agnostic" and args.family != "smollm2":
+        ap.error("--protocol agnostic: --family smollm2 only (the question's tokens are found by SmolLM2's tokenizer)")
     import torch
     import transformers
     from transformers import AutoModelForCausalLM
@@ -183,9 +206,19 @@ def main():
     else:
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf).backend_tokenizer  # decodes only
         sbs.gemma3_sliding_rule()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
     end_id = model.config.eos_token_id if isinstance(model.config.eos_token_id, int) else model.config.eos_token_id[0]
     # Depth round-robin (prompt 0 of each depth, then 1, ...): a run stopped early still covers every depth.
     prompts = read_prompts(args.prompts)
+    split = None
+    if args.protocol == "agnostic":  # the question closes every prompt (make_retrieval_items' tail)
+        import needle_prompts
+        tail = tokenizer.encode(needle_prompts.QUESTION, add_special_tokens=False).ids
+        bad = [p[0] for p in prompts if p[3][-len(tail):] != tail]
+        if bad:
+            sys.exit(f"retrieval.py: --protocol agnostic: prompt(s) {bad[:5]} do not end with the question's "
+                     f"{len(tail)} tokens (not kvevict-quality's needle prompts?)")
+        split = len(prompts[0][3]) - len(tail)
     by_depth = {}
     for p in prompts:
         by_depth.setdefault(p[1], []).append(p)
@@ -193,8 +226,9 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     done = {(r["prompt"], float(r["ratio"]), r["source"], r["row"]) for r in sbs.read_done(results)}
     new_file = not os.path.isfile(results)
-    print(f"retrieval: {len(prompts)} prompts of {len(prompts[0][3])} tokens, end id {end_id}", file=sys.stderr,
-          flush=True)
+    print(f"retrieval: {len(prompts)} prompts of {len(prompts[0][3])} tokens, end id {end_id}, protocol "
+          f"{args.protocol}" + (f" (the first {split} tokens compressed, the question's "
+                                f"{len(prompts[0][3]) - split} appended)" if split else ""), file=sys.stderr, flush=True)
     with open(results, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         if new_file:
@@ -210,7 +244,8 @@ def main():
                     row = dict(prompt=index, depth=depth, code=code, ratio=ratio, source=source, row=name, error="")
                     try:
                         run = answer_kvpress if source == "kvpress" else answer_kvevict
-                        text = run(model, tokenizer, ids, name, ratio, args.answer_tokens, end_id)
+                        text = run(model, tokenizer, ids, name, ratio, args.answer_tokens, end_id, split=split,
+                                   hf_tokenizer=hf_tokenizer)
                         row.update(answer=text.replace("\n", "\\n"), correct=int(first_digits(text) == code))
                     except Exception as e:  # noqa: BLE001 - a row that fails is reported as such
                         row.update(answer="", correct="", error=f"{type(e).__name__}: {e}".replace("\n", " "))

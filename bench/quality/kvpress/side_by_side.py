@@ -39,6 +39,7 @@ their mask, so the rule is extended to it here: `gemma3_sliding_rule`).
   PY=$(bash scripts/get-hf-venv.sh); $PY bench/quality/kvpress/side_by_side.py --windows 1
 """
 import argparse
+import copy
 import csv
 import importlib.metadata
 import json
@@ -68,8 +69,25 @@ KVPRESS_ROWS = ["snapkv", "streaming_llm", "tova", "observed_attention", "keydif
 KVEVICT_ROWS = ["keyformer", "h2o", "streaming", "window", "tova", "snapkv"]
 
 
-def kvpress_press(name, compression_ratio):
+def kvpress_press(name, compression_ratio, hf_tokenizer=None):
+    """kvpress 0.5.5's press `name` at `compression_ratio` (the fraction removed). "kvzip" (KVzipPress, query-agnostic:
+    scores by reconstructing the context, 2-3 prefills more) needs `hf_tokenizer`, the model's transformers
+    tokenizer: KVzipPress loads one by the model's name, which a GGUF-loaded model does not have (its chat template
+    is set aside: the prompts here are plain text)."""
     import kvpress
+    if name == "kvzip":
+        if hf_tokenizer is None:
+            raise ValueError("kvpress_press: 'kvzip' needs hf_tokenizer (the model's transformers tokenizer)")
+        from kvpress.presses import kvzip_press
+        tok = copy.copy(hf_tokenizer)
+        tok.chat_template = None
+
+        class Tokenizers:  # what KVzipPress's AutoTokenizer.from_pretrained(model.config.name_or_path) gets
+            @staticmethod
+            def from_pretrained(*args, **kwargs):
+                return tok
+        kvzip_press.AutoTokenizer = Tokenizers
+        return kvpress.KVzipPress(compression_ratio=compression_ratio)
     make = {
         "snapkv": kvpress.SnapKVPress, "streaming_llm": kvpress.StreamingLLMPress, "tova": kvpress.TOVAPress,
         "observed_attention": kvpress.ObservedAttentionPress, "keydiff": kvpress.KeyDiffPress,
@@ -233,8 +251,8 @@ def run_kvpress(model, ids, P, name, protocol, ratio, k):
 
 
 def kvevict_row(name):
-    """A kvevict row's policy and options: `POLICY[+mean][@KEY=VALUE]...`, kvevict-quality's row syntax: `+mean`
-    (keyformer, h2o: mean_attention=True), `@recent=Q` (the recent window, a fraction of k: keyformer, h2o,
+    """A kvevict row's policy and options: `POLICY[+mean][+adakv][@KEY=VALUE]...`, kvevict-quality's row syntax:
+    `+mean` (keyformer, h2o: mean_attention=True), `+adakv` (head_budgets='adaptive'), `@recent=Q` (the recent window, a fraction of k: keyformer, h2o,
     snapkv) and, for SnapKV, `@kernel=K` -> snap_kernel, `@decode=D` -> snap_decode; e.g. `h2o@recent=0`,
     `h2o+mean@recent=0`, `snapkv@kernel=15@decode=keyformer`."""
     head, *keys = name.split("@")
@@ -243,8 +261,11 @@ def kvevict_row(name):
     for mod in mods:
         if mod == "mean" and policy in ("keyformer", "h2o") and "mean_attention" not in opts:
             opts["mean_attention"] = True
+        elif mod == "adakv" and policy not in ("full", "streaming", "window") and "head_budgets" not in opts:
+            opts["head_budgets"] = "adaptive"
         else:
-            sys.exit(f"side_by_side.py: --rows kvevict:{name}: unknown modifier '+{mod}' (keyformer, h2o take +mean)")
+            sys.exit(f"side_by_side.py: --rows kvevict:{name}: unknown modifier '+{mod}' (keyformer, h2o take +mean; "
+                     "every scored policy +adakv)")
     for kv in keys:
         key, _, value = kv.partition("=")
         if key == "recent" and value and policy in ("keyformer", "h2o", "snapkv", "knorm", "keydiff"):
