@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Tables and plots of bench/ruler/run.py's results.csv: per protocol, the mean RULER score (0..100) of each row at
+each compression ratio with the full cache's level, a per-task table, and paired differences between rows.
+
+  python3 bench/ruler/report.py bench/ruler/results/smollm2            # writes summary.md, aware.png, agnostic.png
+
+A sample's score is the mean over its questions (RULER's string_match_all per question). A row's mean at a
+ratio is over the (task, seed) samples it answered; the paired difference of two rows is over the samples both
+answered, ± its standard error (sd / sqrt(n)). Rows that failed (error column) are counted apart, never as 0.
+"""
+import csv
+import math
+import os
+import sys
+from collections import defaultdict
+
+PROTOCOL_TEXT = {
+    "aware": "query-aware (the question is part of the compressed prompt)",
+    "agnostic": "query-agnostic (the context is compressed first; the question is appended after)",
+}
+
+
+def load(rows):
+    """{(protocol, label, ratio): {(task, seed): score}} and {(protocol, label, ratio): errors}."""
+    per_q = defaultdict(list)
+    errors = defaultdict(int)
+    for r in rows:
+        label = "full" if r["source"] == "full" else f"{r['source']}:{r['row']}"
+        key = (r["protocol"], label, float(r["ratio"]))
+        if r["error"].startswith("skipped"):
+            continue
+        if r["error"]:
+            errors[key] += 1
+            continue
+        per_q[key + ((r["task"], int(r["seed"])),)].append(float(r["score"]))
+    scores = defaultdict(dict)
+    for (protocol, label, ratio, sample), vals in per_q.items():
+        scores[(protocol, label, ratio)][sample] = sum(vals) / len(vals)
+    return scores, errors
+
+
+def mean_se(values):
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan")
+    m = sum(values) / n
+    if n < 2:
+        return m, float("nan")
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+    return m, sd / math.sqrt(n)
+
+
+def tables(rows):
+    scores, errors = load(rows)
+    out = []
+    for protocol in ("aware", "agnostic"):
+        keys = [k for k in scores if k[0] == protocol]
+        if not keys:
+            continue
+        ratios = sorted({k[2] for k in keys if k[1] != "full"})
+        labels = sorted({k[1] for k in keys if k[1] != "full"})
+        full = scores.get((protocol, "full", 0.0), {})
+        out.append(f"## {PROTOCOL_TEXT[protocol]}\n")
+        fm, fse = mean_se(list(full.values()))
+        ran = {s for k in keys if k[1] != "full" for s in scores[k]}
+        rm, rse = mean_se([v for s, v in full.items() if s in ran])
+        out.append(f"Full cache: {100 * fm:.1f} ± {100 * fse:.1f} over {len(full)} samples; {100 * rm:.1f} ± "
+                   f"{100 * rse:.1f} over the {len(ran)} the rows ran (a sample the full cache scores 0 on is "
+                   "skipped for the rows, unless run.py --all-samples).\n")
+        out.append("| row | " + " | ".join(f"c = {r:g}" for r in ratios) + " |")
+        out.append("|---|" + "---|" * len(ratios))
+        for label in labels:
+            cells = []
+            for r in ratios:
+                s = scores.get((protocol, label, r), {})
+                m, se = mean_se(list(s.values()))
+                err = errors.get((protocol, label, r), 0)
+                cells.append("" if not s and not err else f"{100 * m:.1f} ± {100 * se:.1f} (n={len(s)})"
+                             + (f", {err} failed" if err else ""))
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
+        out.append("")
+        # The best kvevict row at each ratio against each other row, paired per sample.
+        out.append("Best kvevict row minus each press, paired over the samples both answered (points, ± SE):\n")
+        out.append("| ratio | best kvevict row | " + " | ".join(l for l in labels if not l.startswith("kvevict:")) + " |")
+        out.append("|---|---|" + "---|" * sum(1 for l in labels if not l.startswith("kvevict:")))
+        for r in ratios:
+            ours = [(mean_se(list(scores[(protocol, l, r)].values()))[0], l) for l in labels
+                    if l.startswith("kvevict:") and scores.get((protocol, l, r))]
+            if not ours:
+                continue
+            best = max(ours)[1]
+            cells = []
+            for other in labels:
+                if other.startswith("kvevict:"):
+                    continue
+                a, b = scores[(protocol, best, r)], scores.get((protocol, other, r), {})
+                common = sorted(set(a) & set(b))
+                m, se = mean_se([a[s] - b[s] for s in common])
+                cells.append(f"{100 * m:+.1f} ± {100 * se:.1f} (n={len(common)})" if common else "")
+            out.append(f"| {r:g} | {best} | " + " | ".join(cells) + " |")
+        out.append("")
+        # Per task, at each ratio: the full cache, then each row.
+        tasks = sorted({s[0] for k in keys for s in scores[k]})
+        out.append(f"Per task ({protocol}), mean score over samples, ratio by ratio:\n")
+        cols = ["full"] + [f"{l} c={r:g}" for r in ratios for l in labels]
+        out.append("| task | " + " | ".join(cols) + " |")
+        out.append("|---|" + "---|" * len(cols))
+        for t in tasks:
+            cells = []
+            for key in [(protocol, "full", 0.0)] + [(protocol, l, r) for r in ratios for l in labels]:
+                vals = [v for (task, _), v in scores.get(key, {}).items() if task == t]
+                cells.append(f"{100 * sum(vals) / len(vals):.0f}" if vals else "")
+            out.append(f"| {t} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def plot(rows, folder):
+    """One PNG per protocol: mean score against compression ratio, one line per row, the full cache dashed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    scores, _ = load(rows)
+    written = []
+    for protocol in ("aware", "agnostic"):
+        keys = [k for k in scores if k[0] == protocol and k[1] != "full"]
+        if not keys:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for label in sorted({k[1] for k in keys}):
+            pts = sorted((k[2], 100 * mean_se(list(scores[k].values()))[0]) for k in keys if k[1] == label)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                    linestyle="-" if label.startswith("kvevict:") else "--", label=label)
+        full = scores.get((protocol, "full", 0.0))
+        if full:
+            ax.axhline(100 * mean_se(list(full.values()))[0], color="black", linestyle=":", label="full cache")
+        ax.set_xlabel("compression ratio (fraction of the KV removed)")
+        ax.set_ylabel("mean RULER score")
+        ax.set_title(f"SmolLM2-135M, RULER-style 4K: {protocol}")
+        ax.set_ylim(0, 100)
+        ax.legend(fontsize=8)
+        path = os.path.join(folder, f"{protocol}.png")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: report.py RESULTS_FOLDER (holding run.py's results.csv)")
+    folder = sys.argv[1]
+    path = os.path.join(folder, "results.csv")
+    if not os.path.isfile(path):
+        sys.exit(f"report.py: {path} does not exist (run bench/ruler/run.py --out {folder} first)")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    text = tables(rows)
+    with open(os.path.join(folder, "summary.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    for p in plot(rows, folder):
+        print(f"wrote {p}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""RULER-style quality of KV-cache compression (issue 54): kvevict's rows and kvpress's presses on the same token ids,
+under two protocols, at kvpress's compression ratios.
+
+Protocols (stated in every table):
+  aware     the question is part of the prompt that is compressed (context + question + answer prefix, compressed
+            to the budget, then the answer generated: kvevict's needle protocol);
+  agnostic  the context alone is prefilled and compressed to the budget; then the question and its answer prefix
+            are appended (positions continuing, never compressed) and answered from the compressed cache; the
+            cache is cropped back to the compressed context before the next question. niah_multiquery asks its 4
+            keys as 4 questions this way (RULER's single 4-key question under `aware`).
+
+Rows: `full` (DynamicCache, the reference), `kvevict:ROW` (KVEvictCache(evict="prefill"), kvevict-quality's row
+syntax: keyformer, h2o, snapkv@kernel=15, ...), `kvpress:PRESS` (kvpress 0.5.5 through transformers: snapkv,
+tova, streaming_llm, observed_attention, expected_attention, adakv_expected_attention, keydiff, knorm, kvzip).
+A compression ratio c (kvpress's: the fraction removed) is kvevict's budget 1 - c of the compressed tokens.
+
+Answers: greedy, at most RULER's tokens_to_generate for the task (or --max-new-tokens), stopping at the end
+token or at the end of the answer's first line. Score: RULER's string_match_all (bench/ruler/ruler.py), 0..1.
+
+Resumable: one line per (task, seed, protocol, ratio, source, row, question) in --out/results.csv; --summary only
+prints the tables. Samples run seed-major (every task's first sample, then the second, ...), so a partial run is
+balanced over tasks.
+
+  PY=$(bash scripts/get-hf-venv.sh); bash scripts/python-module-for.sh ... (see bench/ruler/run.sh)
+"""
+import argparse
+import csv
+import importlib.metadata
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "bench/quality/kvpress"))
+
+import ruler  # noqa: E402
+
+FIELDS = ["task", "seed", "protocol", "ratio", "source", "row", "question", "context_tokens", "kept", "answer",
+          "expected", "score", "seconds", "error"]
+KVPRESS_PRESSES = ("snapkv", "tova", "streaming_llm", "observed_attention", "expected_attention",
+                   "adakv_expected_attention", "keydiff", "knorm", "kvzip")
+PROTOCOLS = ("aware", "agnostic")
+SKIPPED = "skipped: the full cache scored 0 on this sample under this protocol (--all-samples runs it)"
+
+
+class Engine:
+    """The model, its tokenizer and the answer loop shared by every row."""
+
+    def __init__(self, model, tokenizer, hf_tokenizer, threads):
+        import torch
+        self.torch, self.model, self.tok, self.hf_tok = torch, model, tokenizer, hf_tokenizer
+        torch.set_num_threads(threads)
+        self.eos = {i for i in (hf_tokenizer.eos_token_id, hf_tokenizer.convert_tokens_to_ids("<|im_end|>"))
+                    if i is not None}
+
+    def encode(self, text):
+        return self.tok.encode(text).ids
+
+    def greedy(self, logits, step, max_new):
+        """Greedy ids from `logits` on: `step(id)` feeds one id and returns the next logits; stops at the end token,
+        at a newline once some text was produced, or after max_new ids."""
+        out = []
+        for _ in range(max_new):
+            tid = int(logits.argmax())
+            if tid in self.eos:
+                break
+            out.append(tid)
+            text = self.tok.decode(out)
+            if "\n" in text.lstrip():
+                break
+            logits = step(tid)
+        text = self.tok.decode(out)
+        return text.lstrip().split("\n")[0]
+
+    # -- rows ---------------------------------------------------------------------------------------------
+    def run(self, source, name, ratio, compressed, appended, max_new):
+        """Answers for each ids list of `appended` (each [] or the question's ids) after compressing `compressed`
+        at compression ratio `ratio`. Returns ([answer texts], kept tokens per KV head after compression)."""
+        with self.torch.no_grad():
+            if source == "full":
+                return self._dynamic(None, None, compressed, appended, max_new)
+            if source == "kvpress":
+                return self._dynamic(name, ratio, compressed, appended, max_new)
+            return self._kvevict(name, ratio, compressed, appended, max_new)
+
+    def _kvevict(self, name, ratio, compressed, appended, max_new):
+        import side_by_side as sbs
+        from kvevict.transformers import KVEvictCache
+        torch = self.torch
+        policy, opts = sbs.kvevict_row(name)
+        if policy == "kvzip":
+            opts.update(tokenizer=self.hf_tok)
+        if policy == "keyformer" or opts.get("snap_decode") == "keyformer":
+            opts.update(horizon=max_new, seed=1)
+        elif policy == "streaming":
+            opts.update(sinks=4)
+        cache = KVEvictCache(self.model, policy=policy, budget=1.0 - ratio, evict="prefill", **opts)
+        try:
+            first = self.model(torch.tensor([compressed]), past_key_values=cache).logits[0, -1]
+            P, kept = cache.get_seq_length(), cache.kept_length()
+            answers = []
+            for app in appended:
+                logits = first if not app else self.model(torch.tensor([app]), past_key_values=cache).logits[0, -1]
+                answers.append(self.greedy(logits, lambda t: self.model(torch.tensor([[t]]), past_key_values=cache)
+                                           .logits[0, -1], max_new))
+                cache.crop(P)
+            return answers, kept
+        finally:
+            cache.close()
+
+    def _dynamic(self, press_name, ratio, compressed, appended, max_new):
+        from transformers import DynamicCache
+        torch, model = self.torch, self.model
+        cache = DynamicCache(config=model.config)
+        P = len(compressed)
+        if press_name is None:
+            first = model(torch.tensor([compressed]), past_key_values=cache).logits[0, -1]
+        else:
+            press = make_press(press_name, ratio, self.hf_tok)
+            old = model.config._attn_implementation
+            if press_name == "observed_attention":
+                model.config._attn_implementation = "eager"
+            try:
+                with press(model):
+                    first = model(torch.tensor([compressed]), past_key_values=cache).logits[0, -1]
+            finally:
+                model.config._attn_implementation = old
+        L = cache.layers[0].keys.shape[-2]
+        kept = L - masked_per_head(model)
+        answers = []
+        for app in appended:
+            pos = P
+            logits = first
+            if app:
+                n = len(app)
+                logits = model(torch.tensor([app]), past_key_values=cache, position_ids=torch.arange(P, P + n)[None],
+                               cache_position=torch.arange(L, L + n)).logits[0, -1]
+                pos += n
+            state = dict(pos=pos, slot=cache.layers[0].keys.shape[-2])
+
+            def step(t):
+                out = model(torch.tensor([[t]]), past_key_values=cache, position_ids=torch.tensor([[state["pos"]]]),
+                            cache_position=torch.tensor([state["slot"]])).logits[0, -1]
+                state["pos"] += 1
+                state["slot"] += 1
+                return out
+            answers.append(self.greedy(logits, step, max_new))
+            cache.crop(L)
+        return answers, kept
+
+
+def masked_per_head(model):
+    """kvpress's masked (fake-compressed) keys per KV head, on average over layers and heads (AdaKV, KVzip)."""
+    n, count = 0, 0
+    for layer in model.model.layers:
+        idx = getattr(layer.self_attn, "masked_key_indices", None)
+        count += 1
+        if idx is not None:
+            n += idx[0].numel() / (model.config.num_key_value_heads)
+    return round(n / max(count, 1))
+
+
+def make_press(name, ratio, hf_tok):
+    import side_by_side as sbs
+    return sbs.kvpress_press(name, ratio, hf_tokenizer=hf_tok)
+
+
+def read_done(path):
+    if not os.path.isfile(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", help="SmolLM2-135M's .gguf (default: bash scripts/get-models.sh)")
+    ap.add_argument("--essay", default=os.path.join(os.environ.get("KVEVICT_SHARED_DIR", os.path.join(ROOT, "..", "shared")),
+                                                    "data/tinystories-val/tinystories_val.txt"),
+                    help="the essay haystack's text (default: ../shared's TinyStories validation text)")
+    ap.add_argument("--tasks", default=",".join(ruler.TASKS), help="comma-separated (default: all 11)")
+    ap.add_argument("--samples", type=int, default=1, help="samples per task (seeds 0 .. N-1; default 1)")
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--length", type=int, default=4096, help="prompt tokens: context + question + answer prefix")
+    ap.add_argument("--ratios", default="0.25,0.5,0.75,0.875", help="compression ratios (the fraction removed)")
+    ap.add_argument("--protocols", default="aware,agnostic")
+    ap.add_argument("--rows", default="full,kvevict:keyformer,kvevict:h2o,kvevict:snapkv@kernel=15",
+                    help="full, kvevict:ROW, kvpress:PRESS (" + ", ".join(KVPRESS_PRESSES) + ")")
+    ap.add_argument("--max-new-tokens", type=int, default=0, help="answer length cap (default: RULER's per task)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench/ruler/results/smollm2"))
+    ap.add_argument("--all-samples", action="store_true",
+                    help="run every row on every sample (default: a sample whose full-cache score is 0 under a "
+                         "protocol is recorded as skipped for the other rows: nothing to lose, and a row costs 2-6x "
+                         "the full cache's time)")
+    ap.add_argument("--summary", action="store_true", help="only print the tables of --out/results.csv")
+    args = ap.parse_args()
+    tasks = args.tasks.split(",")
+    bad = [t for t in tasks if t not in ruler.TASKS]
+    if bad:
+        ap.error(f"--tasks: unknown {', '.join(bad)} (tasks: {', '.join(ruler.TASKS)})")
+    protocols = args.protocols.split(",")
+    if not set(protocols) <= set(PROTOCOLS):
+        ap.error(f"--protocols: {args.protocols!r}; expected aware, agnostic or both")
+    try:
+        ratios = [float(r) for r in args.ratios.split(",")]
+    except ValueError:
+        ap.error(f"--ratios: {args.ratios!r} is not a comma-separated list of numbers")
+    if not all(0 < r < 1 for r in ratios):
+        ap.error(f"--ratios: each must be in (0, 1) (the fraction of the KV removed); got {args.ratios}")
+    rows = []
+    for spec in args.rows.split(","):
+        source, _, name = spec.partition(":")
+        if spec == "full":
+            rows.append(("full", "full"))
+        elif source == "kvpress" and name in KVPRESS_PRESSES:
+            rows.append((source, name))
+        elif source == "kvevict" and name:
+            import side_by_side as sbs
+            sbs.kvevict_row(name)  # exits naming the row if it is not kvevict-quality syntax
+            rows.append((source, name))
+        else:
+            ap.error(f"--rows: {spec!r}; expected full, kvevict:ROW or kvpress:PRESS ({', '.join(KVPRESS_PRESSES)})")
+    if args.samples < 1 or args.length < 256 or args.threads < 1 or args.max_new_tokens < 0:
+        ap.error("--samples and --threads must be >= 1, --length >= 256, --max-new-tokens >= 0")
+    results = os.path.join(args.out, "results.csv")
+    if args.summary:
+        import report
+        print(report.tables(read_done(results)))
+        return
+    if not os.path.isfile(args.essay):
+        ap.error(f"--essay: {args.essay} is not a file")
+
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import kvevict
+    import side_by_side as sbs
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    model_path = args.model or subprocess.run(["bash", os.path.join(ROOT, "scripts/get-models.sh")], check=True,
+                                              capture_output=True, text=True).stdout.strip()
+    folder, gguf = os.path.split(model_path)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32,
+                                                 attn_implementation="sdpa").eval()
+    hf_tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    engine = Engine(model, sbs.smollm2_tokenizer(folder, gguf), hf_tok, args.threads)
+    words = ruler.word_lists()
+    with open(args.essay, encoding="utf-8") as f:
+        sentences = ruler.essay_sentences(f.read())
+    os.makedirs(args.out, exist_ok=True)
+    previous = read_done(results)
+    done = {(r["task"], r["seed"], r["protocol"], r["ratio"], r["source"], r["row"]) for r in previous}
+    full_scores = {}  # (task, seed, protocol) -> the full cache's mean score
+    for r in previous:
+        if r["source"] == "full" and not r["error"]:
+            full_scores.setdefault((r["task"], r["seed"], r["protocol"]), []).append(float(r["score"]))
+    new_file = not os.path.isfile(results)
+    versions = (f"kvpress {importlib.metadata.version('kvpress')}, transformers {transformers.__version__}, "
+                f"torch {torch.__version__}, kvevict {kvevict.__version__}")
+    print(f"ruler: {versions}; {len(tasks)} task(s) x {args.samples} sample(s) at {args.length} tokens", file=sys.stderr,
+          flush=True)
+    with open(results, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        if new_file:
+            w.writeheader()
+        for seed in range(args.first_seed, args.first_seed + args.samples):
+            for task in tasks:
+                sample = ruler.make_sample(task, seed, args.length, engine.encode, words, sentences)
+                ctx = engine.encode(sample["context"])
+                max_new = args.max_new_tokens or sample["max_new_tokens"]
+                for protocol in protocols:
+                    qs = sample["questions"] if protocol == "aware" else sample["followups"]
+                    for source, name in rows:
+                        for ratio in ([0.0] if source == "full" else ratios):
+                            key = (task, str(seed), protocol, f"{ratio:g}", source, name)
+                            if key in done:
+                                continue
+                            t0 = time.time()
+                            q_ids = [engine.encode(q + p) for q, p, _ in qs]
+                            full = full_scores.get((task, str(seed), protocol))
+                            skip = (source != "full" and not args.all_samples and full is not None
+                                    and sum(full) == 0)
+                            if skip:
+                                for i, (q, p, expected) in enumerate(qs):
+                                    w.writerow(dict(task=task, seed=seed, protocol=protocol, ratio=f"{ratio:g}",
+                                                    source=source, row=name, question=i, context_tokens=len(ctx),
+                                                    kept="", answer="", expected="|".join(expected), score="",
+                                                    seconds="0", error=SKIPPED))
+                                continue
+                            try:
+                                if protocol == "aware":
+                                    got = [engine.run(source, name, ratio, ctx + q, [[]], max_new) for q in q_ids]
+                                    answers, kept = [a[0][0] for a in got], got[0][1]
+                                else:
+                                    answers, kept = engine.run(source, name, ratio, ctx, q_ids, max_new)
+                                err = ""
+                            except Exception as e:  # noqa: BLE001 - a row that fails is reported as such
+                                answers, kept, err = [""] * len(qs), "", f"{type(e).__name__}: {e}".replace("\n", " ")
+                            secs = (time.time() - t0) / len(qs)
+                            for i, ((q, p, expected), ans) in enumerate(zip(qs, answers)):
+                                w.writerow(dict(task=task, seed=seed, protocol=protocol, ratio=f"{ratio:g}",
+                                                source=source, row=name, question=i, context_tokens=len(ctx), kept=kept,
+                                                answer=ans, expected="|".join(expected),
+                                                score="" if err else f"{ruler.score(ans, expected):.4f}",
+                                                seconds=f"{secs:.1f}", error=err))
+                            f.flush()
+                            if source == "full" and not err:
+                                full_scores[(task, str(seed), protocol)] = [ruler.score(a, e) for a, (_, _, e)
+                                                                            in zip(answers, qs)]
+                            mean = (sum(ruler.score(a, e) for a, (_, _, e) in zip(answers, qs)) / len(qs)
+                                    if not err else float("nan"))
+                            print(f"  {task} seed {seed} {protocol} c={ratio:g} {source}:{name}: score {mean:.2f} "
+                                  f"({time.time() - t0:.0f} s) {err[:160] or repr(answers[0][:60])}", file=sys.stderr,
+                                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
