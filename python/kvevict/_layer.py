@@ -68,6 +68,7 @@ class KVEvictLayer(CacheLayerMixin):
         self.cut_seen = None  # tokens seen when the prompt was cut (crop's floor with evict='prefill')
         self.pending = False  # policy 'kvzip': the prompt is held whole while the repeat passes score it
         self.recon = None  # policy 'kvzip': the context's scores [n_kv, P] (_reconstruct.py)
+        self.budget_override = None  # policy 'kvzip', layers='shared': this layer's k (_reconstruct.run)
         self.compacted = False  # the prompt was cut: slots no longer follow the model's columns
         self.k_buf = self.v_buf = None
         self.records = []  # with record=True (batch 1): what the kvevict cache was given and what it kept
@@ -304,7 +305,7 @@ class KVEvictLayer(CacheLayerMixin):
             rows_k = self.k_buf[s, :, p0:P].transpose(0, 1).contiguous().numpy()  # [n, n_kv, d], a copy
             rows_v = self.v_buf[s, :, p0:P].transpose(0, 1).contiguous().numpy()
             try:
-                k = o.resolve_budget(n)
+                k = o.resolve_budget(n) if self.budget_override is None else self.budget_override
             except ValueError as e:
                 raise ValueError(f"{e}" + (f" (sequence {s} of the batch)" if B > 1 else "")) from None
             if o.expected and n <= o.expected["n_sink"]:

@@ -11,7 +11,8 @@ the query heads of its KV head's group. The repeat's K/V are then dropped. The f
 score of all layers + 1 (kept everywhere). Each layer then keeps, per KV head, the top-k by score through kvevict's
 TOVA selection (its logits row: log score, so its softmax is the score normalised per head): uniform budgets keep
 each head's k best; head_budgets='adaptive' shares the layer's budget by those normalised scores (AdaKV).
-KVzip's default (kvpress's layerwise=False) shares one budget across all layers instead: not done here.
+layers='shared' (KVzip's default, kvpress's layerwise=False) first shares the model's budget among the layers by
+raw score (share_layers); the default 'uniform' gives every layer k per KV head, as kvevict's other policies.
 
 Cost: the repeat passes are one more prefill of about P + 12 tokens per chunk header, plus the score's
 [n_q, L, n_sink + C + L] attention per layer and chunk (L = the repeat's length): O(P * (C + L)) per layer.
@@ -21,7 +22,7 @@ import torch
 FIRST = "\n\nRepeat the previous context exactly."
 LATER = "\n\nRepeat the part of the previous context exactly, starting with"
 SUFFIX = "\n"
-OPTIONS = dict(tokenizer=None, chunk=2048, n_sink=4)
+OPTIONS = dict(tokenizer=None, chunk=2048, n_sink=4, layers="uniform")
 
 
 def _encode(tokenizer, text):
@@ -38,7 +39,7 @@ def check_options(config, options, hybrid):
     n_sink)."""
     unknown = sorted(set(options) - set(OPTIONS) - {"head_budgets"})
     if unknown:
-        raise TypeError(f"KVEvictCache: policy 'kvzip' takes tokenizer, chunk, n_sink and head_budgets (got "
+        raise TypeError(f"KVEvictCache: policy 'kvzip' takes tokenizer, chunk, n_sink, layers and head_budgets (got "
                         f"{', '.join(unknown)})")
     if hybrid:
         raise ValueError(f"KVEvictCache: policy 'kvzip' is not supported on {config.model_type}: the repeat passes "
@@ -51,9 +52,13 @@ def check_options(config, options, hybrid):
         v = opts[name]
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ValueError(f"KVEvictCache: policy 'kvzip' needs {name} an int >= {low} (got {v!r})")
+    if opts["layers"] not in ("uniform", "shared"):
+        raise ValueError(f"KVEvictCache: policy 'kvzip' takes layers='uniform' (k per KV head in every layer) or "
+                         f"'shared' (the model's budget shared among layers by score, KVzip's default; got "
+                         f"{opts['layers']!r})")
     tok = opts["tokenizer"]
     return dict(first=_encode(tok, FIRST), later=_encode(tok, LATER), suffix=_encode(tok, SUFFIX),
-                chunk=opts["chunk"], n_sink=opts["n_sink"])
+                chunk=opts["chunk"], n_sink=opts["n_sink"], layers=opts["layers"])
 
 
 def score_chunk(layer, queries, scaling, start, end, prompt_len):
@@ -104,9 +109,26 @@ def run(cache, model, input_ids):
     top = max(float(layer.recon.max()) for layer in layers) + 1.0
     for layer in layers:
         layer.recon[:, :r["n_sink"]] = top
+    if r["layers"] == "shared":
+        share_layers(cache, layers, P)
+    for layer in layers:
         layer.pending = False
         layer.cut_prompt_now()
     cache._recon_chunk = None
+
+
+def share_layers(cache, layers, prompt_len):
+    """layers='shared' (KVzip's default, kvpress's layerwise=False): the model's budget, k per KV head in every
+    layer, goes to the highest scores of all layers and KV heads together; layer l then keeps
+    k_l = max(1, floor(c_l / n_kv_heads)) per KV head, c_l its scores at or above the model-wide threshold (the
+    sinks, top-scored, are always among them). The layers' total can differ from the model's budget by the floor
+    (less) and by scores tied at the threshold (more)."""
+    k = cache.resolve_budget(prompt_len)
+    scores = torch.cat([layer.recon.flatten() for layer in layers])
+    threshold = torch.topk(scores, k * cache.n_kv_heads * len(layers)).values[-1]
+    for layer in layers:
+        c = int((layer.recon >= threshold).sum())
+        layer.budget_override = min(prompt_len, max(1, c // cache.n_kv_heads))
 
 
 def make_model_hook(ref):

@@ -113,8 +113,42 @@ def test_refusals(llama):
         KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), chunk=8)
     with pytest.raises(ValueError, match="no recent window"):
         KVEvictCache(llama, policy="kvzip", budget=0.5, recent=4, tokenizer=Tok())
-    with pytest.raises(TypeError, match="takes tokenizer, chunk, n_sink and head_budgets"):
+    with pytest.raises(TypeError, match="takes tokenizer, chunk, n_sink, layers and head_budgets"):
         KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), sinks=4)
     cache = KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok())
     with pytest.raises(ValueError, match="scores one sequence"), torch.no_grad():
         llama(torch.cat([prompt(7, 20), prompt(8, 20)]), past_key_values=cache)
+
+
+def test_shared_layer_budgets_follow_kvpress_layer_counts(arch_model):
+    """layers='shared' against KVzipPress(layerwise=False): layer l keeps floor(kept_l / n_kv) per KV head, kept_l
+    the tokens kvpress leaves unmasked in that layer (its model-wide top scores)."""
+    from kvpress.presses import kvzip_press
+
+    class Tokenizers:
+        @staticmethod
+        def from_pretrained(*a, **k):
+            return Tok()
+    P, n_kv = 40, arch_model.config.num_key_value_heads
+    ids = prompt(11, P)
+    saved = kvzip_press.AutoTokenizer
+    kvzip_press.AutoTokenizer = Tokenizers
+    try:
+        with torch.no_grad(), kvpress.KVzipPress(compression_ratio=0.75, layerwise=False, chunk_size=16)(arch_model):
+            arch_model(ids, past_key_values=DynamicCache(config=arch_model.config))
+    finally:
+        kvzip_press.AutoTokenizer = saved
+    kept = [n_kv * P - layer.self_attn.masked_key_indices[0].numel() for layer in arch_model.model.layers]
+    for layer in arch_model.model.layers:
+        layer.self_attn.masked_key_indices = None
+    cache = KVEvictCache(arch_model, policy="kvzip", budget=0.25, tokenizer=Tok(), chunk=16, layers="shared")
+    with torch.no_grad():
+        arch_model(ids, past_key_values=cache)
+    got = [len(cache.retained_positions(i, 0)) for i in range(arch_model.config.num_hidden_layers)]
+    assert got == [max(1, c // n_kv) for c in kept]
+    assert sum(kept) == n_kv * P * len(kept) // 4
+
+
+def test_layers_option_is_checked(llama):
+    with pytest.raises(ValueError, match=r"layers='uniform' .* or 'shared' .*got 'global'"):
+        KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), layers="global")

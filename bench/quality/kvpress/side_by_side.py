@@ -254,7 +254,8 @@ def kvevict_row(name):
     """A kvevict row's policy and options: `POLICY[+mean][+adakv][@KEY=VALUE]...`, kvevict-quality's row syntax:
     `+mean` (keyformer, h2o: mean_attention=True), `+adakv` (head_budgets='adaptive'), `@recent=Q` (the recent window, a fraction of k: keyformer, h2o,
     snapkv) and, for SnapKV, `@kernel=K` -> snap_kernel, `@decode=D` -> snap_decode; e.g. `h2o@recent=0`,
-    `h2o+mean@recent=0`, `snapkv@kernel=15@decode=keyformer`."""
+    `h2o+mean@recent=0`, `snapkv@kernel=15@decode=keyformer`; kvzip `@layers=shared` (KVzip's model-wide budget).
+    """
     head, *keys = name.split("@")
     policy, *mods = head.split("+")
     opts = {}
@@ -270,6 +271,8 @@ def kvevict_row(name):
         key, _, value = kv.partition("=")
         if key == "recent" and value and policy in ("keyformer", "h2o", "snapkv", "knorm", "keydiff"):
             opts["recent"] = f"{float(value) * 100:g}%"
+        elif policy == "kvzip" and key == "layers" and value in ("uniform", "shared"):
+            opts["layers"] = value
         elif policy == "snapkv" and key in ("kernel", "decode") and value:
             opts["snap_kernel" if key == "kernel" else "snap_decode"] = int(value) if key == "kernel" else value
         else:
