@@ -57,8 +57,9 @@ def tables(rows):
         keys = [k for k in scores if k[0] == protocol]
         if not keys:
             continue
-        ratios = sorted({k[2] for k in keys if k[1] != "full"})
-        labels = sorted({k[1] for k in keys if k[1] != "full"})
+        failed = [k for k in errors if k[0] == protocol and k[1] != "full"]
+        ratios = sorted({k[2] for k in keys if k[1] != "full"} | {k[2] for k in failed})
+        labels = sorted({k[1] for k in keys if k[1] != "full"} | {k[1] for k in failed})
         full = scores.get((protocol, "full", 0.0), {})
         out.append(f"## {PROTOCOL_TEXT[protocol]}\n")
         fm, fse = mean_se(list(full.values()))
@@ -75,12 +76,12 @@ def tables(rows):
                 s = scores.get((protocol, label, r), {})
                 m, se = mean_se(list(s.values()))
                 err = errors.get((protocol, label, r), 0)
-                cells.append("" if not s and not err else f"{100 * m:.1f} ± {100 * se:.1f} (n={len(s)})"
-                             + (f", {err} failed" if err else ""))
+                cell = f"{100 * m:.1f} ± {100 * se:.1f} (n={len(s)})" if s else ("— (n=0)" if err else "")
+                cells.append(cell + (f", {err} failed" if err else ""))
             out.append(f"| {label} | " + " | ".join(cells) + " |")
         out.append("")
         # The best kvevict row at each ratio against each other row, paired per sample.
-        out.append("Best kvevict row minus each press, paired over the samples both answered (points, ± SE):\n")
+        out.append("Best kvevict row (the highest mean among those run on the most samples) minus each press, paired over the samples both answered (points, ± SE):\n")
         out.append("| ratio | best kvevict row | " + " | ".join(l for l in labels if not l.startswith("kvevict:")) + " |")
         out.append("|---|---|" + "---|" * sum(1 for l in labels if not l.startswith("kvevict:")))
         for r in ratios:
@@ -88,6 +89,8 @@ def tables(rows):
                     if l.startswith("kvevict:") and scores.get((protocol, l, r))]
             if not ours:
                 continue
+            most = max(len(scores[(protocol, l, r)]) for _, l in ours)  # among the rows run on the most samples
+            ours = [(m, l) for m, l in ours if len(scores[(protocol, l, r)]) == most]
             best = max(ours)[1]
             cells = []
             for other in labels:
@@ -160,7 +163,12 @@ def main():
     with open(os.path.join(folder, "summary.md"), "w") as f:
         f.write(text + "\n")
     print(text)
-    for p in plot(rows, folder):
+    try:
+        written = plot(rows, folder)
+    except ImportError:
+        sys.exit(f"report.py: {folder}/summary.md written; the plots need matplotlib (pinned in "
+                 "scripts/get-hf-venv.sh's venv)")
+    for p in written:
         print(f"wrote {p}", file=sys.stderr)
 
 

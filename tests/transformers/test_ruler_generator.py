@@ -10,7 +10,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench/ruler"))
+sys.path.insert(0, str(ROOT / "bench/ruler"))  # ruler.py, report.py
 sys.path.insert(0, str(ROOT / "bench/quality/kvpress"))
 ruler = pytest.importorskip("ruler")
 
@@ -162,3 +162,24 @@ def test_smollm2_prompts_fill_4k(smollm2_path, lists):
     for task in ("niah_single_2", "niah_multikey_3", "cwe"):
         s = ruler.make_sample(task, 0, 4096, encode, lists, sents)
         assert 4096 - 120 <= total(s, encode) <= 4096
+
+
+def test_report_means_pairs_and_skips():
+    import report
+
+    def row(task, seed, protocol, ratio, source, name, score, error=""):
+        return dict(task=task, seed=str(seed), protocol=protocol, ratio=str(ratio), source=source, row=name,
+                    score="" if error else str(score), error=error)
+    rows = [row("a", 0, "aware", 0, "full", "full", 1.0), row("b", 0, "aware", 0, "full", "full", 0.5),
+            row("c", 0, "aware", 0, "full", "full", 0.0),
+            row("a", 0, "aware", 0.5, "kvevict", "x", 1.0), row("b", 0, "aware", 0.5, "kvevict", "x", 0.5),
+            row("c", 0, "aware", 0.5, "kvevict", "x", 0, error="skipped: full scored 0"),
+            row("a", 0, "aware", 0.5, "kvpress", "y", 0.0), row("b", 0, "aware", 0.5, "kvpress", "y", 0.25),
+            row("b", 0, "aware", 0.5, "kvpress", "z", 0, error="RuntimeError: boom")]
+    text = report.tables(rows)
+    assert "Full cache: 50.0 ± 28.9 over 3 samples; 75.0 ± 25.0 over the 2 the rows ran" in text
+    assert "| kvevict:x | 75.0 ± 25.0 (n=2) |" in text
+    assert "| kvpress:y | 12.5 ± 12.5 (n=2) |" in text
+    assert "| kvpress:z | — (n=0), 1 failed |" in text
+    assert "| 0.5 | kvevict:x | +62.5 ± 37.5 (n=2) |  |" in text  # z: no sample answered
+    assert "| a | 100 | 100 | 0 |  |" in text and "| c | 0 |  |  |  |" in text
