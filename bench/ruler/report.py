@@ -119,7 +119,8 @@ def tables(rows):
 
 
 def plot(rows, folder):
-    """One PNG per protocol: mean score against compression ratio, one line per row, the full cache dashed."""
+    """One PNG per protocol: mean score against compression ratio, one line per row run on the same samples, the
+    full cache dotted."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -129,14 +130,21 @@ def plot(rows, folder):
         keys = [k for k in scores if k[0] == protocol and k[1] != "full"]
         if not keys:
             continue
+        # Means over the same samples only: the rows run on at least half the most samples, each averaged over
+        # the samples all of them answered, and the full cache over those.
+        most = max(len(scores[k]) for k in keys)
+        labels = [l for l in sorted({k[1] for k in keys}) if all(2 * len(scores[k]) >= most for k in keys if k[1] == l)]
+        common = set.intersection(*(set(scores[k]) for k in keys if k[1] in labels))
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for label in sorted({k[1] for k in keys}):
-            pts = sorted((k[2], 100 * mean_se(list(scores[k].values()))[0]) for k in keys if k[1] == label)
+        for label in labels:
+            pts = sorted((k[2], 100 * mean_se([v for s, v in scores[k].items() if s in common])[0])
+                         for k in keys if k[1] == label)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
                     linestyle="-" if label.startswith("kvevict:") else "--", label=label)
-        full = scores.get((protocol, "full", 0.0))
+        full = {s: v for s, v in scores.get((protocol, "full", 0.0), {}).items() if s in common}
         if full:
             ax.axhline(100 * mean_se(list(full.values()))[0], color="black", linestyle=":", label="full cache")
+        ax.text(0.01, 0.01, f"{len(common)} samples (tasks x seeds) each", transform=ax.transAxes, fontsize=8)
         ax.set_xlabel("compression ratio (fraction of the KV removed)")
         ax.set_ylabel("mean RULER score")
         ax.set_title(f"SmolLM2-135M, RULER-style 4K: {protocol}")

@@ -12,9 +12,10 @@
 # Env: SAMPLES (per task, default 1), RATIOS (compression ratios, default 0.5,0.75), LENGTH (default 4096),
 # THREADS (default 2), KVEVICT_ROWS / KVPRESS_ROWS (run.py --rows), OUT. Resumable (results.csv). Needs the
 # transformers venv with kvevict installed (bash scripts/transformers-test.sh installs this checkout there).
-# Cost on the 2-core machine at 4K: the full cache 14 s a row, a kvevict row 28-40 s, kvpress SnapKV ~15 s,
-# KVzip ~40 s (its reconstruction passes); the defaults (11 tasks x 1 sample x 2 ratios x 2 protocols) take
-# about 30 minutes for kvevict's part and as long for kvpress's.
+# Cost on the 2-core machine at 4K, per row: the full cache 8-20 s, kvevict SnapKV 25-36 s, kvpress SnapKV 10-14 s,
+# KVzip (either library's: the reconstruction is a second prefill) 50-100 s; a sample the full cache scores 0 on
+# is skipped for the other rows. The defaults (11 tasks x 1 sample x 2 ratios x 2 protocols) take about 75 minutes
+# for kvevict's part and about 60 for kvpress's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=${PY:-$(bash scripts/get-hf-venv.sh)}
@@ -23,7 +24,7 @@ part=${PART:-kvevict}
 common=(bench/ruler/run.py --samples "${SAMPLES:-1}" --ratios "${RATIOS:-0.5,0.75}" --length "${LENGTH:-4096}"
         --threads "${THREADS:-2}" --out "$out")
 case "$part" in
-  kvevict) "$py" "${common[@]}" --rows "full,${KVEVICT_ROWS:-kvevict:snapkv@kernel=15,kvevict:keyformer}" ;;
+  kvevict) "$py" "${common[@]}" --rows "full,${KVEVICT_ROWS:-kvevict:kvzip+adakv@layers=shared,kvevict:snapkv@kernel=15}" ;;
   kvpress) "$py" "${common[@]}" --rows "full,${KVPRESS_ROWS:-kvpress:snapkv,kvpress:kvzip}" ;;
   *) echo "run.sh: PART must be kvevict or kvpress (got '$part')" >&2; exit 2 ;;
 esac
