@@ -36,7 +36,8 @@ def _encode(tokenizer, text):
 
 def check_options(config, options, hybrid):
     """policy='kvzip': its options checked, the repeat prompts tokenized. Returns dict(first, later, suffix, chunk,
-    n_sink)."""
+    n_sink, layers). TypeError for an unknown option, ValueError for a missing tokenizer, a bad value, or a hybrid
+    (sliding-window) model."""
     unknown = sorted(set(options) - set(OPTIONS) - {"head_budgets"})
     if unknown:
         raise TypeError(f"KVEvictCache: policy 'kvzip' takes tokenizer, chunk, n_sink, layers and head_budgets (got "
@@ -144,4 +145,3 @@ def make_model_hook(ref):
             run(cache, module, ids)
         return None
     return hook
-

@@ -120,8 +120,9 @@ class KVEvictCache(Cache):
               n_future_positions, n_sink, use_covariance, use_vnorm, epsilon, kvpress's defaults; the default
               RoPE only), 'kvzip' (KVzip, Kim et al. 2025: query-agnostic, the context's tokens ranked by how
               much the model attends to them while repeating the context; options tokenizer (required: the
-              model's, for the repeat prompt), chunk (2048), n_sink (4), head_budgets; batch 1; one more prefill
-              of the context's length: _reconstruct.py) or 'full' (no eviction).
+              model's, for the repeat prompt), chunk (2048), n_sink (4), layers ('uniform': k per KV head in
+              every layer; 'shared': the model's budget shared among layers by score, KVzip's default),
+              head_budgets; batch 1; one more prefill of the context's length: _reconstruct.py) or 'full'.
     budget    k per KV head: an int (tokens, at most the prompt's length), a float in (0, 1] (k = floor(r P)) or
               a string ('64', '0.5', '50%'), as kvevict.Cache and the command-line tools take it.
     recent    the recent window w, as kvevict.Cache (default 30% of k for keyformer, h2o, snapkv).
