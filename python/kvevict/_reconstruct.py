@@ -89,33 +89,46 @@ def logits_rows(layer):
 
 
 def run(cache, model, input_ids):
-    """The repeat passes after the prompt's forward, then every full-attention layer's cut."""
-    if input_ids is None:
-        raise ValueError("KVEvictCache(policy='kvzip') needs the prompt's input_ids (the repeat passes copy the "
-                         "context's tokens); inputs_embeds is not supported")
-    if input_ids.shape[0] != 1:
-        raise ValueError(f"KVEvictCache(policy='kvzip') scores one sequence (got a batch of {input_ids.shape[0]})")
+    """The repeat passes after the prompt's forward, then every full-attention layer's cut. Everything that can be
+    refused is checked first (the ids, one unpadded sequence, the budget); if the passes or the cut raise anyway
+    (an interrupt, memory), every layer is reset: the cache is left empty, as new, never half-scored."""
     layers = [cache.layers[i] for i in cache.global_layers]
-    ctx = input_ids[0].tolist()
-    P = len(ctx)
-    r = cache.reconstruct
-    inner = getattr(model, model.base_model_prefix)
-    for start in range(0, P, r["chunk"]):
-        end = min(start + r["chunk"], P)
-        head = r["first"] if start == 0 else r["later"] + ctx[max(0, start - 8):start]
-        cache._recon_chunk = (start, end, P)
-        inner(input_ids=torch.tensor([head + r["suffix"] + ctx[start:end]]), past_key_values=cache, use_cache=True)
+    try:
+        if input_ids is None:
+            raise ValueError("KVEvictCache(policy='kvzip') needs the prompt's input_ids (the repeat passes copy the "
+                             "context's tokens); inputs_embeds is not supported")
+        if input_ids.shape[0] != 1:
+            raise ValueError(f"KVEvictCache(policy='kvzip') scores one sequence (got a batch of {input_ids.shape[0]})")
+        real = layers[0]._real
+        if real is not None and not bool(real.all()):
+            raise ValueError("KVEvictCache(policy='kvzip') takes an unpadded prompt (its attention mask has zeros: the "
+                             "repeat passes would copy the padding)")
+        ctx = input_ids[0].tolist()
+        P = len(ctx)
+        cache.resolve_budget(P)  # a budget the prompt cannot hold is refused before the passes' cost
+        r = cache.reconstruct
+        inner = getattr(model, model.base_model_prefix)
+        for start in range(0, P, r["chunk"]):
+            end = min(start + r["chunk"], P)
+            head = r["first"] if start == 0 else r["later"] + ctx[max(0, start - 8):start]
+            cache._recon_chunk = (start, end, P)
+            inner(input_ids=torch.tensor([head + r["suffix"] + ctx[start:end]]), past_key_values=cache, use_cache=True)
+            for layer in layers:
+                layer.drop_after(P)
+        top = max(float(layer.recon.max()) for layer in layers) + 1.0
         for layer in layers:
-            layer.drop_after(P)
-    top = max(float(layer.recon.max()) for layer in layers) + 1.0
-    for layer in layers:
-        layer.recon[:, :r["n_sink"]] = top
-    if r["layers"] == "shared":
-        share_layers(cache, layers, P)
-    for layer in layers:
-        layer.pending = False
-        layer.cut_prompt_now()
-    cache._recon_chunk = None
+            layer.recon[:, :r["n_sink"]] = top
+        if r["layers"] == "shared":
+            share_layers(cache, layers, P)
+        for layer in layers:
+            layer.pending = False
+            layer.cut_prompt_now()
+    except BaseException:
+        for layer in cache.layers:
+            layer.reset()
+        raise
+    finally:
+        cache._recon_chunk = None
 
 
 def share_layers(cache, layers, prompt_len):

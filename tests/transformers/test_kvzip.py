@@ -118,6 +118,27 @@ def test_refusals(llama):
     cache = KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok())
     with pytest.raises(ValueError, match="scores one sequence"), torch.no_grad():
         llama(torch.cat([prompt(7, 20), prompt(8, 20)]), past_key_values=cache)
+    mask = torch.ones(1, 20, dtype=torch.long)
+    mask[0, :3] = 0
+    cache = KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok())
+    with pytest.raises(ValueError, match="takes an unpadded prompt"), torch.no_grad():
+        llama(prompt(9, 20), attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), past_key_values=cache)
+
+
+def test_a_refused_prompt_leaves_the_cache_as_new(llama):
+    """A budget the prompt cannot hold is refused before the repeat passes; the cache is then empty, and the next
+    prompt is scored and cut as on a fresh cache."""
+    cache = KVEvictCache(llama, policy="kvzip", budget=25, tokenizer=Tok(), chunk=16)
+    with pytest.raises(ValueError, match="budget 25 tokens is larger than the prompt's 20 tokens"), torch.no_grad():
+        llama(prompt(10, 20), past_key_values=cache)
+    assert cache.get_seq_length() == 0
+    fresh = KVEvictCache(llama, policy="kvzip", budget=25, tokenizer=Tok(), chunk=16)
+    with torch.no_grad():
+        a = llama(prompt(12, 40), past_key_values=cache).logits
+        b = llama(prompt(12, 40), past_key_values=fresh).logits
+    assert torch.equal(a, b)
+    assert [list(cache.retained_positions(0, h)) for h in range(2)] == \
+        [list(fresh.retained_positions(0, h)) for h in range(2)]
 
 
 def test_shared_layer_budgets_follow_kvpress_layer_counts(arch_model):
