@@ -22,9 +22,12 @@ PROTOCOL_TEXT = {
 
 def load(rows):
     """{(protocol, label, ratio): {(task, seed): score}} and {(protocol, label, ratio): errors}."""
+    last = {}  # a row run again (a failure retried, a skipped one with --all-samples): its last line counts
+    for r in rows:
+        last[(r["protocol"], r["source"], r["row"], r["ratio"], r["task"], r["seed"], r.get("question", "0"))] = r
     per_q = defaultdict(list)
     errors = defaultdict(int)
-    for r in rows:
+    for r in last.values():
         label = "full" if r["source"] == "full" else f"{r['source']}:{r['row']}"
         key = (r["protocol"], label, float(r["ratio"]))
         if r["error"].startswith("skipped"):
@@ -81,7 +84,7 @@ def tables(rows):
             out.append(f"| {label} | " + " | ".join(cells) + " |")
         out.append("")
         # The best kvevict row at each ratio against each other row, paired per sample.
-        out.append("Best kvevict row (the highest mean among those run on the most samples) minus each press, paired over the samples both answered (points, ± SE):\n")
+        out.append("Best kvevict row (the highest mean among those run on the most samples, picked on these same samples: an optimistic pick) minus each press, paired over the samples both answered (points, ± SE):\n")
         out.append("| ratio | best kvevict row | " + " | ".join(l for l in labels if not l.startswith("kvevict:")) + " |")
         out.append("|---|---|" + "---|" * sum(1 for l in labels if not l.startswith("kvevict:")))
         for r in ratios:

@@ -15,11 +15,21 @@ Language Models?", COLM 2024, arXiv 2404.06654; NVIDIA/RULER scripts/data/synthe
   cwe             common words extraction: 10 words x 30 among uncommon words x 3, a numbered list
   fwe             frequent words extraction: coded words drawn from a Zipf law (alpha 2), the 3 most frequent
 
-What differs from RULER, and why:
+What differs from RULER (this is version 1; the results in bench/ruler/results were made with it):
   * the "essay" haystack is TinyStories' validation text (../shared/data/tinystories-val; RULER downloads Paul
     Graham's essays), whole sentences from a seeded offset;
   * word keys and the CWE words come from the `wonderwords` package's lists, as RULER's (adjective-noun pairs for
-    keys; nouns, adjectives and verbs for CWE); CWE has no in-context example (RULER adds one);
+    keys; nouns, adjectives and verbs for CWE);
+  * no in-context example for CWE and VT (RULER puts a worked example before each: it shows the answer's form);
+  * the needle templates stay plural ("What are all the special magic numbers for ...") where RULER turns them
+    singular for one needle ("What is the special magic number for ...");
+  * every haystack is joined with spaces and needles go at DEPTHS (RULER: "\n" between the noise and needle
+    haystacks' lines, needles at random lines there; DEPTHS only in the essay);
+  * FWE: the answer is the 3 most frequent coded words by count, drawn from Zipf's law, rank 1 included, a " .... "
+    between groups of ten; RULER's counts are floor(N k^-alpha / zeta(alpha)), its rank-1 word is the "..." noise
+    and the answer is ranks 2-4;
+  * CWE keeps RULER's 4K frequencies (30 / 3) at every length (RULER uses 6 / 1 below 4,096);
+  * the prompt (context + question + answer prefix) fills `length`; RULER keeps room for the answer's tokens;
   * the prompts are plain completion text (no chat template), each question closed by RULER's answer prefix;
   * niah_multiquery also carries one question per key (`followups`): the query-agnostic protocol asks them one
     after another against one compressed context (issue 54).
@@ -131,7 +141,8 @@ def _fit(build, encode, length, lo=1, hi=1 << 16):
     while bad is None:
         nxt = min(2 * lo, hi)
         if nxt == lo:
-            return lo, build(lo)
+            raise ValueError(f"ruler: length {length} tokens is more than this task's {hi} haystack units fill "
+                             "(its word pool or stream is too small for it)")
         if fits(nxt):
             lo = nxt
         else:

@@ -18,8 +18,10 @@ A compression ratio c (kvpress's: the fraction removed) is kvevict's budget 1 - 
 Answers: greedy, at most RULER's tokens_to_generate for the task (or --max-new-tokens), stopping at the end
 token or at the end of the answer's first line. Score: RULER's string_match_all (bench/ruler/ruler.py), 0..1.
 
-Resumable: one line per (task, seed, protocol, ratio, source, row, question) in --out/results.csv; --summary only
-prints the tables. Samples run seed-major (every task's first sample, then the second, ...), so a partial run is
+Resumable: one line per (task, seed, protocol, ratio, source, row, question) in --out/results.csv (one --out per
+--length and --max-new-tokens: they are not in the key; run one process per --out); --summary only prints the
+tables. The context and the question are tokenized apart and joined (the generator fits them measured together:
+a prompt can be a token or two over --length). Samples run seed-major (every task's first sample, then the second, ...), so a partial run is
 balanced over tasks.
 
   PY=$(bash scripts/get-hf-venv.sh); bash scripts/python-module-for.sh ... (see bench/ruler/run.sh)
@@ -79,7 +81,8 @@ class Engine:
     # -- rows ---------------------------------------------------------------------------------------------
     def run(self, source, name, ratio, compressed, appended, max_new):
         """Answers for each ids list of `appended` (each [] or the question's ids) after compressing `compressed`
-        at compression ratio `ratio`. Returns ([answer texts], kept tokens per KV head after compression)."""
+        at compression ratio `ratio`. Returns ([answer texts], kept tokens per KV head after compression, on average
+        over layers and heads)."""
         with self.torch.no_grad():
             if source == "full":
                 return self._dynamic(None, None, compressed, appended, max_new)
@@ -101,7 +104,9 @@ class Engine:
         cache = KVEvictCache(self.model, policy=policy, budget=1.0 - ratio, evict="prefill", **opts)
         try:
             first = self.model(torch.tensor([compressed]), past_key_values=cache).logits[0, -1]
-            P, kept = cache.get_seq_length(), cache.kept_length()
+            P = cache.get_seq_length()
+            lens = [cache.layers[i].lens.mean() for i in cache.global_layers]
+            kept = round(sum(lens) / len(lens))  # per KV head, on average over layers (as masked_per_head)
             answers = []
             for app in appended:
                 logits = first if not app else self.model(torch.tensor([app]), past_key_values=cache).logits[0, -1]
@@ -255,7 +260,10 @@ def main():
         sentences = ruler.essay_sentences(f.read())
     os.makedirs(args.out, exist_ok=True)
     previous = read_done(results)
-    done = {(r["task"], r["seed"], r["protocol"], r["ratio"], r["source"], r["row"]) for r in previous}
+    # Rows answered are done; a failed row is run again, a skipped one too with --all-samples (report.py keeps
+    # the last line of each).
+    done = {(r["task"], r["seed"], r["protocol"], r["ratio"], r["source"], r["row"]) for r in previous
+            if not r["error"] or (r["error"] == SKIPPED and not args.all_samples)}
     full_scores = {}  # (task, seed, protocol) -> the full cache's mean score
     for r in previous:
         if r["source"] == "full" and not r["error"]:

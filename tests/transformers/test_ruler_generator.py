@@ -144,6 +144,8 @@ def test_refusals(lists, sentences):
         ruler.make_sample("niah_single_1", 0, 20, words_split, lists, sentences)
     with pytest.raises(ValueError, match="length 600 tokens leaves no room"):  # 10 words x 30 are 600 words
         ruler.make_sample("cwe", 0, 600, words_split, lists, sentences)
+    with pytest.raises(ValueError, match="length 200000 tokens is more than this task's 16384 haystack units fill"):
+        ruler.make_sample("fwe", 0, 200000, words_split, lists, sentences)  # never a shorter prompt than asked
     with pytest.raises(ValueError, match="no sentences"):
         ruler.make_sample("niah_single_2", 0, 600, words_split, lists, [])
 

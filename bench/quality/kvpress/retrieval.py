@@ -218,7 +218,7 @@ def main():
         if bad:
             sys.exit(f"retrieval.py: --protocol agnostic: prompt(s) {bad[:5]} do not end with the question's "
                      f"{len(tail)} tokens (not kvevict-quality's needle prompts?)")
-        split = len(prompts[0][3]) - len(tail)
+        split = {p[0]: len(p[3]) - len(tail) for p in prompts}  # per prompt: the question's tokens end each
     by_depth = {}
     for p in prompts:
         by_depth.setdefault(p[1], []).append(p)
@@ -227,8 +227,8 @@ def main():
     done = {(r["prompt"], float(r["ratio"]), r["source"], r["row"]) for r in sbs.read_done(results)}
     new_file = not os.path.isfile(results)
     print(f"retrieval: {len(prompts)} prompts of {len(prompts[0][3])} tokens, end id {end_id}, protocol "
-          f"{args.protocol}" + (f" (the first {split} tokens compressed, the question's "
-                                f"{len(prompts[0][3]) - split} appended)" if split else ""), file=sys.stderr, flush=True)
+          f"{args.protocol}" + (f" (the question's {len(prompts[0][3]) - split[prompts[0][0]]} tokens appended after "
+                                "the rest is compressed)" if split else ""), file=sys.stderr, flush=True)
     with open(results, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         if new_file:
@@ -244,7 +244,8 @@ def main():
                     row = dict(prompt=index, depth=depth, code=code, ratio=ratio, source=source, row=name, error="")
                     try:
                         run = answer_kvpress if source == "kvpress" else answer_kvevict
-                        text = run(model, tokenizer, ids, name, ratio, args.answer_tokens, end_id, split=split,
+                        text = run(model, tokenizer, ids, name, ratio, args.answer_tokens, end_id,
+                                   split=split[index] if split else None,
                                    hf_tokenizer=hf_tokenizer)
                         row.update(answer=text.replace("\n", "\\n"), correct=int(first_digits(text) == code))
                     except Exception as e:  # noqa: BLE001 - a row that fails is reported as such
