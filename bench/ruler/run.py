@@ -125,7 +125,8 @@ class Engine:
         if press_name is None:
             first = model(torch.tensor([compressed]), past_key_values=cache).logits[0, -1]
         else:
-            press = make_press(press_name, ratio, self.hf_tok)
+            import side_by_side as sbs
+            press = sbs.kvpress_press(press_name, ratio, hf_tokenizer=self.hf_tok)
             old = model.config._attn_implementation
             if press_name == "observed_attention":
                 model.config._attn_implementation = "eager"
@@ -167,11 +168,6 @@ def masked_per_head(model):
         if idx is not None:
             n += idx[0].numel() / (model.config.num_key_value_heads)
     return round(n / max(count, 1))
-
-
-def make_press(name, ratio, hf_tok):
-    import side_by_side as sbs
-    return sbs.kvpress_press(name, ratio, hf_tokenizer=hf_tok)
 
 
 def read_done(path):
