@@ -1,0 +1,108 @@
+"""Worker side: vLLM's CPU attention backend, reading only the blocks kvevict keeps.
+
+vLLM's worker keeps its own copy of each request's block table, which only grows: a block the scheduler
+freed is still listed there (and may already hold another request's tokens). KVEvictCPUMetadataBuilder
+therefore removes the evicted blocks itself before the kernel runs: with c = seq_len - query_len tokens
+cached, the row's blocks [S, S + e(c)) (policy.py, the same blocks the scheduler freed) are cut out of the
+block table and seq_len shrinks by e(c) * block_size. The kernel then attends to the kept blocks in their
+order, the new tokens last; their keys were stored with their original positions' RoPE, and the slots the
+new tokens are written to were computed from positions before the cut, so positions never change.
+"""
+
+import dataclasses
+
+import torch
+from vllm.config import get_current_vllm_config
+from vllm.v1.attention.backends.cpu_attn import (CPUAttentionBackend, CPUAttentionBackendImpl,
+                                                 CPUAttentionMetadataBuilder)
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+from .manager import KVEvictAttentionSpec
+from .policy import parse
+
+
+# The engine's config, seen by this process's attention layers while the model is built (vLLM sets it then;
+# it is no longer set when the KV cache spec is asked for). One engine per process, as vLLM's workers run.
+_ENGINE_CONFIG = None
+
+
+class KVEvictCPUImpl(CPUAttentionBackendImpl):
+    """vLLM's CPU attention, unchanged; its construction records the engine's config for customize_spec."""
+
+    def __init__(self, *args, **kwargs):
+        global _ENGINE_CONFIG
+        super().__init__(*args, **kwargs)
+        _ENGINE_CONFIG = get_current_vllm_config()
+
+
+def _engine_policy(block_size):
+    config = _ENGINE_CONFIG
+    if config is None:
+        raise RuntimeError("kvevict: no attention layer of this process was built before its KV cache spec")
+    extra = config.additional_config if isinstance(config.additional_config, dict) else {}
+    policy = parse(extra.get("kvevict"), block_size)
+    if policy.policy != "full":
+        if config.cache_config.enable_prefix_caching:
+            raise ValueError("kvevict: prefix caching shares blocks between requests, and an evicted shared "
+                             "block would leave the others; start vLLM with enable_prefix_caching=False")
+        if config.speculative_config is not None:
+            raise ValueError("kvevict: speculative decoding is not served (rejected draft tokens would "
+                             "move the eviction point back); start vLLM without speculative_config")
+    return policy
+
+
+class KVEvictCPUMetadataBuilder(CPUAttentionMetadataBuilder):
+    """CPUAttentionMetadataBuilder that cuts each row's evicted blocks out before building. O(rows * blocks)."""
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.eviction = kv_cache_spec.eviction if isinstance(kv_cache_spec, KVEvictAttentionSpec) else None
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+        p = self.eviction
+        if p is not None and p.policy != "full":
+            common_attn_metadata = self._cut(common_attn_metadata, p)
+        return super().build(common_prefix_len, common_attn_metadata, fast_build)
+
+    @staticmethod
+    def _cut(m, p):
+        n = m.num_reqs
+        q_lens = (m.query_start_loc_cpu[1:n + 1] - m.query_start_loc_cpu[:n]).to(torch.int64)
+        seq_lens = m.seq_lens[:n].to("cpu", torch.int64)
+        cached = seq_lens - q_lens
+        evicted = torch.clamp((cached - p.budget) // p.block_size, min=0)
+        if not bool((evicted > 0).any()):
+            return m
+        table = m.block_table_tensor.clone()
+        new_lens = m.seq_lens.clone()
+        s = p.start_blocks
+        for row in torch.nonzero(evicted).flatten().tolist():
+            e = int(evicted[row])
+            used = -(-int(seq_lens[row]) // p.block_size)
+            table[row, s:used - e] = m.block_table_tensor[row, s + e:used]
+            new_lens[row] = int(seq_lens[row]) - e * p.block_size
+        return dataclasses.replace(m, block_table_tensor=table, seq_lens=new_lens,
+                                   max_seq_len=int(new_lens[:n].max()))
+
+
+class KVEvictCPUBackend(CPUAttentionBackend):
+    """vLLM's CPU_ATTN backend with kvevict's eviction: the same kernels, KVEvictAttentionSpec for
+    full-attention layers (so the scheduler frees evicted blocks) and a builder that skips them."""
+
+    @classmethod
+    def customize_spec(cls, spec):
+        spec = super().customize_spec(spec)
+        if type(spec) is not FullAttentionSpec or spec.sliding_window is not None:
+            return spec  # sliding-window and other layers keep vLLM's own management
+        p = _engine_policy(spec.block_size)
+        fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(FullAttentionSpec)}
+        return KVEvictAttentionSpec(**fields, kvevict_policy=p.policy, kvevict_budget=p.budget,
+                                    kvevict_sinks=p.sinks)
+
+    @staticmethod
+    def get_impl_cls():
+        return KVEvictCPUImpl
+
+    @staticmethod
+    def get_builder_cls():
+        return KVEvictCPUMetadataBuilder

@@ -1,0 +1,68 @@
+"""Scheduler side: the KV cache spec that carries kvevict's policy and the block manager that frees evicted blocks.
+
+vLLM's KV cache manager keeps, per request, a list of blocks indexed by logical block (block j holds
+positions [j*bs, (j+1)*bs)). Before it allocates a request's new slots each step it calls
+`remove_skipped_blocks(request_id, processed_computed_tokens)`; sliding-window layers use it to give blocks
+behind the window back to the pool. KVEvictManager frees the blocks kvevict's policy evicts (policy.py) the
+same way: each becomes vLLM's null block in the request's list (so the list keeps its logical indexing and
+positions never change) and goes back to the BlockPool, where another request can take it at once.
+"""
+
+from dataclasses import dataclass, fields
+
+from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+from .policy import EvictionPolicy
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVEvictAttentionSpec(FullAttentionSpec):
+    """A full-attention layer's spec plus kvevict's policy; the scheduler builds KVEvictManager for it.
+
+    kvevict_policy / kvevict_budget / kvevict_sinks: EvictionPolicy's fields (block_size is the spec's).
+    Registered with uniform_type_base_spec=FullAttentionSpec, so every full-attention layer lands in one
+    KV cache group, as without the plugin.
+    """
+
+    kvevict_policy: str = "full"
+    kvevict_budget: int = 0
+    kvevict_sinks: int = 0
+
+    @property
+    def eviction(self) -> EvictionPolicy:
+        return EvictionPolicy(self.kvevict_policy, self.kvevict_budget, self.kvevict_sinks, self.block_size)
+
+    @classmethod
+    def merge(cls, specs):
+        """FullAttentionSpec.merge, keeping the policy (the same in every layer, or AssertionError)."""
+        merged = super().merge(specs)
+        own = {f.name for f in fields(cls)} - {f.name for f in fields(FullAttentionSpec)}
+        values = {name: {getattr(s, name) for s in specs} for name in own}
+        assert all(len(v) == 1 for v in values.values()), f"kvevict: layers disagree on the policy: {values}"
+        return cls(**{f.name: getattr(merged, f.name) for f in fields(FullAttentionSpec)},
+                   **{name: v.pop() for name, v in values.items()})
+
+
+class KVEvictManager(FullAttentionManager):
+    """FullAttentionManager whose remove_skipped_blocks frees the blocks kvevict's policy evicts.
+
+    Each call frees the blocks of [S, S + e(c)) not freed yet, c = the request's processed (committed)
+    tokens: O(blocks freed). Prefix caching is refused at start-up (backend.py), so no block is shared.
+    """
+
+    def __init__(self, kv_cache_spec, **kwargs):
+        super().__init__(kv_cache_spec, **kwargs)
+        self.eviction = kv_cache_spec.eviction
+        self.blocks_freed = 0  # blocks this manager returned to the pool by eviction (tests, benches)
+
+    def remove_skipped_blocks(self, request_id, processed_computed_tokens, num_prompt_tokens=None):
+        evicted = self.eviction.evicted_blocks(processed_computed_tokens)
+        blocks = self.req_to_blocks.get(request_id)
+        if not evicted or not blocks:
+            return
+        null = self._null_block
+        stop = min(evicted.stop, len(blocks))
+        before = sum(b is not null and b != null for b in blocks[evicted.start:stop])
+        self._remove_blocks_in_range(request_id, evicted.start, stop)
+        self.blocks_freed += before

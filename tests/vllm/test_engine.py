@@ -1,0 +1,122 @@
+"""kvevict's plugin in a running vLLM (CPU backend, SmolLM2-135M, float32, greedy).
+
+- 'full' gives vLLM's own ids (vLLM without the plugin, in another process) and transformers' ids;
+- with 'streaming' and 'window', three requests of different lengths decode together; each one's ids equal
+  transformers' with the evicted positions masked (reference.py), and after every step the scheduler's
+  block list of each request holds vLLM's null block exactly at the evicted blocks (the token-by-token
+  rule of reference.py), at most ceil(k / bs) + 1 blocks once the prompt is processed, and the pool's free
+  count is what the requests do not hold;
+- settings the plugin cannot serve are refused when the engine starts, with the reason.
+"""
+
+import gc
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import reference
+from conftest import block_manager, make_engine, run_stepwise
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAX_TOKENS = 20
+BS = 128
+
+
+@pytest.fixture(scope="module")
+def hf(model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    return tok, model.eval()
+
+
+@pytest.fixture(scope="module")
+def prompts(hf, stories):
+    """Three prompts of 600, 300 and 630 tokens (5, 3 and 5 blocks) from TinyStories paragraphs: with k = 256
+    the first evicts 2 blocks after its prompt, the second never reaches k + 128, the third evicts 2 blocks
+    after its prompt and a third one at its 10th decode step (640 tokens cached)."""
+    tok, _ = hf
+    return [tok(" ".join(stories[a:b]))["input_ids"][:n] for a, b, n in ((0, 40, 600), (40, 70, 300), (70, 120, 630))]
+
+
+def _free_engine(llm):
+    llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+
+
+def test_full_gives_vllms_own_ids(model_dir, prompts, hf, tmp_path):
+    llm = make_engine(model_dir, {"policy": "full"})
+    mgr, _ = block_manager(llm)
+    assert type(mgr).__name__ == "KVEvictManager"
+    ids, trace = run_stepwise(llm, prompts, MAX_TOKENS)
+    _free_engine(llm)
+    assert all(None not in blocks for step, _ in trace for _, blocks in step.values())
+
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps(prompts))
+    env = dict(os.environ, VLLM_PLUGINS="lora_filesystem_resolver")
+    run = subprocess.run([sys.executable, os.path.join(HERE, "own_engine.py"), model_dir, str(path),
+                          str(MAX_TOKENS)], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    own = json.loads(run.stdout.strip().splitlines()[-1])
+    assert own["backend"] == "vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend"
+    assert own["ids"] == ids
+
+    _, model = hf
+    assert ids[0] == reference.masked_greedy(model, prompts[0], MAX_TOKENS)
+
+
+@pytest.mark.parametrize("config", [{"policy": "streaming", "budget": 256},
+                                    {"policy": "window", "budget": 256}], ids=["streaming", "window"])
+def test_eviction_matches_masked_reference_and_frees_blocks(model_dir, prompts, hf, config):
+    llm = make_engine(model_dir, config)
+    mgr, kvm = block_manager(llm)
+    free_at_start = kvm.block_pool.get_num_free_blocks()
+    ids, trace = run_stepwise(llm, prompts, MAX_TOKENS)
+    freed = mgr.blocks_freed
+    _free_engine(llm)
+
+    start = 1 if config["policy"] == "streaming" else 0
+    evicted_at = lambda c: reference.evicted_pages_sim(c, config["budget"], BS, start)
+    seen_eviction = set()
+    for step, free in trace:
+        held = 0
+        for i, (cached, blocks) in step.items():
+            nulls = [j for j, b in enumerate(blocks) if b is None]
+            assert nulls == evicted_at(cached), (i, cached, blocks)
+            live = len(blocks) - len(nulls)
+            if cached >= len(prompts[i]):  # the prompt is processed: within the budget's blocks
+                assert live <= -(-config["budget"] // BS) + 1, (i, cached, blocks)
+            held += live
+            seen_eviction.update([i] if nulls else [])
+        assert free == free_at_start - held
+    assert trace[-1] == ({}, free_at_start)
+    assert seen_eviction == {0, 2} and freed == 2 + 3
+
+    _, model = hf
+    for p, got in zip(prompts, ids):
+        assert got == reference.masked_greedy(model, p, MAX_TOKENS, (evicted_at, BS))
+    # and eviction changed what the long requests attended to: their ids differ from the full cache's
+    assert ids[0] != reference.masked_greedy(model, prompts[0], MAX_TOKENS)
+
+
+@pytest.mark.parametrize("config,overrides,message", [
+    ({"policy": "streaming", "budget": 256}, {"enable_prefix_caching": True}, "prefix caching shares blocks"),
+    ({"policy": "keyformer", "budget": 256}, {}, "policy='keyformer' is not one of full, streaming, window"),
+    ({"policy": "window", "budget": 100}, {}, "budget=100 is below 128 tokens"),
+])
+def test_unserved_settings_are_refused_at_start(model_dir, config, overrides, message):
+    with pytest.raises(Exception) as info:
+        make_engine(model_dir, config, **overrides)
+    text = str(info.value) + "".join(str(a) for a in getattr(info.value, "args", ()))
+    chain = info.value
+    while chain is not None and message not in text:
+        chain = chain.__cause__ or chain.__context__
+        text += str(chain)
+    assert message in text
