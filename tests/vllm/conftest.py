@@ -32,11 +32,13 @@ def stories():
 
 
 def make_engine(model_dir, kvevict=None, **overrides):
-    """An LLM in this process: float32, eager, no prefix caching, block size 128 (the CPU default)."""
+    """An LLM in this process: float32, eager, no prefix caching, block size 128 (the CPU default); at most half
+    the RAM free at start (vLLM's CPU default, 0.92, fails when an earlier engine's memory is not back yet)."""
     from vllm import LLM
 
     kw = dict(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=2048, seed=0,
-              enable_prefix_caching=False, distributed_executor_backend="uni")
+              enable_prefix_caching=False, distributed_executor_backend="uni",
+              gpu_memory_utilization=0.5)  # on CPU: the share of RAM the engine asks to be free at start
     if kvevict is not None:
         kw["additional_config"] = {"kvevict": kvevict}
     kw.update(overrides)
@@ -78,3 +80,22 @@ def run_stepwise(llm, prompts, max_tokens):
             if o.finished:
                 ids[index(o.request_id)] = list(o.outputs[0].token_ids)
     return ids, trace
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(model_dir, tmp_path_factory):
+    """A random-init Llama of 2 layers whose heads divide by 2 (4 query heads, 2 KV heads of 64), SmolLM2's
+    tokenizer and vocabulary, weights drawn with std 0.2 (seed 0) so that greedy logits are far apart."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                         max_position_embeddings=2048, initializer_range=0.2, tie_word_embeddings=True,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).to(torch.float32).save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)

@@ -61,10 +61,10 @@ def test_full_gives_vllms_own_ids(model_dir, prompts, hf, tmp_path):
     path = tmp_path / "prompts.json"
     path.write_text(json.dumps(prompts))
     env = dict(os.environ, VLLM_PLUGINS="lora_filesystem_resolver")
-    run = subprocess.run([sys.executable, os.path.join(HERE, "own_engine.py"), model_dir, str(path),
+    run = subprocess.run([sys.executable, os.path.join(HERE, "engine_run.py"), model_dir, str(path),
                           str(MAX_TOKENS)], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    own = json.loads(run.stdout.strip().splitlines()[-1])
+    own = json.loads(next(line for line in run.stdout.splitlines() if line.startswith('{"ids"')))
     assert own["backend"] == "vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend"
     assert own["ids"] == ids
 

@@ -10,6 +10,8 @@ new tokens are written to were computed from positions before the cut, so positi
 """
 
 import dataclasses
+import json
+import os
 
 import torch
 from vllm.config import get_current_vllm_config
@@ -81,8 +83,24 @@ class KVEvictCPUMetadataBuilder(CPUAttentionMetadataBuilder):
             used = -(-int(seq_lens[row]) // p.block_size)
             table[row, s:used - e] = m.block_table_tensor[row, s + e:used]
             new_lens[row] = int(seq_lens[row]) - e * p.block_size
+        if os.environ.get("KVEVICT_VLLM_TRACE"):
+            _trace(table, new_lens, evicted, n, p.block_size)
         return dataclasses.replace(m, block_table_tensor=table, seq_lens=new_lens,
                                    max_seq_len=int(new_lens[:n].max()))
+
+
+def _trace(table, seq_lens, evicted, n, block_size):
+    """KVEVICT_VLLM_TRACE=DIR: appends this cut to DIR/rank<R>.jsonl, one line per build with an eviction:
+    [[seq_len after the cut, blocks evicted, kept block ids], ...] by row (tests compare tensor-parallel ranks)."""
+    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+    rows = []
+    for row in range(n):
+        length = int(seq_lens[row])
+        rows.append([length, int(evicted[row]), table[row, :-(-length // block_size)].tolist()])
+    path = os.path.join(os.environ["KVEVICT_VLLM_TRACE"], f"rank{get_tensor_model_parallel_rank()}.jsonl")
+    with open(path, "a") as f:
+        f.write(json.dumps(rows) + "\n")
 
 
 class KVEvictCPUBackend(CPUAttentionBackend):

@@ -61,8 +61,7 @@ class KVEvictManager(FullAttentionManager):
         blocks = self.req_to_blocks.get(request_id)
         if not evicted or not blocks:
             return
-        null = self._null_block
         stop = min(evicted.stop, len(blocks))
-        before = sum(b is not null and b != null for b in blocks[evicted.start:stop])
+        live = sum(not b.is_null for b in blocks[evicted.start:stop])
         self._remove_blocks_in_range(request_id, evicted.start, stop)
-        self.blocks_freed += before
+        self.blocks_freed += live
