@@ -18,7 +18,8 @@ def generate(model, prompt, kvevict):
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=model, enable_prefix_caching=False, enforce_eager=True, max_model_len=2048,
-              distributed_executor_backend="uni", additional_config={"kvevict": kvevict})
+              distributed_executor_backend="uni", additional_config={"kvevict": kvevict},
+              gpu_memory_utilization=0.5)  # on CPU: the share of RAM asked free at start (two engines here)
     engine = llm.llm_engine
     (manager,) = engine.engine_core.engine_core.scheduler.kv_cache_manager.coordinator.single_type_managers
     engine.add_request("r", prompt, SamplingParams(temperature=0, max_tokens=24))
