@@ -31,25 +31,27 @@ def evicted_pages_sim(c, budget, page, start_pages):
 
 
 def masked_greedy(model, prompt_ids, max_tokens, rule=None):
-    """Greedy ids of `model` on `prompt_ids` (list of ints), recomputing the whole sequence each step with
-    the mask above. rule(c) -> evicted logical pages, page size; None: plain causal attention."""
-    ids = list(prompt_ids)
+    """Greedy ids of `model` on `prompt_ids` (list of ints) with the mask above. rule = (evicted_at, page):
+    evicted_at(c) -> the logical pages evicted with c tokens cached; None: plain causal attention.
+
+    The prompt is one causal forward (its tokens are computed together, nothing evicted); each generated
+    token then goes through transformers' own KV cache with a one-row mask over every cached position, the
+    evicted pages of its moment set to -inf. O(max_tokens * (P + max_tokens)) attention work."""
     p = len(prompt_ids)
     out = []
     with torch.no_grad():
-        for _ in range(max_tokens):
-            t = len(ids)
-            allowed = torch.ones(t, t, dtype=torch.bool).tril()
+        res = model(input_ids=torch.tensor([prompt_ids]), position_ids=torch.arange(p)[None], use_cache=True)
+        past, nxt = res.past_key_values, int(res.logits[0, -1].argmax())
+        for j in range(p, p + max_tokens):  # position j: the token just chosen, computed with j tokens cached
+            out.append(nxt)
+            if len(out) == max_tokens:
+                break
+            mask = torch.zeros(1, 1, 1, j + 1, dtype=torch.float32)
             if rule is not None:
                 evicted_at, page = rule
-                for j in range(p, t):
-                    for q in evicted_at(j):
-                        allowed[j, q * page:(q + 1) * page] = False
-            mask = torch.zeros(1, 1, t, t, dtype=torch.float32)
-            mask.masked_fill_(~allowed, torch.finfo(torch.float32).min)
-            logits = model(input_ids=torch.tensor([ids]), attention_mask=mask,
-                           position_ids=torch.arange(t)[None]).logits
-            nxt = int(logits[0, -1].argmax())
-            ids.append(nxt)
-            out.append(nxt)
+                for q in evicted_at(j):
+                    mask[..., q * page:(q + 1) * page] = torch.finfo(torch.float32).min
+            res = model(input_ids=torch.tensor([[nxt]]), position_ids=torch.tensor([[j]]), attention_mask=mask,
+                        past_key_values=past, use_cache=True)
+            past, nxt = res.past_key_values, int(res.logits[0, -1].argmax())
     return out
