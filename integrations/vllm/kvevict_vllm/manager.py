@@ -48,7 +48,7 @@ class KVEvictManager(FullAttentionManager):
     """FullAttentionManager whose remove_skipped_blocks frees the blocks kvevict's policy evicts.
 
     Each call frees the blocks of [S, S + e(c)) not freed yet, c = the request's processed (committed)
-    tokens: O(blocks freed). Prefix caching is refused at start-up (backend.py), so no block is shared.
+    tokens, once c reaches the prompt's length: O(blocks freed). Prefix caching is refused at start-up (backend.py), so no block is shared.
     """
 
     def __init__(self, kv_cache_spec, **kwargs):
@@ -57,6 +57,8 @@ class KVEvictManager(FullAttentionManager):
         self.blocks_freed = 0  # blocks this manager returned to the pool by eviction (tests, benches)
 
     def remove_skipped_blocks(self, request_id, processed_computed_tokens, num_prompt_tokens=None):
+        if num_prompt_tokens is not None and processed_computed_tokens < num_prompt_tokens:
+            return  # the prompt is not all computed yet (chunked prefill): nothing leaves, as on the worker
         evicted = self.eviction.evicted_blocks(processed_computed_tokens)
         blocks = self.req_to_blocks.get(request_id)
         if not evicted or not blocks:
