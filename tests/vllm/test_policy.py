@@ -90,3 +90,23 @@ def test_kept_blocks_equal_kvevicts_paged_cache(policy, budget, sinks, bs, promp
         kept_blocks = sorted({q // bs for q in kept_positions})
         every = range(-(-c // bs))
         assert [b for b in every if b not in p.evicted_blocks(c)] == kept_blocks, (c, kept_blocks)
+
+
+def test_random_settings_are_parsed_or_refused_with_valueerror():
+    """Any dict of the keys (and a stray one) with values of any type: parse returns a policy whose budget
+    leaves room for the sinks' blocks plus one, or raises ValueError naming kvevict; never another error."""
+    rng = random.Random(11)
+    values = [None, True, 0, -1, 1, 4, 127, 128, 129, 256, 300, 1 << 40, 2.5, "256", "50%", [], {}]
+    for _ in range(3000):
+        config = {key: rng.choice(values + ["full", "streaming", "window", "h2o"])
+                  for key in ("policy", "budget", "sinks", "recent") if rng.random() < 0.6}
+        block = rng.choice([32, 128])
+        try:
+            p = parse(config, block)
+        except ValueError as e:
+            assert str(e).startswith("kvevict: "), e
+            continue
+        assert p.policy in ("full", "streaming", "window") and p.block_size == block
+        if p.policy != "full":
+            assert isinstance(p.budget, int) and p.budget >= (p.start_blocks + 1) * block
+            assert list(p.evicted_blocks(p.budget + block)) == [p.start_blocks]
