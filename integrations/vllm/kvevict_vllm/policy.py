@@ -1,6 +1,6 @@
 """Which KV blocks (pages) a running vLLM request drops: kvevict's page-unit selection for position-only policies.
 
-kvevict's PagedCache with unit='page' (include/kvevict/paged_cache.hpp, docs/paged.md) cuts a sequence only by
+kvevict's PagedCache with unit='page' (include/kvevict/paged/page_eviction.hpp, docs/paged.md) cuts a sequence only by
 whole pages, once it holds k + page_size tokens: the oldest page that is not one of the first `start_pages`
 (the attention sinks' pages) leaves the page table. For 'streaming' (StreamingLLM, Xiao et al. 2023, sinks +
 recent window) and 'window' (recent window only) that choice depends on positions alone, so vLLM's scheduler
@@ -24,7 +24,8 @@ class EvictionPolicy:
     """One request's eviction settings, the same for every request of an engine.
 
     policy        'full' (nothing evicted), 'streaming' (sinks + recent) or 'window' (recent only).
-    budget        k, tokens a request keeps (before the block being filled); a multiple of nothing, an int.
+    budget        k, the tokens a request keeps besides the block being filled (an int; any value from
+                  (start blocks + 1) * block_size up, not a multiple of the block size necessarily).
     sinks         attention-sink tokens kept at the start ('streaming' only; 0 for 'window'); their
                   blocks, ceil(sinks / block_size), are never evicted.
     block_size    vLLM's KV block size (tokens per page), 128 on the CPU backend by default.
