@@ -1,10 +1,12 @@
 """kvevict in vLLM: one engine whose requests keep 4 attention sinks plus their most recent blocks, k tokens.
 
     PY=$(bash scripts/get-vllm-venv.sh); $PY -m pip install --no-deps ./integrations/vllm
-    $PY integrations/vllm/example.py "$(bash scripts/get-vllm-model.sh)" [BUDGET]
+    $PY integrations/vllm/example.py "$(bash scripts/get-vllm-model.sh)" [BUDGET] [PROMPT_FILE]
 
-Prints the greedy continuation of a long TinyStories prompt with the full cache and with kvevict's streaming
-policy at BUDGET tokens (default 256), and the KV blocks the request held at its end in each engine.
+Prints the greedy continuation of a long prompt with the full cache and with kvevict's streaming policy at
+BUDGET tokens (default 256), and the KV blocks the request held at its end in each engine. The prompt: the
+first 3,000 characters of PROMPT_FILE, by default TinyStories from ../shared beside the checkout, or, where
+that folder is not there, a story made up here.
 """
 
 import os
@@ -34,11 +36,20 @@ def generate(model, prompt, kvevict):
 
 
 def main():
+    if not 2 <= len(sys.argv) <= 4:
+        sys.exit(__doc__)
     model = sys.argv[1]
     budget = int(sys.argv[2]) if len(sys.argv) > 2 else 256
-    shared = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "tinystories-val")
-    with open(os.path.join(shared, "tinystories_val.txt"), encoding="utf-8") as f:
-        prompt = f.read(3000)
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = sys.argv[3] if len(sys.argv) > 3 else os.path.join(
+        here, "..", "..", "..", "shared", "data", "tinystories-val", "tinystories_val.txt")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            prompt = f.read(3000)
+    else:
+        names = ["Lily", "Tom", "Mia", "Ben", "Sue", "Max"]
+        prompt = " ".join(f"On day {d}, {names[d % 6]} found a {['red', 'blue', 'green'][d % 3]} ball in the park "
+                          f"and gave it to {names[(d + 1) % 6]}." for d in range(1, 60))
     for kvevict in ({"policy": "full"}, {"policy": "streaming", "budget": budget}):
         text, (held, listed) = generate(model, prompt, kvevict)
         print(f"{kvevict}: {held} of {listed} blocks held at the end\n  {text!r}")
