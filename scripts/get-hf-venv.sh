@@ -35,22 +35,9 @@ die() { echo "get-hf-venv.sh: $1" >&2; exit 1; }
 PYTHON=${PYTHON:-python3}
 command -v "$PYTHON" >/dev/null || die "'$PYTHON' is not on PATH"
 pyver="$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')"
-key="$(printf '%s\n' "python $pyver" "${PINS[@]}" | sha256sum | cut -c1-12)"
-root="${KVEVICT_HF_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvevict}"
-venv="$root/hf-venv-$key"
-
-if [ -x "$venv/bin/python" ] && [ -f "$venv/.complete" ]; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-
-mkdir -p "$root" || die "cannot create '$root'"
-rm -rf "$venv"
-tmp="$venv"
-echo "get-hf-venv.sh: creating $venv (python $pyver; ${PINS[*]})" >&2
-start=$(date +%s)
-"$PYTHON" -m venv "$tmp" >&2 || die "'$PYTHON -m venv' failed"
-pip=("$tmp/bin/python" -m pip --disable-pip-version-check --no-input)
+source "$(dirname "$0")/cached-venv.sh"
+venv_open hf-venv "${KVEVICT_HF_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvevict}" \
+  "$(printf '%s\n' "python $pyver" "${PINS[@]}")" "python $pyver; ${PINS[*]}"
 torch_pin="${PINS[0]}"
 if "${pip[@]}" install --retries 1 --timeout 30 --index-url "$TORCH_CPU_INDEX" "$torch_pin" >&2; then
   echo "get-hf-venv.sh: $torch_pin from PyTorch's CPU index" >&2
@@ -59,6 +46,4 @@ else
   "${pip[@]}" install "$torch_pin" >&2 || die "pip install $torch_pin failed"
 fi
 "${pip[@]}" install "${PINS[@]}" >&2 || die "pip install ${PINS[*]} failed"
-touch "$venv/.complete"
-echo "get-hf-venv.sh: done in $(( $(date +%s) - start )) s, $(du -sh "$venv" | cut -f1)" >&2
-echo "$venv/bin/python"
+venv_close

@@ -26,23 +26,9 @@ PYTHON=${PYTHON:-python3}
 command -v "$PYTHON" >/dev/null || die "'$PYTHON' is not on PATH"
 pyver="$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')"
 case "$pyver" in 3.1[0-3].*) ;; *) die "vLLM 0.32 needs Python 3.10 to 3.13; '$PYTHON' is $pyver" ;; esac
-key="$( { echo "python $pyver"; echo "$VLLM_PIN"; cat "$LOCK"; } | sha256sum | cut -c1-12)"
-root="${KVEVICT_VLLM_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvevict}"
-venv="$root/vllm-venv-$key"
-
-if [ -x "$venv/bin/python" ] && [ -f "$venv/.complete" ]; then
-  echo "$venv/bin/python"
-  exit 0
-fi
-
-mkdir -p "$root" || die "cannot create '$root'"
-rm -rf "$venv"
-echo "get-vllm-venv.sh: creating $venv (python $pyver; $VLLM_PIN over $LOCK)" >&2
-start=$(date +%s)
-"$PYTHON" -m venv "$venv" >&2 || die "'$PYTHON -m venv' failed"
-pip=("$venv/bin/python" -m pip --disable-pip-version-check --no-input)
+source scripts/cached-venv.sh
+venv_open vllm-venv "${KVEVICT_VLLM_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvevict}" \
+  "$( { echo "python $pyver"; echo "$VLLM_PIN"; cat "$LOCK"; } )" "python $pyver; $VLLM_PIN over $LOCK"
 "${pip[@]}" install --no-deps -r "$LOCK" >&2 || die "pip install -r $LOCK failed"
 "${pip[@]}" install --no-deps "$VLLM_PIN" >&2 || die "pip install $VLLM_PIN failed"
-touch "$venv/.complete"
-echo "get-vllm-venv.sh: done in $(( $(date +%s) - start )) s, $(du -sh "$venv" | cut -f1)" >&2
-echo "$venv/bin/python"
+venv_close
