@@ -13,7 +13,8 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STORIES = os.path.join(ROOT, "..", "shared", "data", "tinystories-val", "tinystories_val.txt")
+SHARED = os.environ.get("KVEVICT_SHARED_DIR", os.path.join(ROOT, "..", "shared"))  # ../shared beside the checkout
+STORIES = os.path.join(SHARED, "data", "tinystories-val", "tinystories_val.txt")
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +28,8 @@ def model_dir():
 @pytest.fixture(scope="session")
 def stories():
     """TinyStories' validation text as paragraphs (the shared folder's file, read-only)."""
+    if not os.path.isfile(STORIES):
+        pytest.fail(f"{STORIES} is missing: the tests read ../shared beside the checkout (or $KVEVICT_SHARED_DIR)")
     with open(STORIES, encoding="utf-8") as f:
         return [p.strip() for p in f.read().split("\n\n") if p.strip()]
 

@@ -3,7 +3,8 @@ VLLM_PLUGINS naming only vLLM's built-in plugins: a registered plugin cannot be 
 tensor parallelism (workers spawned, one per rank).
 
     python engine_run.py MODEL_DIR PROMPTS.json MAX_TOKENS [--kvevict JSON] [--tp N]
-Prints one JSON line (among vLLM's own output): {"ids": [[...], ...] greedy ids by prompt, "backend": the CPU attention class vLLM ran}.
+Prints one JSON line among vLLM's own output: {"ids": [[...], ...] greedy ids by prompt, "backend": the CPU
+attention class vLLM ran}.
 """
 
 import argparse

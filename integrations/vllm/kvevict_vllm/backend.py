@@ -5,8 +5,8 @@ freed is still listed there (and may already hold another request's tokens). KVE
 therefore removes the evicted blocks itself before the kernel runs: with c = seq_len - query_len tokens
 cached, the row's blocks [S, S + e(c)) (policy.py, the same blocks the scheduler freed; none while the
 request's prompt is not all computed, so a prompt prefilled in chunks attends to all of itself) are cut out
-of the block table and seq_len shrinks by e(c) * block_size. The kernel then attends to the kept blocks in their
-order, the new tokens last; their keys were stored with their original positions' RoPE, and the slots the
+of the block table and seq_len shrinks by e(c) * block_size. The kernel then attends to the kept blocks in
+their order, the new tokens last; their keys were stored with their original positions' RoPE, and the slots the
 new tokens are written to were computed from positions before the cut, so positions never change.
 """
 
@@ -82,6 +82,9 @@ class KVEvictCPUMetadataBuilder(CPUAttentionMetadataBuilder):
         self.eviction = kv_cache_spec.eviction if isinstance(kv_cache_spec, KVEvictAttentionSpec) else None
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+        """vLLM's build on the metadata with the evicted blocks cut: block_table_tensor [rows, max blocks]
+        (int block ids) gets each evicting row's kept blocks first, seq_lens [rows] (tokens) shrinks by
+        e * block_size; the inputs are not modified (copies, only when a row evicts). O(rows * max blocks)."""
         p = self.eviction
         if p is not None and p.policy != "full":
             common_attn_metadata = self._cut(common_attn_metadata, p)
@@ -132,6 +135,9 @@ class KVEvictCPUBackend(CPUAttentionBackend):
 
     @classmethod
     def customize_spec(cls, spec):
+        """A plain full-attention layer's spec becomes KVEvictAttentionSpec with the engine's policy (so the
+        scheduler builds KVEvictManager); other specs are returned as vLLM's backend gives them. ValueError
+        for a setting the engine cannot serve (_check)."""
         spec = super().customize_spec(spec)
         if type(spec) is not FullAttentionSpec or spec.sliding_window is not None:
             return spec  # sliding-window and other layers keep vLLM's own management

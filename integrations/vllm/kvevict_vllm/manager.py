@@ -31,6 +31,7 @@ class KVEvictAttentionSpec(FullAttentionSpec):
 
     @property
     def eviction(self) -> EvictionPolicy:
+        """The policy these fields and the spec's block size describe (policy.py)."""
         return EvictionPolicy(self.kvevict_policy, self.kvevict_budget, self.kvevict_sinks, self.block_size)
 
     @classmethod
@@ -48,7 +49,8 @@ class KVEvictManager(FullAttentionManager):
     """FullAttentionManager whose remove_skipped_blocks frees the blocks kvevict's policy evicts.
 
     Each call frees the blocks of [S, S + e(c)) not freed yet, c = the request's processed (committed)
-    tokens, once c reaches the prompt's length: O(blocks freed). Prefix caching is refused at start-up (backend.py), so no block is shared.
+    tokens, once c reaches the prompt's length: O(blocks freed). Prefix caching is refused at start-up
+    (backend.py), so no block is shared and every freed block goes back to the pool's free queue.
     """
 
     def __init__(self, kv_cache_spec, **kwargs):
@@ -57,13 +59,14 @@ class KVEvictManager(FullAttentionManager):
         self.blocks_freed = 0  # blocks this manager returned to the pool by eviction (tests, benches)
 
     def remove_skipped_blocks(self, request_id, processed_computed_tokens, num_prompt_tokens=None):
+        """vLLM's hook before a request's slots are allocated (tokens counts, not blocks): frees the newly
+        evicted blocks, replacing each by the null block in the request's list."""
         if num_prompt_tokens is not None and processed_computed_tokens < num_prompt_tokens:
             return  # the prompt is not all computed yet (chunked prefill): nothing leaves, as on the worker
         evicted = self.eviction.evicted_blocks(processed_computed_tokens)
         blocks = self.req_to_blocks.get(request_id)
         if not evicted or not blocks:
             return
-        stop = min(evicted.stop, len(blocks))
-        live = sum(not b.is_null for b in blocks[evicted.start:stop])
-        self._remove_blocks_in_range(request_id, evicted.start, stop)
-        self.blocks_freed += live
+        free_before = self.block_pool.get_num_free_blocks()
+        self._remove_blocks_in_range(request_id, evicted.start, min(evicted.stop, len(blocks)))
+        self.blocks_freed += self.block_pool.get_num_free_blocks() - free_before

@@ -4,8 +4,8 @@
 
 transformers dequantizes the GGUF's weights (Q4_1 blocks become float tensors) and writes config.json,
 model.safetensors and the tokenizer files. The loaded config carries a `quantization_config` that says
-"gguf"; it (and the model's GGUF quantizer) is dropped before saving, since the folder holds plain float weights and vLLM would otherwise
-look for a GGUF quantization method. OUT_DIR must not exist yet, or must hold an earlier conversion of the
+"gguf"; it (and the model's GGUF quantizer) is dropped before saving, since the folder holds plain float
+weights and vLLM would otherwise look for a GGUF quantization method. OUT_DIR must not exist yet, or must hold an earlier conversion of the
 same file (its `kvevict_source.json` names the file and its size): a finished folder is never overwritten,
 and a half-written one is removed first. Exit 2 for bad arguments, 1 for a failed conversion.
 """
