@@ -8,7 +8,9 @@
 # Resumable: one CSV line per run in bench/llama/results/quality_p2048.csv; a run already there is skipped.
 # WINDOWS (default 12), THREADS (default 1), JOBS (runs at once, default 1), BUILD_DIR (default build-llama),
 # EXTRA (more rows after those, e.g. "knorm h2o+mean h2o+summed": the key norm, h2o with --mean-attention, h2o with
-# --score-rows summed; the suffixes combine: "h2o+mean+summed"), RATIOS (default "0.1 0.2 0.5").
+# --score-rows summed, and +bounded: --bounded-prefill --batch 32, the prompt cut to k after every 32-token chunk, as
+# the many-sequence runs of serve.sh prefill; the suffixes combine in this order: "h2o+mean+summed+bounded"),
+# RATIOS (default "0.1 0.2 0.5"), POLICIES (default "keyformer h2o streaming window tova": the rows before EXTRA).
 # A run killed midway leaves its lock folder in $out.locks: remove that folder before resuming. At the end, prints the NLL
 # increase over the full cache per row, mean ± standard error over the windows run so far, beside kvevict's own
 # engine (per-KV-head selection) on the same windows from the committed report (summary.py).
@@ -46,10 +48,12 @@ run() {  # window doc offset policy ratio
   local key="$1,${docs[$2]},$3,$4,$5,"
   grep -qF "$key" "$out" && return 0
   mkdir "$locks/${key//\//_}" 2>/dev/null || return 0
-  local base=${4%+summed}
+  local unbounded=${4%+bounded}
+  local base=${unbounded%+summed}
   local args=(--policy "${base%+mean}")
   [ "$base" != "${base%+mean}" ] && args+=(--mean-attention)
-  [ "$4" != "$base" ] && args+=(--score-rows summed)
+  [ "$unbounded" != "$base" ] && args+=(--score-rows summed)
+  [ "$4" != "$unbounded" ] && args+=(--bounded-prefill --batch 32)
   [ "$4" != full ] && args+=(--budget "$5")
   local json
   json=$("$kvl" --model "$model" --prompt-file "$data/${docs[$2]}" --skip-tokens "$3" --prompt-tokens "$prompt" \
@@ -67,7 +71,7 @@ sweep() {
     off=${wins[$w]##*:}
     run "$w" "$doc" "$off" full 1
     for r in ${RATIOS:-0.1 0.2 0.5}; do
-      for p in keyformer h2o streaming window tova ${EXTRA:-}; do run "$w" "$doc" "$off" "$p" "$r"; done
+      for p in ${POLICIES-keyformer h2o streaming window tova} ${EXTRA:-}; do run "$w" "$doc" "$off" "$p" "$r"; done
     done
   done
 }

@@ -14,13 +14,14 @@
 #     h2omean50-xN  --parallel 2·N2 at 50%, a stream each, --bounded-prefill --batch 32: 2·N2 streams of k + 33 cells,
 #                   the KV memory of N2 full sequences (within 0.1 %)
 #     h2omean20-xN  --parallel 5·N2 at 20%, the same (within 2.5 %)
+#     streaming50-xN, streaming20-xN  the same with --policy streaming (positions only: no scores, no callback)
 #   and, not in the default list: llama-xN-pool (the full cache in one pool of cells, kv_unified) and
 #   h2omean50-xN-pool (2·N2 evicting sequences in one pool): every token attends the whole pool there.
 # REPEATS rounds (default 1) over VARIANTS (default: all, in the order above); the median of each. For each ratio
 # the bound of a memory-bound step is printed beside it: bytes read per token, weights (the GGUF's size) plus
 # the K/V attended (F16, n_layer · n_head_kv · head_dim · 2 · 2 bytes per cell), full over evicted; a batch reads
 # the weights once for all its sequences. Text: tutorial.rst of python-howto (63K tokens). Writes
-# bench/llama/results/serve.md (the table and every raw line). Build: scripts/llama-test.sh's (BUILD_DIR).
+# OUT (default bench/llama/results/serve.md: the table and every raw line). Build: scripts/llama-test.sh's (BUILD_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-llama}
@@ -34,6 +35,7 @@ model=${KVEVICT_SMOLLM2_GGUF:-$(bash scripts/get-models.sh)}
 text=${KVEVICT_SHARED_DIR:-../shared}/data/python-howto/tutorial.rst
 kvl="$build/kvevict-llama"
 [ -x "$kvl" ] || { echo "serve.sh: $kvl not built (bash scripts/llama-test.sh)" >&2; exit 2; }
+[ -n "${OUT:-}" ] && [ -e "$OUT" ] && { echo "serve.sh: OUT=$OUT exists: name a new file" >&2; exit 2; }
 mean="--policy h2o --mean-attention --score-rows summed"
 declare -A args=(
   [llama]="--no-kvevict --prompt-tokens $prompt"
@@ -43,6 +45,8 @@ declare -A args=(
   [llama-xN]="--no-kvevict --parallel $n2 --prompt-tokens $pm --seq-stride $pm --kv-unified off"
   [h2omean50-xN]="$mean --budget 50% --parallel $(( 2 * n2 )) --prompt-tokens $pm --seq-stride $pm --kv-unified off --bounded-prefill --batch 32"
   [h2omean20-xN]="$mean --budget 20% --parallel $(( 5 * n2 )) --prompt-tokens $pm --seq-stride $pm --kv-unified off --bounded-prefill --batch 32"
+  [streaming50-xN]="--policy streaming --budget 50% --parallel $(( 2 * n2 )) --prompt-tokens $pm --seq-stride $pm --kv-unified off --bounded-prefill --batch 32"
+  [streaming20-xN]="--policy streaming --budget 20% --parallel $(( 5 * n2 )) --prompt-tokens $pm --seq-stride $pm --kv-unified off --bounded-prefill --batch 32"
   [llama-xN-pool]="--no-kvevict --parallel $n2 --prompt-tokens $pm --seq-stride $pm"
   [h2omean50-xN-pool]="$mean --budget 50% --parallel $(( 2 * n2 )) --prompt-tokens $pm --seq-stride $pm"
 )
@@ -91,8 +95,8 @@ nm=$(( pm + steps / 2 ))
     case $v in
       streaming50|h2omean50) b=$(bound "$n" $(( prompt / 2 + 1 )) 1 1) ;;
       h2omean20) b=$(bound "$n" $(( prompt / 5 + 1 )) 1 1) ;;
-      h2omean50-xN) b=$(bound "$nm" $(( pm / 2 + 1 )) "$n2" $(( 2 * n2 ))) ;;
-      h2omean20-xN) b=$(bound "$nm" $(( pm / 5 + 1 )) "$n2" $(( 5 * n2 ))) ;;
+      h2omean50-xN|streaming50-xN) b=$(bound "$nm" $(( pm / 2 + 1 )) "$n2" $(( 2 * n2 ))) ;;
+      h2omean20-xN|streaming20-xN) b=$(bound "$nm" $(( pm / 5 + 1 )) "$n2" $(( 5 * n2 ))) ;;
       *) b=1 ;;
     esac
     printf '| %s | `%s` | %s | %s | %s | %s | %s |\n' "$v" "${args[$v]}" "$m" "$(ratio "$m" "$mr")" "$c" \
@@ -104,4 +108,4 @@ nm=$(( pm + steps / 2 ))
   echo '```'
   cat "$raw"
   echo '```'
-} | tee bench/llama/results/serve.md
+} | tee "${OUT:-bench/llama/results/serve.md}"

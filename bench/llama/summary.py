@@ -16,7 +16,10 @@ from collections import defaultdict
 POLICIES = ["window", "streaming", "h2o", "keyformer", "tova"]
 # quality.sh's EXTRA rows: shown over the windows they were run on (their n). A "+summed" row (--score-rows summed)
 # is compared with its policy's per-head row of kvevict's engine.
-EXTRA = ["knorm", "h2o+mean", "h2o+summed", "keyformer+summed", "tova+summed", "h2o+mean+summed"]
+# A "+bounded" row (--bounded-prefill --batch 32: the prompt cut to k after every chunk) is compared with the same
+# per-head row of kvevict's engine, which cuts once after the whole prompt.
+EXTRA = ["knorm", "h2o+mean", "h2o+summed", "keyformer+summed", "tova+summed", "h2o+mean+summed",
+         "streaming+bounded", "h2o+mean+summed+bounded"]
 RATIOS = ["0.1", "0.2", "0.5"]
 
 
@@ -42,7 +45,7 @@ def increases(rows, key):
 
 def per_head(cell):
     """The per-head row of kvevict's engine that a model-wide row is compared with: the same policy and ratio."""
-    return (cell[0].replace("+summed", ""), cell[1])
+    return (cell[0].replace("+bounded", "").replace("+summed", ""), cell[1])
 
 
 def table(title, cells):
