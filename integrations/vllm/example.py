@@ -1,10 +1,12 @@
-"""kvevict in vLLM: one engine whose requests keep 4 attention sinks plus their most recent blocks, k tokens.
+"""kvevict in vLLM: engines whose requests keep k tokens: 4 attention sinks plus the most recent blocks, or
+plus the blocks whose keys have the smallest norms.
 
     PY=$(bash scripts/get-vllm-venv.sh); $PY -m pip install --no-deps ./integrations/vllm
     $PY integrations/vllm/example.py "$(bash scripts/get-vllm-model.sh)" [BUDGET] [PROMPT_FILE]
 
-Prints the greedy continuation of a long prompt with the full cache and with kvevict's streaming policy at
-BUDGET tokens (default 256), and the KV blocks the request held at its end in each engine. The prompt: the
+Prints the greedy continuation of a long prompt with the full cache and with kvevict's streaming and knorm
+policies at BUDGET tokens (default 256), and the KV blocks the request held at its end in each engine (knorm
+chooses on vLLM's worker and reports through kvevict's KV connector: kv_transfer_config below). The prompt: the
 first 3,000 characters of PROMPT_FILE, by default TinyStories from ../shared beside the checkout, or, where
 that folder is not there, a story made up here.
 """
@@ -19,9 +21,13 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process
 def generate(model, prompt, kvevict):
     from vllm import LLM, SamplingParams
 
+    import kvevict_vllm
+
+    connector = kvevict_vllm.connector_config() if kvevict["policy"] == "knorm" else None
     llm = LLM(model=model, enable_prefix_caching=False, enforce_eager=True, max_model_len=2048,
               distributed_executor_backend="uni", additional_config={"kvevict": kvevict},
-              gpu_memory_utilization=0.5)  # on CPU: the share of RAM asked free at start (two engines here)
+              kv_transfer_config=connector,
+              gpu_memory_utilization=0.5)  # on CPU: the share of RAM asked free at start (three engines here)
     engine = llm.llm_engine
     (manager,) = engine.engine_core.engine_core.scheduler.kv_cache_manager.coordinator.single_type_managers
     engine.add_request("r", prompt, SamplingParams(temperature=0, max_tokens=24))
@@ -50,7 +56,7 @@ def main():
         names = ["Lily", "Tom", "Mia", "Ben", "Sue", "Max"]
         prompt = " ".join(f"On day {d}, {names[d % 6]} found a {['red', 'blue', 'green'][d % 3]} ball in the park "
                           f"and gave it to {names[(d + 1) % 6]}." for d in range(1, 60))
-    for kvevict in ({"policy": "full"}, {"policy": "streaming", "budget": budget}):
+    for kvevict in ({"policy": "full"}, {"policy": "streaming", "budget": budget}, {"policy": "knorm", "budget": budget}):
         text, (held, listed) = generate(model, prompt, kvevict)
         print(f"{kvevict}: {held} of {listed} blocks held at the end\n  {text!r}")
 

@@ -85,16 +85,12 @@ def run_stepwise(llm, prompts, max_tokens):
     return ids, trace
 
 
-@pytest.fixture(scope="session")
-def tiny_llama_dir(model_dir, tmp_path_factory):
-    """A random-init Llama of 2 layers whose heads divide by 2 (4 query heads, 2 KV heads of 64), SmolLM2's
-    tokenizer and vocabulary, weights drawn with std 0.2 (seed 0) so that greedy logits are far apart."""
+def _tiny_llama(model_dir, out, layers):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    out = tmp_path_factory.mktemp("tiny-llama")
     tok = AutoTokenizer.from_pretrained(model_dir)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=64,
                          max_position_embeddings=2048, initializer_range=0.2, tie_word_embeddings=True,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
@@ -102,3 +98,16 @@ def tiny_llama_dir(model_dir, tmp_path_factory):
     LlamaForCausalLM(config).to(torch.float32).save_pretrained(out)
     tok.save_pretrained(out)
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(model_dir, tmp_path_factory):
+    """A random-init Llama of 2 layers whose heads divide by 2 (4 query heads, 2 KV heads of 64), SmolLM2's
+    tokenizer and vocabulary, weights drawn with std 0.2 (seed 0) so that greedy logits are far apart."""
+    return _tiny_llama(model_dir, tmp_path_factory.mktemp("tiny-llama"), 2)
+
+
+@pytest.fixture(scope="session")
+def one_layer_llama_dir(model_dir, tmp_path_factory):
+    """The same with one layer: its 'knorm' scores are one layer's, as a kvevict.PagedCache holds them."""
+    return _tiny_llama(model_dir, tmp_path_factory.mktemp("one-layer-llama"), 1)

@@ -28,6 +28,10 @@ def main():
     with open(args.prompts) as f:
         prompts = json.load(f)
     extra = {"tensor_parallel_size": args.tp, "distributed_executor_backend": "mp"} if args.tp > 1 else {}
+    if (args.kvevict or {}).get("policy") == "knorm":  # a scored policy reports through kvevict's connector
+        from kvevict_vllm import connector_config
+
+        extra["kv_transfer_config"] = connector_config()
     llm = make_engine(args.model, args.kvevict, **extra)
     ids, _ = run_stepwise(llm, prompts, args.max_tokens)
     from vllm.v1.attention.backends.registry import AttentionBackendEnum

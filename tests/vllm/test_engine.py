@@ -6,6 +6,9 @@
   block list of each request holds vLLM's null block exactly at the evicted blocks (the token-by-token
   rule of reference.py), at most ceil(k / bs) + 1 blocks once the prompt is processed, and the pool's free
   count is what the requests do not hold;
+- with 'knorm' (the worker chooses from the keys and reports through kvevict's KV connector) the same, against
+  transformers' masked run whose own keys choose the blocks (reference.KnormRule), with chunked prefill too;
+  the keys chose blocks StreamingLLM would have kept;
 - settings the plugin cannot serve are refused when the engine starts, with the reason.
 """
 
@@ -72,6 +75,26 @@ def test_full_gives_vllms_own_ids(model_dir, prompts, hf, tmp_path):
     assert ids[0] == reference.masked_greedy(model, prompts[0], MAX_TOKENS)
 
 
+def _check_trace(trace, prompts, budget, evicted_at, free_at_start):
+    """At every step: null blocks exactly at evicted_at(i, cached) once request i's prompt is processed (none
+    before), at most ceil(k / bs) + 1 live blocks then, and the pool's free count is what no request holds.
+    Returns the requests that evicted."""
+    seen_eviction = set()
+    for step, free in trace:
+        held = 0
+        for i, (cached, blocks) in step.items():
+            nulls = [j for j, b in enumerate(blocks) if b is None]
+            assert nulls == (evicted_at(i, cached) if cached >= len(prompts[i]) else []), (i, cached, blocks)
+            live = len(blocks) - len(nulls)
+            if cached >= len(prompts[i]):
+                assert live <= -(-budget // BS) + 1, (i, cached, blocks)
+            held += live
+            seen_eviction.update([i] if nulls else [])
+        assert free == free_at_start - held
+    assert trace[-1] == ({}, free_at_start)
+    return seen_eviction
+
+
 @pytest.mark.parametrize("config,overrides", [
     ({"policy": "streaming", "budget": 256}, {}),
     ({"policy": "window", "budget": 256}, {}),
@@ -88,20 +111,8 @@ def test_eviction_matches_masked_reference_and_frees_blocks(model_dir, prompts, 
 
     start = 1 if config["policy"] == "streaming" else 0
     evicted_at = lambda c: reference.evicted_pages_sim(c, config["budget"], BS, start)
-    seen_eviction = set()
-    for step, free in trace:
-        held = 0
-        for i, (cached, blocks) in step.items():
-            nulls = [j for j, b in enumerate(blocks) if b is None]
-            assert nulls == (evicted_at(cached) if cached >= len(prompts[i]) else []), (i, cached, blocks)
-            live = len(blocks) - len(nulls)
-            if cached >= len(prompts[i]):  # the prompt is processed: within the budget's blocks
-                assert live <= -(-config["budget"] // BS) + 1, (i, cached, blocks)
-            held += live
-            seen_eviction.update([i] if nulls else [])
-        assert free == free_at_start - held
-    assert trace[-1] == ({}, free_at_start)
-    assert seen_eviction == {0, 2} and freed == 2 + 3
+    assert _check_trace(trace, prompts, config["budget"], lambda i, c: evicted_at(c), free_at_start) == {0, 2}
+    assert freed == 2 + 3
 
     _, model = hf
     for p, got in zip(prompts, ids):
@@ -110,11 +121,35 @@ def test_eviction_matches_masked_reference_and_frees_blocks(model_dir, prompts, 
     assert ids[0] != reference.masked_greedy(model, prompts[0], MAX_TOKENS)
 
 
+@pytest.mark.parametrize("overrides", [{}, {"max_num_batched_tokens": 256}], ids=["knorm", "knorm-chunked-prefill"])
+def test_knorm_matches_masked_reference_and_frees_blocks(model_dir, prompts, hf, overrides):
+    from kvevict_vllm import connector_config
+
+    config = {"policy": "knorm", "budget": 256}
+    llm = make_engine(model_dir, config, kv_transfer_config=connector_config(), **overrides)
+    mgr, kvm = block_manager(llm)
+    free_at_start = kvm.block_pool.get_num_free_blocks()
+    ids, trace = run_stepwise(llm, prompts, MAX_TOKENS)
+    freed = mgr.blocks_freed
+    _free_engine(llm)
+
+    _, model = hf
+    rules = [reference.KnormRule(len(p), 256, BS) for p in prompts]
+    for p, rule, got in zip(prompts, rules, ids):
+        assert got == reference.masked_greedy(model, p, MAX_TOKENS, (rule, BS))
+    # the rules have seen every key now: replay them at the counts the trace shows
+    assert _check_trace(trace, prompts, 256, lambda i, c: rules[i](c), free_at_start) == {0, 2}
+    assert freed == 2 + 3
+    # the keys chose: request 0 drops blocks 1 and 3 of its 5 (StreamingLLM drops 1 and 2)
+    assert rules[0](len(prompts[0])) == [1, 3] and reference.evicted_pages_sim(len(prompts[0]), 256, BS, 1) == [1, 2]
+
+
 @pytest.mark.parametrize("config,overrides,message", [
     ({"policy": "streaming", "budget": 256}, {"enable_prefix_caching": True}, "prefix caching shares blocks"),
-    ({"policy": "keyformer", "budget": 256}, {}, "policy='keyformer' is not one of full, streaming, window"),
+    ({"policy": "keyformer", "budget": 256}, {}, "policy='keyformer' is not one of full, streaming, window, knorm"),
     ({"policy": "window", "budget": 100}, {}, "budget=100 is below 128 tokens"),
     ({"policy": "window", "budget": 2048}, {}, "budget=2048 is not below max_model_len=2048"),
+    ({"policy": "knorm", "budget": 256}, {}, "start vLLM with kv_transfer_config=kvevict_vllm.connector_config()"),
 ])
 def test_unserved_settings_are_refused_at_start(model_dir, config, overrides, message):
     with pytest.raises(Exception) as info:
@@ -125,3 +160,32 @@ def test_unserved_settings_are_refused_at_start(model_dir, config, overrides, me
         chain = chain.__cause__ or chain.__context__
         text += str(chain)
     assert message in text
+
+
+def test_knorm_on_one_layer_equals_kvevicts_paged_cache(one_layer_llama_dir, stories):
+    """On a one-layer model the worker's scores are one layer's keys, as one kvevict.PagedCache('knorm',
+    unit='page') holds them: fed transformers' keys of the masked run, kvevict itself chooses the blocks, and
+    vLLM's null blocks and greedy ids equal that run's at every step."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kvevict_vllm import connector_config
+
+    tok = AutoTokenizer.from_pretrained(one_layer_llama_dir)
+    prompts = [tok(" ".join(stories[a:b]))["input_ids"][:n] for a, b, n in ((0, 40, 700), (40, 70, 300),
+                                                                          (70, 120, 630))]
+    config = {"policy": "knorm", "budget": 384, "recent": 100}
+    llm = make_engine(one_layer_llama_dir, config, kv_transfer_config=connector_config())
+    _, kvm = block_manager(llm)
+    free_at_start = kvm.block_pool.get_num_free_blocks()
+    ids, trace = run_stepwise(llm, prompts, MAX_TOKENS)
+    _free_engine(llm)
+
+    model = AutoModelForCausalLM.from_pretrained(one_layer_llama_dir, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    rules = [reference.KnormRule(len(p), 384, BS, recent=100, paged=True) for p in prompts]
+    for p, rule, got in zip(prompts, rules, ids):
+        assert got == reference.masked_greedy(model, p, MAX_TOKENS, (rule, BS))
+    # kvevict's cache only moves forward: its choice at each count as the masked run went
+    assert _check_trace(trace, prompts, 384, lambda i, c: rules[i].history[c], free_at_start) == {0, 2}
+    # the keys chose: request 2 drops block 3 at its prompt's end, then 2 (StreamingLLM: 1, then 2)
+    assert (rules[2].history[630], rules[2].history[640]) == ([3], [2, 3])

@@ -1,7 +1,9 @@
-"""kvevict_vllm.policy: the settings' checks, and the evicted blocks against two references written apart from it.
+"""kvevict_vllm.policy and the worker's 'knorm' selection (scores.py): the settings' checks, and the evicted blocks
+against references written apart from them.
 
-1. reference.evicted_pages_sim: kvevict's page-unit rule simulated token by token;
-2. kvevict.PagedCache(unit='page') itself (the library's C++ page-unit eviction), fed the same tokens.
+1. reference.evicted_pages_sim: kvevict's page-unit rule simulated token by token (position-only policies);
+2. kvevict.PagedCache(unit='page') itself (the library's C++ page-unit eviction), fed the same tokens: the
+   position-only policies, and 'knorm' on random keys (kvevict computes the key scores itself).
 """
 
 import random
@@ -10,12 +12,13 @@ import numpy as np
 import pytest
 
 from kvevict_vllm.policy import EvictionPolicy, parse
+from kvevict_vllm.scores import Selection, WorkerScores
 from reference import evicted_pages_sim
 
 
 @pytest.mark.parametrize("config,message", [
     ("streaming", "additional_config['kvevict'] must be a dict, got str"),
-    ({"policy": "h2o", "budget": 256}, "policy='h2o' is not one of full, streaming, window"),
+    ({"policy": "h2o", "budget": 256}, "policy='h2o' is not one of full, streaming, window, knorm"),
     ({"policy": "streaming"}, "budget=None must be an int"),
     ({"policy": "streaming", "budget": "50%"}, "budget='50%' must be an int"),
     ({"policy": "streaming", "budget": True}, "budget=True must be an int"),
@@ -25,7 +28,14 @@ from reference import evicted_pages_sim
     ({"policy": "window", "budget": 127}, "budget=127 is below 128 tokens"),
     ({"policy": "window", "budget": 256, "sinks": 4}, "policy='window' keeps no sinks"),
     ({"policy": "full", "budget": 256}, "policy='full' keeps every token"),
-    ({"policy": "streaming", "budget": 256, "recent": 8}, "unknown key 'recent'"),
+    ({"policy": "streaming", "budget": 256, "recent": 8}, "recent is taken by policy='knorm' only, not 'streaming'"),
+    ({"policy": "streaming", "budget": 256, "window": 8}, "unknown key 'window'"),
+    ({"policy": "full", "recent": 8}, "policy='full' keeps every token"),
+    ({"policy": "knorm", "budget": 256, "sinks": 0}, "sinks=0 with policy='knorm': it needs sinks >= 1"),
+    ({"policy": "knorm", "budget": 256, "recent": -1}, "recent=-1 must be an int >= 0"),
+    ({"policy": "knorm", "budget": 256, "recent": 2.0}, "recent=2.0 must be an int >= 0"),
+    ({"policy": "knorm", "budget": 383, "recent": 256}, "budget=383 is below 384 tokens"),
+    ({"policy": "knorm", "budget": 255}, "budget=255 is below 256 tokens"),
 ])
 def test_refusals_name_the_key_and_value(config, message):
     with pytest.raises(ValueError, match="^kvevict: .*" + message.replace("(", r"\(").replace("[", r"\[")):
@@ -44,6 +54,10 @@ def test_parsed_values():
     assert list(parse({"policy": "window", "budget": 256}, 128).evicted_blocks(600)) == [0, 1]
     assert list(parse({"policy": "window", "budget": 256}, 128).evicted_blocks(383)) == []
     assert list(parse({"policy": "window", "budget": 256}, 128).evicted_blocks(384)) == [0]
+    k = parse({"policy": "knorm", "budget": 300, "recent": 64}, 128)
+    assert k == EvictionPolicy("knorm", 300, 4, 128, 64) and k.scored and (k.start_blocks, k.max_blocks_held()) == (1, 4)
+    with pytest.raises(ValueError, match="chooses its blocks from the keys, on the worker"):
+        k.evicted_blocks(600)
 
 
 def test_evicted_blocks_equal_the_token_by_token_rule():
@@ -98,15 +112,87 @@ def test_random_settings_are_parsed_or_refused_with_valueerror():
     rng = random.Random(11)
     values = [None, True, 0, -1, 1, 4, 127, 128, 129, 256, 300, 1 << 40, 2.5, "256", "50%", [], {}]
     for _ in range(3000):
-        config = {key: rng.choice(values + ["full", "streaming", "window", "h2o"])
-                  for key in ("policy", "budget", "sinks", "recent") if rng.random() < 0.6}
+        config = {key: rng.choice(values + ["full", "streaming", "window", "knorm", "h2o"])
+                  for key in ("policy", "budget", "sinks", "recent", "stray") if rng.random() < 0.6}
         block = rng.choice([32, 128])
         try:
             p = parse(config, block)
         except ValueError as e:
             assert str(e).startswith("kvevict: "), e
             continue
-        assert p.policy in ("full", "streaming", "window") and p.block_size == block
+        assert p.policy in ("full", "streaming", "window", "knorm") and p.block_size == block
         if p.policy != "full":
             assert isinstance(p.budget, int) and p.budget >= (p.start_blocks + 1) * block
+            assert p.budget >= p.start_blocks * block + max(p.recent, 1)
+        if p.policy in ("streaming", "window"):
             assert list(p.evicted_blocks(p.budget + block)) == [p.start_blocks]
+        if p.policy == "knorm" and p.budget < 1 << 16:  # the middle is never empty when a block must leave
+            assert p.start_blocks >= 1
+            sel = Selection()
+            sel.add_scores([0.0] * (p.budget + block), block)
+            assert sel.advance(p.budget + block, p) == [p.start_blocks]
+
+
+def _knorm_paged_cache(keys, budget, sinks, recent, bs, prompt):
+    """{tokens cached: logical pages evicted} of kvevict.PagedCache('knorm', unit='page') fed `keys`
+    [tokens, KV heads, head_dim]: the prompt, then one decode step per token (kvevict scores the keys)."""
+    import kvevict
+
+    t, h, d = keys.shape
+    pool = kvevict.PagePool(num_pages=t // bs + 8, page_size=bs, n_kv_heads=h, head_dim=d)
+    cache = kvevict.PagedCache("knorm", pool, n_q_heads=h, budget=budget, recent=recent, unit="page",
+                               start_pages=-(-sinks // bs))
+    for pos in range(prompt):
+        cache.append(pos, keys[pos], keys[pos])
+    cache.prefill()
+    out = {}
+    for c in range(prompt, t + 1):
+        if c > prompt:
+            cache.append(c - 1, keys[c - 1], keys[c - 1])
+            cache.decode_step()
+        kept = {q // bs for q in cache.retained_positions(0)}
+        out[c] = [b for b in range(-(-c // bs)) if b not in kept]
+    return out
+
+
+def test_knorm_selection_equals_kvevicts_paged_cache_on_random_keys():
+    """The worker's selection (Selection.advance over 1 / (1 + ||k||) summed over KV heads, the scores the
+    worker folds) evicts the blocks kvevict's PagedCache evicts on the same keys, at every step, over random
+    keys, budgets, sinks, recent windows, block sizes and prompt lengths; pinned sizes where the floors bind."""
+    rng = np.random.default_rng(5)
+    settings = [(16, 4, 0, 8, 40), (16, 4, 0, 8, 23), (32, 9, 16, 8, 24), (16, 1, 0, 8, 64), (12, 1, 4, 4, 12)]
+    for _ in range(60):
+        bs = int(rng.choice([4, 8, 16]))
+        sinks = int(rng.integers(1, 2 * bs + 1))
+        start = -(-sinks // bs)
+        recent = int(rng.choice([0, 1, bs - 1, bs, 2 * bs + 3]))
+        budget = int(rng.integers(max((start + 1) * bs, start * bs + max(recent, 1)), (start + 6) * bs))
+        settings.append((budget, sinks, recent, bs, int(rng.integers(1, budget + 8 * bs))))
+    scorer = WorkerScores()
+    out_of_order = 0
+    for budget, sinks, recent, bs, prompt in settings:
+        t = prompt + 5 * bs
+        keys = (rng.standard_normal((t, 2, 8)) * rng.uniform(0.2, 3.0, (t, 1, 1)) * rng.uniform(0.5, 2.0, (1, 2, 1)))
+        keys = keys.astype(np.float32)
+        want = _knorm_paged_cache(keys, budget, sinks, recent, bs, prompt)
+        p = EvictionPolicy("knorm", budget, sinks, bs, recent)
+        scores = (1.0 / (1.0 + np.linalg.norm(keys, axis=-1))).sum(axis=-1).tolist()
+        scorer.requests.clear()
+        scorer.select(7, 0, True, p)  # a new request (no token cached yet)
+        scorer.requests[7].add_scores(scores[:prompt], bs)
+        for c in range(prompt, len(keys) + 1):
+            scorer.requests[7].add_scores(scores[scorer.requests[7].num_scored:c], bs)
+            got = scorer.select(7, c, False, p)
+            assert got == want[c], (budget, sinks, recent, bs, prompt, c)
+            held = -(-c // bs) - len(got)
+            assert held <= p.max_blocks_held(), (budget, bs, c, held)
+        reports = scorer.take_reports()
+        assert [b for _, _, new in reports for b in new] == scorer.requests[7].evicted
+        assert sorted(scorer.requests[7].evicted) == want[len(keys)]
+        held = -(-len(keys) // bs) - len(want[len(keys)])  # only the held blocks keep a score
+        assert len(scorer.requests[7].block_scores) == held
+        oldest_first = list(range(-(-sinks // bs), -(-sinks // bs) + len(want[len(keys)])))
+        out_of_order += want[len(keys)] != oldest_first
+    assert out_of_order >= 30  # the keys chose: not StreamingLLM's oldest-first order
+    # pinned: 40 + 5 * 8 tokens, k = 16, bs = 8, sinks 4 -> at the prompt's end 3 middle pages of 4 leave
+    assert _knorm_paged_cache(np.ones((80, 1, 2), np.float32), 16, 4, 0, 8, 40)[40] == [1, 2, 3]

@@ -3,10 +3,18 @@
 vLLM loads `register` (entry point group `vllm.general_plugins`) in every process. It overrides the CPU
 attention backend (CPU_ATTN) with backend.KVEvictCPUBackend and registers manager.KVEvictAttentionSpec with
 its block manager. Nothing is evicted unless the engine is started with
-`additional_config={"kvevict": {"policy": "streaming", "budget": 512}}` (policy.parse lists the keys).
+`additional_config={"kvevict": {"policy": "streaming", "budget": 512}}` (policy.parse lists the keys); the
+scored policy 'knorm' also needs `kv_transfer_config=kvevict_vllm.connector_config()` (connector.py).
 """
 
-__all__ = ["register"]
+__all__ = ["register", "connector_config"]
+
+
+def connector_config():
+    """The kv_transfer_config a scored policy ('knorm') needs: kvevict's KV connector (connector.py)."""
+    from .connector import connector_config as make
+
+    return make()
 
 
 def register():

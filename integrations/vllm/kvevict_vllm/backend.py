@@ -8,6 +8,10 @@ request's prompt is not all computed, so a prompt prefilled in chunks attends to
 of the block table and seq_len shrinks by e(c) * block_size. The kernel then attends to the kept blocks in
 their order, the new tokens last; their keys were stored with their original positions' RoPE, and the slots the
 new tokens are written to were computed from positions before the cut, so positions never change.
+
+With 'knorm' the worker chooses the blocks (scores.py): KVEvictCPUImpl.do_kv_cache_update hands each layer's
+new keys to scores.WORKER, and the builder folds them into their requests, runs kvevict's page-unit rule and
+cuts the chosen blocks the same way; the KV connector (connector.py) reports them to the scheduler.
 """
 
 import dataclasses
@@ -20,8 +24,10 @@ from vllm.v1.attention.backends.cpu_attn import (CPUAttentionBackend, CPUAttenti
                                                  CPUAttentionMetadataBuilder)
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 
+from .connector import is_ours
 from .manager import KVEvictAttentionSpec
 from .policy import parse
+from .scores import WORKER
 
 
 # The engine's config, seen by this process's attention layers while the model is built (vLLM sets it then;
@@ -43,6 +49,13 @@ class KVEvictCPUImpl(CPUAttentionBackendImpl):
                              "query-key distances ALiBi's biases are computed from (RoPE keys keep theirs)")
         _ENGINE_CONFIG = config
 
+    def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
+        """vLLM's write of the step's K/V into the cache; with 'knorm' the keys also go to scores.WORKER
+        (ignored unless a build of this layer's group is pending)."""
+        super().do_kv_cache_update(layer, key, value, kv_cache, slot_mapping)
+        if WORKER.pending is not None:
+            WORKER.add_keys(layer.layer_name, key)
+
 
 def _check(config, block_size):
     """The engine's kvevict policy (policy.parse), refused with the reason where the engine cannot serve it."""
@@ -57,9 +70,13 @@ def _check(config, block_size):
         if config.speculative_config is not None:
             raise ValueError("kvevict: speculative decoding is not served (rejected draft tokens would "
                              "move the eviction point back); start vLLM without speculative_config")
-        if config.kv_transfer_config is not None:
-            raise ValueError("kvevict: KV connectors (kv_transfer_config) are not served: they would read or "
-                             "save blocks the plugin has freed")
+        if config.kv_transfer_config is not None and not is_ours(config.kv_transfer_config):
+            raise ValueError("kvevict: other KV connectors (kv_transfer_config) are not served: they would read "
+                             "or save blocks the plugin has freed")
+        if policy.scored and not is_ours(config.kv_transfer_config):
+            raise ValueError(f"kvevict: policy={policy.policy!r} is chosen on the worker and reported to the "
+                             "scheduler through kvevict's KV connector: start vLLM with "
+                             "kv_transfer_config=kvevict_vllm.connector_config()")
         max_len = config.model_config.max_model_len
         if policy.budget >= max_len:
             raise ValueError(f"kvevict: budget={policy.budget} is not below max_model_len={max_len}: "
@@ -80,15 +97,56 @@ class KVEvictCPUMetadataBuilder(CPUAttentionMetadataBuilder):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.eviction = kv_cache_spec.eviction if isinstance(kv_cache_spec, KVEvictAttentionSpec) else None
+        # The layers that write keys (a layer sharing another's KV cache writes none): a 'knorm' step's scores
+        # are complete when each of them has added its keys (scores.WorkerScores.fold).
+        layers = vllm_config.compilation_config.static_forward_context
+        self.key_layers = [n for n in layer_names
+                           if getattr(layers.get(n), "kv_sharing_target_layer_name", None) is None]
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         """vLLM's build on the metadata with the evicted blocks cut: block_table_tensor [rows, max blocks]
         (int block ids) gets each evicting row's kept blocks first, seq_lens [rows] (tokens) shrinks by
         e * block_size; the inputs are not modified (copies, only when a row evicts). O(rows * max blocks)."""
         p = self.eviction
-        if p is not None and p.policy != "full":
+        if p is not None and p.scored:
+            common_attn_metadata = self._cut_scored(common_attn_metadata, p)
+        elif p is not None and p.policy != "full":
             common_attn_metadata = self._cut(common_attn_metadata, p)
         return super().build(common_prefix_len, common_attn_metadata, fast_build)
+
+    def _cut_scored(self, m, p):
+        """'knorm': the last step's key scores join their requests (all-reduced over tensor-parallel ranks),
+        each row's evicted blocks are chosen (scores.WORKER.select) and cut out as _cut does, and this step's
+        rows wait for their keys. A row is known by its first block id (scores.py). O(rows * max blocks)."""
+        WORKER.fold(_tp_all_reduce())
+        n = m.num_reqs
+        q_lens = (m.query_start_loc_cpu[1:n + 1] - m.query_start_loc_cpu[:n]).to(torch.int64).tolist()
+        seq_lens = m.seq_lens[:n].to("cpu", torch.int64).tolist()
+        prefilling = m.is_prefilling[:n].to("cpu").tolist() if m.is_prefilling is not None else [False] * n
+        first = m.block_table_tensor[:n, 0].to("cpu").tolist()
+        rows, cuts = [], {}
+        for r in range(n):
+            cached = seq_lens[r] - q_lens[r]
+            rows.append((int(first[r]), cached, q_lens[r]))
+            evicted = WORKER.select(int(first[r]), cached, bool(prefilling[r]), p)
+            if evicted:
+                cuts[r] = evicted
+        WORKER.begin(rows, sum(q_lens), self.key_layers, p.block_size)
+        if not cuts:
+            return m
+        table = m.block_table_tensor.clone()
+        new_lens = m.seq_lens.clone()
+        evicted_counts = torch.zeros(n, dtype=torch.int64)
+        for r, evicted in cuts.items():
+            gone = set(evicted)
+            kept = [j for j in range(-(-seq_lens[r] // p.block_size)) if j not in gone]
+            table[r, :len(kept)] = m.block_table_tensor[r, kept]
+            new_lens[r] = seq_lens[r] - len(evicted) * p.block_size
+            evicted_counts[r] = len(evicted)
+        if os.environ.get("KVEVICT_VLLM_TRACE"):
+            _trace(table, new_lens, evicted_counts, n, p.block_size, cuts)
+        return dataclasses.replace(m, block_table_tensor=table, seq_lens=new_lens,
+                                   max_seq_len=int(new_lens[:n].max()))
 
     @staticmethod
     def _cut(m, p):
@@ -115,15 +173,27 @@ class KVEvictCPUMetadataBuilder(CPUAttentionMetadataBuilder):
                                    max_seq_len=int(new_lens[:n].max()))
 
 
-def _trace(table, seq_lens, evicted, n, block_size):
+def _tp_all_reduce():
+    """The sum over tensor-parallel ranks (vLLM's TP group), or None with one rank."""
+    from vllm.distributed.parallel_state import get_tensor_model_parallel_world_size, get_tp_group
+
+    if get_tensor_model_parallel_world_size() == 1:
+        return None
+    return get_tp_group().all_reduce
+
+
+def _trace(table, seq_lens, evicted, n, block_size, logical=None):
     """KVEVICT_VLLM_TRACE=DIR: appends this cut to DIR/rank<R>.jsonl, one line per build with an eviction:
-    [[seq_len after the cut, blocks evicted, kept block ids], ...] by row (tests compare tensor-parallel ranks)."""
+    [[seq_len after the cut, blocks evicted, kept block ids, logical blocks evicted], ...] by row (tests compare
+    tensor-parallel ranks); logical: {row: its evicted logical blocks}, a scored policy's (a position-only
+    policy's are the count's first blocks after the sinks', written as [])."""
     from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
     rows = []
     for row in range(n):
         length = int(seq_lens[row])
-        rows.append([length, int(evicted[row]), table[row, :-(-length // block_size)].tolist()])
+        rows.append([length, int(evicted[row]), table[row, :-(-length // block_size)].tolist(),
+                     (logical or {}).get(row, [])])
     path = os.path.join(os.environ["KVEVICT_VLLM_TRACE"], f"rank{get_tensor_model_parallel_rank()}.jsonl")
     with open(path, "a") as f:
         f.write(json.dumps(rows) + "\n")
@@ -144,7 +214,7 @@ class KVEvictCPUBackend(CPUAttentionBackend):
         p = _engine_policy(spec.block_size)
         fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(FullAttentionSpec)}
         return KVEvictAttentionSpec(**fields, kvevict_policy=p.policy, kvevict_budget=p.budget,
-                                    kvevict_sinks=p.sinks)
+                                    kvevict_sinks=p.sinks, kvevict_recent=p.recent)
 
     @staticmethod
     def get_impl_cls():
