@@ -1,13 +1,15 @@
 """vLLM with and without kvevict's plugin in the same KV memory: requests running at once, tokens/s, answers.
 
     PY=$(bash scripts/get-vllm-venv.sh); $PY bench/vllm/throughput.py --needles NEEDLES.txt \
-        --model "$(bash scripts/get-vllm-model.sh)" [--blocks 56] [--generate 256] [--budgets 0.5,0.2] [--out CSV]
+        --model "$(bash scripts/get-vllm-model.sh)" [--blocks 56] [--generate 256] [--budgets 0.5,0.2]
+        [--policies streaming,knorm] [--out CSV]
 
 NEEDLES.txt: needle prompts as bench/quality/kvpress/needle_prompts.py --family smollm2 writes them (one per
 line: index depth code ids...). Every row serves the same requests, all submitted at once, greedy, with
 `--generate` new tokens each (ignore_eos), in an engine whose KV pool holds `--blocks` blocks of 128 tokens
 (num_gpu_blocks_override: the same KV memory for every row). Rows: vLLM with the plugin's 'full' policy
-(vLLM's own management), then kvevict's 'streaming' (4 sinks) at each budget, k = fraction * prompt length.
+(vLLM's own management), then each of kvevict's `--policies` ('streaming', 'knorm'; 4 sinks) at each budget,
+k = fraction * prompt length ('knorm' with kvevict's KV connector, which it reports its blocks through).
 Each row reports: requests running at once (scheduler.running after each step: mean over steps, and max),
 total tokens/s (prompt + generated tokens / wall seconds from the first submission to the last answer),
 generated tokens/s, and needle accuracy (the first digits of the answer equal the code; also by depth), then each row's
@@ -40,10 +42,15 @@ def serve(model, prompts, blocks, generate, kvevict):
 
     from vllm import LLM, SamplingParams
 
+    extra = {}
+    if kvevict["policy"] == "knorm":
+        from kvevict_vllm import connector_config
+
+        extra["kv_transfer_config"] = connector_config()
     llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=4096, seed=0,
               enable_prefix_caching=False, distributed_executor_backend="uni", num_gpu_blocks_override=blocks,
               max_num_batched_tokens=4096, additional_config={"kvevict": kvevict},
-              gpu_memory_utilization=0.5)  # on CPU: the share of free RAM the engine may take at start
+              gpu_memory_utilization=0.5, **extra)  # on CPU: the share of free RAM the engine may take at start
     engine = llm.llm_engine
     scheduler = engine.engine_core.engine_core.scheduler
     sp = SamplingParams(temperature=0, max_tokens=generate, ignore_eos=True)
@@ -75,6 +82,8 @@ def main():
     ap.add_argument("--blocks", type=int, default=56, help="KV blocks of 128 tokens in the pool")
     ap.add_argument("--generate", type=int, default=256)
     ap.add_argument("--budgets", default="0.5,0.2", help="fractions of the prompt length, comma-separated")
+    ap.add_argument("--policies", default="streaming,knorm", help="kvevict's policies, comma-separated: "
+                    "streaming, knorm")
     ap.add_argument("--requests", type=int, default=0, help="the first N needle prompts (0: all)")
     ap.add_argument("--out", help="CSV to write (must not exist)")
     args = ap.parse_args()
@@ -92,6 +101,9 @@ def main():
         ap.error(f"--budgets: '{args.budgets}' is not a comma-separated list of fractions")
     if any(not 0 < b < 1 for b in budgets):
         ap.error(f"--budgets: every fraction must be in (0, 1), got {args.budgets}")
+    policies = args.policies.split(",")
+    if not policies or any(p not in ("streaming", "knorm") for p in policies) or len(set(policies)) != len(policies):
+        ap.error(f"--policies: '{args.policies}' must list streaming and/or knorm, each once")
     needles = read_needles(args.needles)
     if args.requests:
         needles = needles[:args.requests]
@@ -105,8 +117,9 @@ def main():
     for b in budgets:
         k = int(b * length)
         if k < 256:
-            ap.error(f"--budgets: {b} of {length} tokens is {k}, below streaming's floor of 256 (sinks' block + one)")
-        rows.append((f"streaming k={k} ({b:g})", {"policy": "streaming", "budget": k}))
+            ap.error(f"--budgets: {b} of {length} tokens is {k}, below the floor of 256 (sinks' block + one)")
+        for policy in policies:
+            rows.append((f"{policy} k={k} ({b:g})", {"policy": policy, "budget": k}))
 
     prompts = [ids for _, _, ids in needles]
     results = []

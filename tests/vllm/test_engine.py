@@ -122,24 +122,34 @@ def test_eviction_matches_masked_reference_and_frees_blocks(model_dir, prompts, 
 
 
 @pytest.mark.parametrize("overrides", [{}, {"max_num_batched_tokens": 256}], ids=["knorm", "knorm-chunked-prefill"])
-def test_knorm_matches_masked_reference_and_frees_blocks(model_dir, prompts, hf, overrides):
+def test_knorm_matches_masked_reference_and_frees_blocks(model_dir, prompts, hf, stories, overrides):
+    """The three requests, and a fourth of 1,000 tokens that the 16-block pool admits only once blocks have
+    come back (whole, once the others finish; in chunks of 256, earlier): it runs in blocks they held, and
+    evicts 5 of its 8 blocks at its prompt's end. (A new request that starts in a finished one's first block
+    resets the worker's state of that block: test_policy's fold test.)"""
     from kvevict_vllm import connector_config
 
+    tok, model = hf
+    late = tok(" ".join(stories[120:200]))["input_ids"][:1000]
+    requests = prompts + [late]
     config = {"policy": "knorm", "budget": 256}
-    llm = make_engine(model_dir, config, kv_transfer_config=connector_config(), **overrides)
+    llm = make_engine(model_dir, config, kv_transfer_config=connector_config(), num_gpu_blocks_override=16,
+                      max_model_len=1536, **overrides)  # 12 blocks: a request of 2,048 would not fit the pool
     mgr, kvm = block_manager(llm)
     free_at_start = kvm.block_pool.get_num_free_blocks()
-    ids, trace = run_stepwise(llm, prompts, MAX_TOKENS)
+    ids, trace = run_stepwise(llm, requests, MAX_TOKENS)
     freed = mgr.blocks_freed
     _free_engine(llm)
 
-    _, model = hf
-    rules = [reference.KnormRule(len(p), 256, BS) for p in prompts]
-    for p, rule, got in zip(prompts, rules, ids):
+    rules = [reference.KnormRule(len(p), 256, BS) for p in requests]
+    for p, rule, got in zip(requests, rules, ids):
         assert got == reference.masked_greedy(model, p, MAX_TOKENS, (rule, BS))
     # the rules have seen every key now: replay them at the counts the trace shows
-    assert _check_trace(trace, prompts, 256, lambda i, c: rules[i](c), free_at_start) == {0, 2}
-    assert freed == 2 + 3
+    assert _check_trace(trace, requests, 256, lambda i, c: rules[i](c), free_at_start) == {0, 2, 3}
+    assert freed == 2 + 3 + 5
+    # the late request started after the others' blocks went back to the pool, and runs in some of them
+    held = lambda i: {b for step, _ in trace if i in step for b in step[i][1] if b is not None}
+    assert held(3) & (held(0) | held(1) | held(2))
     # the keys chose: request 0 drops blocks 1 and 3 of its 5 (StreamingLLM drops 1 and 2)
     assert rules[0](len(prompts[0])) == [1, 3] and reference.evicted_pages_sim(len(prompts[0]), 256, BS, 1) == [1, 2]
 

@@ -196,3 +196,34 @@ def test_knorm_selection_equals_kvevicts_paged_cache_on_random_keys():
     assert out_of_order >= 30  # the keys chose: not StreamingLLM's oldest-first order
     # pinned: 40 + 5 * 8 tokens, k = 16, bs = 8, sinks 4 -> at the prompt's end 3 middle pages of 4 leave
     assert _knorm_paged_cache(np.ones((80, 1, 2), np.float32), 16, 4, 0, 8, 40)[40] == [1, 2, 3]
+
+
+def test_worker_scores_fold_rows_and_drop_an_incomplete_step():
+    """WorkerScores: a build's rows (a prefill chunk, a decode row, a row of an unknown request) take their
+    tokens' key scores in batch order, summed over the KV heads and the layers that added keys; a step whose
+    forward did not reach every layer adds nothing; a request with no token cached starts afresh."""
+    import torch
+
+    w = WorkerScores()
+    p = EvictionPolicy("knorm", 8, 1, 4)
+    assert w.select(10, 0, True, p) == [] and w.select(20, 0, True, p) == []  # two new requests
+    w.requests[20].add_scores([1.0] * 5, 4)  # request 20 has 5 tokens scored already
+    # request 10: a 3-token prefill chunk; request 20: one decode token; request 30: never started here
+    w.begin([(10, 0, 3), (20, 5, 1), (30, 7, 1)], 5, ["l0", "l1"], 4)
+    key = torch.zeros(6, 2, 3)  # [tokens (one of padding), KV heads, head_dim]
+    key[:, 0, 0] = torch.tensor([0.0, 1.0, 3.0, 4.0, 9.0, 100.0])  # norms on head 0; head 1 is all zeros
+    w.add_keys("l0", key)
+    w.add_keys("l0", key)  # a second call for the same layer is ignored
+    w.add_keys("other", key)  # a layer of another group is ignored
+    w.add_keys("l1", 2 * key)
+    w.fold()
+    one = lambda n: 1.0 / (1.0 + n)
+    want = [one(x) + 1.0 + one(2 * x) + 1.0 for x in (0.0, 1.0, 3.0, 4.0, 9.0)]
+    assert w.requests[10].num_scored == 3 and 30 not in w.requests
+    assert w.requests[10].block_scores == pytest.approx({0: sum(want[:3])})
+    assert w.requests[20].num_scored == 6 and w.requests[20].block_scores[1] == pytest.approx(1.0 + want[3])
+    w.begin([(10, 3, 1)], 1, ["l0", "l1"], 4)
+    w.add_keys("l0", key)  # l1 never adds: the step is dropped
+    w.fold()
+    assert w.requests[10].num_scored == 3
+    assert w.select(10, 0, True, p) == [] and w.requests[10].num_scored == 0  # the same first block, a new request

@@ -77,6 +77,15 @@ def _check(config, block_size):
             raise ValueError(f"kvevict: policy={policy.policy!r} is chosen on the worker and reported to the "
                              "scheduler through kvevict's KV connector: start vLLM with "
                              "kv_transfer_config=kvevict_vllm.connector_config()")
+        if policy.scored and config.parallel_config.pipeline_parallel_size > 1:
+            raise ValueError(f"kvevict: policy={policy.policy!r} with pipeline_parallel_size="
+                             f"{config.parallel_config.pipeline_parallel_size}: each stage would score its own "
+                             "layers only, and a step's report would reach the scheduler after the next step "
+                             "was scheduled; start vLLM without pipeline parallelism")
+        if policy.scored and config.scheduler_config.async_scheduling:
+            raise ValueError(f"kvevict: policy={policy.policy!r} with async_scheduling: a step's report must "
+                             "reach the scheduler before it schedules the next step (a freed first block could "
+                             "otherwise name another request); start vLLM with async_scheduling=False")
         max_len = config.model_config.max_model_len
         if policy.budget >= max_len:
             raise ValueError(f"kvevict: budget={policy.budget} is not below max_model_len={max_len}: "

@@ -50,7 +50,8 @@ class KVEvictWorkerMeta(KVConnectorWorkerMetadata):
 
     def aggregate(self, other):
         """Tensor-parallel ranks choose from all-reduced scores, so their reports are equal; a difference
-        would free blocks one rank still reads, and stops the engine (RuntimeError)."""
+        would free blocks one rank still reads, and stops the engine (RuntimeError). Every rank returns its
+        metadata every step, empty or not, so vLLM compares them every step."""
         if other.reports != self.reports:
             raise RuntimeError(f"kvevict: tensor-parallel ranks evicted different blocks: {self.reports} against "
                                f"{other.reports}")
@@ -79,16 +80,22 @@ class KVEvictConnector(KVConnectorBase_V1, SupportsHMA):
         return None
 
     def build_connector_worker_meta(self):
-        """This step's evictions (scores.WORKER.take_reports), or None when there are none."""
-        reports = WORKER.take_reports()
-        return KVEvictWorkerMeta(reports) if reports else None
+        """This step's evictions (scores.WORKER.take_reports), empty or not: vLLM compares the metadata of
+        every tensor-parallel rank (aggregate) only where each rank returned one."""
+        return KVEvictWorkerMeta(WORKER.take_reports())
 
     # scheduler side
     def bind_kv_cache_manager(self, kv_cache_manager):
-        """Keeps the block managers of kvevict's spec (manager.py) among the scheduler's."""
+        """Keeps the block manager of kvevict's spec (manager.py) among the scheduler's. ValueError where
+        vLLM split the full-attention layers into several KV cache groups (a hybrid model with many more
+        full-attention than sliding-window layers): the worker keeps one 'knorm' state per process, so a
+        second group would overwrite the first's pending scores."""
         super().bind_kv_cache_manager(kv_cache_manager)
         self.managers = [m for m in kv_cache_manager.coordinator.single_type_managers
                          if isinstance(m, KVEvictManager)]
+        if len(self.managers) > 1 and any(m.eviction.scored for m in self.managers):
+            raise ValueError(f"kvevict: {len(self.managers)} full-attention KV cache groups: a scored policy "
+                             "serves one (the worker keeps one selection per request)")
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         return 0, False

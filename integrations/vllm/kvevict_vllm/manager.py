@@ -82,9 +82,11 @@ class KVEvictManager(FullAttentionManager):
     def free_evicted(self, first_block_id, blocks):
         """Frees the logical `blocks` the worker evicted from the running request whose first block is
         `first_block_id` (its key on the worker, scores.py: a running request's first block is no other
-        running request's). The report comes with the output of the step that chose the blocks; a request
-        that finished or was preempted in that step has given its blocks back already, and its report frees
-        nothing. Returns the blocks freed. O(running requests + blocks)."""
+        running request's). The report comes with the output of the step that chose the blocks, before the
+        next step is scheduled (pipeline parallelism and async scheduling are refused for a scored policy):
+        a request that finished in that step has given its blocks back already, and no other request holds
+        its first block yet, so its report frees nothing. Returns the blocks freed. O(running requests +
+        blocks)."""
         for request_id, held in self.req_to_blocks.items():
             if held and not held[0].is_null and held[0].block_id == first_block_id:
                 break

@@ -32,8 +32,8 @@ class EvictionPolicy:
                   (sinks, recent, and the middle blocks whose keys have the largest norms leave first).
     budget        k, the tokens a request keeps besides the block being filled (an int; any value from
                   (start blocks + 1) * block_size up, not a multiple of the block size necessarily).
-    sinks         attention-sink tokens kept at the start ('streaming' only; 0 for 'window'); their
-                  blocks, ceil(sinks / block_size), are never evicted.
+    sinks         attention-sink tokens kept at the start ('streaming' and 'knorm', at least 1 for 'knorm';
+                  0 for 'window'); their blocks, ceil(sinks / block_size), are never evicted.
     block_size    vLLM's KV block size (tokens per page), 128 on the CPU backend by default.
     recent        'knorm' only: w, the blocks holding the last max(w, 1) tokens are never evicted (tokens).
     """

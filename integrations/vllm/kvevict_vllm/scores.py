@@ -9,7 +9,8 @@ A score-based choice cannot be computed by the scheduler from token counts, as '
    1 / (1 + ||k||) on each KV head, summed over the KV heads and over the layers of the request's
    full-attention group (one selection per request, as kvevict's PagedCache shares one over KV heads). Under
    tensor parallelism each rank holds some KV heads; their sums are all-reduced over the TP group, so every
-   rank holds the same scores and makes the same choice.
+   rank holds the same scores and makes the same choice (with fewer KV heads than ranks vLLM replicates
+   heads, each then counted once per replica: the same factor for every token, so the same ranking).
 2. At the next metadata build (`WorkerScores.fold`) those scores join their requests, and `Selection.advance`
    applies kvevict's page-unit rule (include/kvevict/paged/page_eviction.hpp, PagedCache with unit='page'):
    at the prompt's end, (n - k) // bs middle pages leave at once when n >= k + bs; then, one token at a
@@ -18,7 +19,11 @@ A score-based choice cannot be computed by the scheduler from token counts, as '
    ties to the older page. The worker cuts those blocks out of its block table at once (backend.py).
 3. `WorkerScores.take_reports` hands the new evictions to the KV connector (connector.py), which carries them
    to the scheduler with the step's output; the scheduler's block manager then frees the blocks. The worker
-   stopped reading a block before the scheduler can give it to another request.
+   stopped reading a block before the scheduler can give it to another request: the report reaches the
+   scheduler before it schedules the next step, which is why 'knorm' refuses pipeline parallelism and async
+   scheduling (backend._check; vLLM's CPU platform turns async scheduling off anyway). Between the step that
+   chose and its report a request may hold one block more than ceil(k / bs) + 1 (the next slot's block is
+   allocated before the report frees).
 
 A request is known on the worker by its first block's id: the worker's block table has no request ids, and a
 running request's first block (a sink block, never evicted: 'knorm' needs sinks >= 1) belongs to no other
