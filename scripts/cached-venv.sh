@@ -4,7 +4,9 @@
 #   venv_open NAME CACHE_DIR KEY_TEXT DESCRIPTION
 #     venv = CACHE_DIR/NAME-<first 12 hex digits of sha256(KEY_TEXT plus a newline)>. When it holds a python and the file
 #     .complete (every install in it succeeded), prints its python on stdout and exits 0 (the caller stops
-#     there). Otherwise removes any partial one, makes it anew with $PYTHON -m venv, and sets venv, pip (the
+#     there). Otherwise it takes the lock file <venv>.lock (flock, held until the caller exits: a second caller,
+#     e.g. .ci/run's flavour waiting on the venv its background prefetch is making, waits there and then finds
+#     the venv complete), removes any partial one, makes it anew with $PYTHON -m venv, and sets venv, pip (the
 #     pip command array) and venv_start (seconds) for the caller's installs.
 #   venv_close
 #     marks the venv complete, reports time and size on stderr, prints its python on stdout.
@@ -19,6 +21,15 @@ venv_open() {
     exit 0
   fi
   mkdir -p "$root" || die "cannot create '$root'"
+  exec {venv_lock}>"$venv.lock" || die "cannot open '$venv.lock'"
+  if ! flock -n "$venv_lock"; then
+    echo "get-$name.sh: waiting for another process making $venv" >&2
+    flock "$venv_lock" || die "cannot lock '$venv.lock'"
+  fi
+  if [ -x "$venv/bin/python" ] && [ -f "$venv/.complete" ]; then  # made while this one waited
+    echo "$venv/bin/python"
+    exit 0
+  fi
   rm -rf "$venv"
   echo "get-$name.sh: creating $venv ($what)" >&2
   venv_start=$(date +%s)
