@@ -184,10 +184,10 @@ def test_knorm_selection_equals_kvevicts_paged_cache_on_random_keys():
             scorer.requests[7].add_scores(scores[scorer.requests[7].num_scored:c], bs)
             got = scorer.select(7, c, False, p)
             assert got == want[c], (budget, sinks, recent, bs, prompt, c)
+            new = sorted(set(want[c]) - set(want.get(c - 1, [])))  # what kvevict evicted at this step
+            assert scorer.take_reports() == ([(7, new)] if new else []), (budget, bs, prompt, c)
             held = -(-c // bs) - len(got)
             assert held <= p.max_blocks_held(), (budget, bs, c, held)
-        reports = scorer.take_reports()
-        assert [b for _, _, new in reports for b in new] == scorer.requests[7].evicted
         assert sorted(scorer.requests[7].evicted) == want[len(keys)]
         held = -(-len(keys) // bs) - len(want[len(keys)])  # only the held blocks keep a score
         assert len(scorer.requests[7].block_scores) == held

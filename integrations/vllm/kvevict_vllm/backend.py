@@ -125,7 +125,7 @@ class KVEvictCPUMetadataBuilder(CPUAttentionMetadataBuilder):
 
     def _cut_scored(self, m, p):
         """'knorm': the last step's key scores join their requests (all-reduced over tensor-parallel ranks),
-        each row's evicted blocks are chosen (scores.WORKER.select) and cut out as _cut does, and this step's
+        each row's evicted blocks are chosen (scores.WORKER.select) and cut out (_apply_cuts), and this step's
         rows wait for their keys. A row is known by its first block id (scores.py). O(rows * max blocks)."""
         WORKER.fold(_tp_all_reduce())
         n = m.num_reqs
@@ -141,45 +141,40 @@ class KVEvictCPUMetadataBuilder(CPUAttentionMetadataBuilder):
             if evicted:
                 cuts[r] = evicted
         WORKER.begin(rows, sum(q_lens), self.key_layers, p.block_size)
-        if not cuts:
-            return m
-        table = m.block_table_tensor.clone()
-        new_lens = m.seq_lens.clone()
-        evicted_counts = torch.zeros(n, dtype=torch.int64)
-        for r, evicted in cuts.items():
-            gone = set(evicted)
-            kept = [j for j in range(-(-seq_lens[r] // p.block_size)) if j not in gone]
-            table[r, :len(kept)] = m.block_table_tensor[r, kept]
-            new_lens[r] = seq_lens[r] - len(evicted) * p.block_size
-            evicted_counts[r] = len(evicted)
-        if os.environ.get("KVEVICT_VLLM_TRACE"):
-            _trace(table, new_lens, evicted_counts, n, p.block_size, cuts)
-        return dataclasses.replace(m, block_table_tensor=table, seq_lens=new_lens,
-                                   max_seq_len=int(new_lens[:n].max()))
+        return _apply_cuts(m, seq_lens, cuts, p.block_size)
 
     @staticmethod
     def _cut(m, p):
+        """Position-only policies: each row's blocks [S, S + e(c)) (policy.py), none while prefilling."""
         n = m.num_reqs
         q_lens = (m.query_start_loc_cpu[1:n + 1] - m.query_start_loc_cpu[:n]).to(torch.int64)
         seq_lens = m.seq_lens[:n].to("cpu", torch.int64)
-        cached = seq_lens - q_lens
-        evicted = torch.clamp((cached - p.budget) // p.block_size, min=0)
+        evicted = torch.clamp((seq_lens - q_lens - p.budget) // p.block_size, min=0)
         if m.is_prefilling is not None:  # nothing leaves before the whole prompt is in (manager.py, the same)
             evicted[m.is_prefilling[:n].to("cpu")] = 0
-        if not bool((evicted > 0).any()):
-            return m
-        table = m.block_table_tensor.clone()
-        new_lens = m.seq_lens.clone()
         s = p.start_blocks
-        for row in torch.nonzero(evicted).flatten().tolist():
-            e = int(evicted[row])
-            used = -(-int(seq_lens[row]) // p.block_size)
-            table[row, s:used - e] = m.block_table_tensor[row, s + e:used]
-            new_lens[row] = int(seq_lens[row]) - e * p.block_size
-        if os.environ.get("KVEVICT_VLLM_TRACE"):
-            _trace(table, new_lens, evicted, n, p.block_size)
-        return dataclasses.replace(m, block_table_tensor=table, seq_lens=new_lens,
-                                   max_seq_len=int(new_lens[:n].max()))
+        cuts = {row: list(range(s, s + int(evicted[row]))) for row in torch.nonzero(evicted).flatten().tolist()}
+        return _apply_cuts(m, seq_lens.tolist(), cuts, p.block_size)
+
+
+def _apply_cuts(m, seq_lens, cuts, block_size):
+    """The metadata with each row's evicted logical blocks (cuts {row: sorted logical block indices}, every one
+    full) cut out of block_table_tensor [rows, max blocks] (the kept blocks first, in order) and seq_lens
+    [rows] (tokens) shortened by block_size each; m itself unchanged (copies, only when a row evicts).
+    seq_lens: the rows' lengths before the cut, a list. O(rows * max blocks)."""
+    if not cuts:
+        return m
+    table = m.block_table_tensor.clone()
+    new_lens = m.seq_lens.clone()
+    for r, evicted in cuts.items():
+        gone = set(evicted)
+        kept = [j for j in range(-(-seq_lens[r] // block_size)) if j not in gone]
+        table[r, :len(kept)] = m.block_table_tensor[r, kept]
+        new_lens[r] = seq_lens[r] - len(evicted) * block_size
+    if os.environ.get("KVEVICT_VLLM_TRACE"):
+        _trace(table, new_lens, cuts, m.num_reqs, block_size)
+    return dataclasses.replace(m, block_table_tensor=table, seq_lens=new_lens,
+                               max_seq_len=int(new_lens[:m.num_reqs].max()))
 
 
 def _tp_all_reduce():
@@ -191,18 +186,17 @@ def _tp_all_reduce():
     return get_tp_group().all_reduce
 
 
-def _trace(table, seq_lens, evicted, n, block_size, logical=None):
+def _trace(table, seq_lens, cuts, n, block_size):
     """KVEVICT_VLLM_TRACE=DIR: appends this cut to DIR/rank<R>.jsonl, one line per build with an eviction:
     [[seq_len after the cut, blocks evicted, kept block ids, logical blocks evicted], ...] by row (tests compare
-    tensor-parallel ranks); logical: {row: its evicted logical blocks}, a scored policy's (a position-only
-    policy's are the count's first blocks after the sinks', written as [])."""
+    tensor-parallel ranks and check the cuts against their references)."""
     from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
     rows = []
     for row in range(n):
         length = int(seq_lens[row])
-        rows.append([length, int(evicted[row]), table[row, :-(-length // block_size)].tolist(),
-                     (logical or {}).get(row, [])])
+        evicted = cuts.get(row, [])
+        rows.append([length, len(evicted), table[row, :-(-length // block_size)].tolist(), evicted])
     path = os.path.join(os.environ["KVEVICT_VLLM_TRACE"], f"rank{get_tensor_model_parallel_rank()}.jsonl")
     with open(path, "a") as f:
         f.write(json.dumps(rows) + "\n")

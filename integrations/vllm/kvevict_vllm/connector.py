@@ -43,8 +43,8 @@ class KVEvictSchedulerMeta(KVConnectorMetadata):
 
 @dataclass
 class KVEvictWorkerMeta(KVConnectorWorkerMetadata):
-    """Worker to scheduler: [(request's first block id, tokens cached, [logical blocks evicted])], one step's
-    evictions, in the order they were chosen."""
+    """Worker to scheduler: [(request's first block id, [logical blocks evicted])], one step's evictions, in
+    the order they were chosen."""
 
     reports: list = field(default_factory=list)
 
@@ -111,7 +111,7 @@ class KVEvictConnector(KVConnectorBase_V1, SupportsHMA):
         meta = connector_output.kv_connector_worker_meta
         if not isinstance(meta, KVEvictWorkerMeta):
             return
-        for first_block, _cached, blocks in meta.reports:
+        for first_block, blocks in meta.reports:
             for m in self.managers:
                 m.free_evicted(first_block, blocks)
 

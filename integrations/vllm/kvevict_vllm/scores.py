@@ -111,7 +111,7 @@ class WorkerScores:
     def __init__(self):
         self.requests = {}  # request key (its first block's id) -> Selection
         self.pending = None
-        self.reports = []  # [(request key, tokens cached, [logical blocks evicted])], oldest first
+        self.reports = []  # [(request key, [logical blocks evicted])], oldest first
 
     def add_keys(self, layer_name, key):
         """A layer's keys of the step in flight, [tokens (maybe padded), KV heads, head_dim]: adds each
@@ -161,7 +161,7 @@ class WorkerScores:
         if not prefilling and sel.num_scored == num_cached and num_cached > sel.decided:
             new = sel.advance(num_cached, policy)
             if new:
-                self.reports.append((key, num_cached, new))
+                self.reports.append((key, new))
         return sorted(sel.evicted)
 
     def take_reports(self):
