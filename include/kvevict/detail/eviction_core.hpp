@@ -4,7 +4,8 @@
 // Internal: the base class under both caches. It owns the configuration, the slot storage (its
 // type is the cache's: `SlotTable` or `PagedSlotTable`), the scorer, the temperature schedule, the
 // selection and the sequence state (k, w, n, step, τ, last position, prefilled), and implements the
-// checks and the getters once; each cache adds its storage's prefill, cut and evict calls.
+// checks and the getters once. Above it, detail/head_eviction.hpp holds the token eviction paths both caches
+// run (the cut, the decode-step eviction, the recent window); each cache adds its storage's prefill and protocol.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,9 @@
-// detail/head_eviction.hpp — the eviction paths of `kvevict::Cache`, in the one general case: every KV head holds
-// its own number of tokens and keeps its own budget `k_j`. Uniform budgets (`k_j = k`, every head the same length)
-// and AdaKV's head-adaptive ones (head_budgets.hpp) differ only in how the layer's budget is shared
-// (`share_budget`); the cuts, the decode-step evictions and the recent window run the same code for both.
+// detail/head_eviction.hpp — the token eviction paths of `kvevict::Cache` and `kvevict::PagedCache`, in the one
+// general case: every KV head holds its own number of tokens and keeps its own budget `k_j`. Uniform budgets
+// (`k_j = k`, every head the same length) and AdaKV's head-adaptive ones (head_budgets.hpp) differ only in how the
+// layer's budget is shared (`share_budget`); a layer-wide selection (`shared_heads`, and every paged cache, whose
+// page slot holds the token of every KV head) keeps every head at one length. The cuts, the decode-step evictions
+// and the recent window run the same code for all of them.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
@@ -12,24 +14,29 @@
 #include <utility>
 #include <vector>
 
-#include "kvevict/cache_interface.hpp"
 #include "kvevict/detail/eviction_core.hpp"
-#include "kvevict/detail/slot_table.hpp"
 #include "kvevict/head_budgets.hpp"
 
 namespace kvevict {
 namespace detail {
 
-/// The per-KV-head state and eviction paths of `kvevict::Cache` (its base; cache.hpp holds the life cycle and the
-/// engine protocol). KV head `j` holds `held_[j]` tokens in slots `[0, held_[j])` and, once the layer's budget is
-/// shared (`shared_budget_`), keeps at most `head_k_[j]` of them; `n_` is `max_j held_[j]`. Uniform budgets share
-/// at the end of the prompt (`k` each, known without scores); adaptive ones at the layer's first cut, which needs
-/// the scores (`share_budget`). A layer-wide selection (`shared_heads`) keeps every head at one length. All
-/// memory is allocated by the constructor; nothing here allocates or throws after it.
-template <class Score, class Temperature, class Selection>
-class HeadEviction : public EvictionCore<CacheInterface, SlotTable, Score, Temperature, Selection> {
+/// The per-KV-head state and token eviction paths of a cache (the base of `kvevict::Cache`, over `SlotTable`, and
+/// of `kvevict::PagedCache`, over `PagedSlotTable`; the caches hold their life cycle and engine protocol). KV head
+/// `j` holds `held_[j]` tokens in slots `[0, held_[j])` and, once the layer's budget is shared (`shared_budget_`),
+/// keeps at most `head_k_[j]` of them; `n_` is `max_j held_[j]`. Uniform budgets share at the end of the prompt
+/// (`k` each, known without scores); adaptive ones at the layer's first cut, which needs the scores
+/// (`share_budget`). A layer-wide selection (`shared_heads`) keeps every head at one length. `Slots` provides
+/// what `EvictionCore` needs plus `positions(j)`, `recent(j)`, `index()`, `compact_all(keep, m)`, `evict_all(victim,
+/// n)` and `enter_window_each(slot_of)`; with `Slots::kSlotsPerHead` (every KV head its own slots) also
+/// `compact(j, keep, m)` and `evict(j, victim, n)`, the per-head paths. Without it (a paged slot holds every KV
+/// head's token) only the layer-wide paths are compiled, and the cache must require `shared_heads`. All memory is
+/// allocated by the constructor; nothing here allocates or throws after it.
+template <class Interface, class Slots, class Score, class Temperature, class Selection>
+class HeadEviction : public EvictionCore<Interface, Slots, Score, Temperature, Selection> {
  protected:
-  using Core = EvictionCore<CacheInterface, SlotTable, Score, Temperature, Selection>;
+  using Core = EvictionCore<Interface, Slots, Score, Temperature, Selection>;
+  /// Whether the per-head paths apply: every KV head has its own slots and `shared_heads` is false. O(1).
+  bool per_head() const noexcept { return Slots::kSlotsPerHead && !config_.shared_heads; }
   using Core::config_, Core::slots_, Core::scorer_, Core::selection_, Core::last_position_, Core::k_, Core::w_,
       Core::n_, Core::kv;
 
@@ -50,7 +57,7 @@ class HeadEviction : public EvictionCore<CacheInterface, SlotTable, Score, Tempe
     victims_.assign(nkv, 0);
     if (config_.head_budgets.is_adaptive()) {
       const std::size_t cells =
-          checked_mul("kvevict::Cache", "n_kv_heads * capacity (the AdaKV scratch)", nkv, kv().capacity);
+          checked_mul("kvevict::Cache", "n_kv_heads * capacity (the AdaKV scratch)", nkv, slots_.capacity());
       alloc_scores_.assign(cells, 0.0f);
       alloc_.resize(cells);
     }
@@ -97,13 +104,13 @@ class HeadEviction : public EvictionCore<CacheInterface, SlotTable, Score, Tempe
                         : scorer_.ranked(slots_.scores(j), slots_.positions(j), last_position_, n, j);
     };
     share_budget(k, w, ranks);
-    if (config_.shared_heads) {
+    if (!per_head()) {
       const float* sum = this->summed_scores(n);
       const std::size_t m = selection_.prefill_keep(scorer_.cut_scores(sum, slots_.positions(0), last_position_, n, 0),
                                                     n, k, w, slots_.index());
-      for (std::size_t j = 0; j < H; ++j) slots_.compact(j, slots_.index(), m);
+      slots_.compact_all(slots_.index(), m);
       std::fill(held_.begin(), held_.end(), m);
-    } else {
+    } else if constexpr (Slots::kSlotsPerHead) {
       for (std::size_t j = 0; j < H; ++j) {
         held_[j] = selection_.prefill_keep(ranks(j), n, head_k_[j], w, slots_.index());
         slots_.compact(j, slots_.index(), held_[j]);
@@ -128,7 +135,6 @@ class HeadEviction : public EvictionCore<CacheInterface, SlotTable, Score, Tempe
   /// evicts one token (`victims_found`: the victims `score_decode_head` found, else searched here, per KV head on
   /// the executor). Then `held_` and `n_`. O(n_kv_heads · n). Cannot throw.
   void evict_step(std::size_t n, bool victims_found) noexcept {
-    const std::size_t H = kv().n_kv_heads;
     if (!shared_budget_) {
       std::fill(held_.begin(), held_.end(), n);
       n_ = n;
@@ -139,12 +145,19 @@ class HeadEviction : public EvictionCore<CacheInterface, SlotTable, Score, Tempe
       }
       return;
     }
-    if (config_.shared_heads) {
+    if (!per_head()) {
       if (n > k_) evict_shared(n);
       n_ = n > k_ ? n - 1 : n;
       std::fill(held_.begin(), held_.end(), n_);
       return;
     }
+    if constexpr (Slots::kSlotsPerHead) evict_heads(victims_found);
+  }
+
+  /// `evict_step`'s per-head path (`per_head()`, `Slots::kSlotsPerHead` only): each KV head over its budget
+  /// (`step_lens_[j] > head_k_[j]`) evicts one token. Cannot throw.
+  void evict_heads(bool victims_found) noexcept {
+    const std::size_t H = kv().n_kv_heads;
     bool over = false;
     for (std::size_t j = 0; j < H; ++j) over = over || step_lens_[j] > head_k_[j];
     auto head = [&](std::size_t j) noexcept {
@@ -174,7 +187,7 @@ class HeadEviction : public EvictionCore<CacheInterface, SlotTable, Score, Tempe
     const float* sum = this->summed_scores(n);
     const std::size_t victim = selection_.victim(scorer_.ranked(sum, slots_.positions(0), last_position_, n, 0),
                                                  slots_.recent(0), slots_.positions(0), n);
-    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) slots_.evict(j, victim, n);
+    slots_.evict_all(victim, n);
   }
 
   /// The state of a new sequence: no tokens, no shared budget. O(n_kv_heads).

@@ -95,6 +95,10 @@ struct ErasedPagedKV {
 /// through `move`. All memory is allocated by the constructor.
 class PagedSlotTable {
  public:
+  /// A slot holds the token of every KV head (one length, one row of positions and recent flags): only the
+  /// layer-wide paths of `HeadEviction` apply (detail/head_eviction.hpp), and the per-head ones are not compiled.
+  static constexpr bool kSlotsPerHead = false;
+
   PagedSlotTable() = default;
   /// Allocates scores, flags and scratch for `kv` (O(n_kv_heads · capacity)). Throws `std::invalid_argument`
   /// "kvevict::PagedCache: n_kv_heads * capacity … overflows std::size_t" before any allocation when the scores'
@@ -116,8 +120,10 @@ class PagedSlotTable {
   const float* scores(std::size_t h) const { return scores_.data() + h * capacity(); }
   /// All scores, `[kv_head][capacity]`.
   float* all_scores() { return scores_.data(); }
-  /// Recent-window flags, `[capacity]`, by logical slot.
-  const std::uint8_t* recent() const { return window_.row(0); }
+  /// Recent-window flags, `[capacity]`, by logical slot: the same row for every KV head `h` (not checked).
+  const std::uint8_t* recent(std::size_t /*h*/) const { return window_.row(0); }
+  /// Position IDs by logical slot, `[capacity]` (the view's): the same row for every KV head `h` (not checked).
+  std::int64_t* positions(std::size_t /*h*/) const { return kv_.positions; }
   /// Scratch of `capacity` indices (selection output).
   std::size_t* index() { return index_.data(); }
 
@@ -135,13 +141,13 @@ class PagedSlotTable {
   }
   /// Keeps logical slots `keep[0, m)` (strictly ascending) as slots `[0, m)`, in
   /// order. The length and the pages are the caller's (`release_tail`). O(m · n_kv_heads · head_dim).
-  void compact(const std::size_t* keep, std::size_t m) {
+  void compact_all(const std::size_t* keep, std::size_t m) {
     for (std::size_t c = 0; c < m; ++c)
       if (keep[c] != c) move(keep[c], c);  // keep[c] >= c: forward moves never clobber a kept slot
   }
   /// Decode-step eviction: fills logical slot `victim` with slot `n − 1` (the
   /// newest token). The length and the pages are the caller's. O(n_kv_heads · head_dim).
-  void evict(std::size_t victim, std::size_t n) {
+  void evict_all(std::size_t victim, std::size_t n) {
     const std::size_t last = n - 1;
     if (victim == last) return;
     move(last, victim);
@@ -175,6 +181,9 @@ class PagedSlotTable {
   void reset_window(std::size_t w) { window_.reset(w); }
   /// Enters the token at logical slot `slot` into the window. O(1).
   void enter_window(std::size_t slot) { window_.enter(slot); }
+  /// Enters the token at logical slot `slot_of(0)` into the window (the one row; `HeadEviction`'s call). O(1).
+  template <class SlotOf>
+  void enter_window_each(SlotOf slot_of) { window_.enter_each(slot_of); }
   /// Zeroes every score. O(n_kv_heads · capacity).
   void clear_scores() { std::fill(scores_.begin(), scores_.end(), 0.0f); }
 

@@ -12,7 +12,9 @@
 
 #include "kvevict/detail/check.hpp"
 #include "kvevict/detail/erased_kv.hpp"
+#include "kvevict/cache_interface.hpp"
 #include "kvevict/detail/head_eviction.hpp"
+#include "kvevict/detail/slot_table.hpp"
 
 namespace kvevict {
 namespace detail {
@@ -20,9 +22,9 @@ namespace detail {
 /// The per-head decode step of `kvevict::Cache` and its state (the step open between `begin_decode_step` and
 /// `end_decode_step`); the public contract of each member is documented on it. No allocation after `init_step`.
 template <class Score, class Temperature, class Selection>
-class PerHeadStep : public HeadEviction<Score, Temperature, Selection> {
+class PerHeadStep : public HeadEviction<CacheInterface, SlotTable, Score, Temperature, Selection> {
  public:
-  using Heads = HeadEviction<Score, Temperature, Selection>;
+  using Heads = HeadEviction<CacheInterface, SlotTable, Score, Temperature, Selection>;
 
   /// The decode step in parts, for an engine that scores each KV head while its logits are still in
   /// cache (issue 36: after the attention has streamed a layer's K and V, a whole layer's logits come

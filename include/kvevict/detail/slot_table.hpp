@@ -51,6 +51,10 @@ void sort_slots_by_position(const std::int64_t* pos, std::size_t n, std::size_t*
 /// All memory is allocated by the constructor; no member allocates after.
 class SlotTable {
  public:
+  /// Every KV head has its own slots (its own length, positions, recent flags): the per-head paths of
+  /// `HeadEviction` apply (detail/head_eviction.hpp).
+  static constexpr bool kSlotsPerHead = true;
+
   SlotTable() = default;
   /// Allocates scores, flags and the window index for `kv` (O(n_kv_heads · capacity)).
   explicit SlotTable(const ErasedKV& kv)
@@ -90,6 +94,16 @@ class SlotTable {
     for (std::size_t c = 0; c < m; ++c)
       if (keep[c] != c) move(h, keep[c], c);  // keep[c] >= c: forward moves never clobber a kept slot
     kv_.lengths[h] = m;
+  }
+  /// `compact(h, keep, m)` on every KV head, head 0 first: one selection kept by the whole layer
+  /// (`shared_heads`). O(n_kv_heads · m · head_dim).
+  void compact_all(const std::size_t* keep, std::size_t m) {
+    for (std::size_t h = 0; h < kv_.n_kv_heads; ++h) compact(h, keep, m);
+  }
+  /// `evict(h, victim, n)` on every KV head, head 0 first: the layer's one victim leaves every head
+  /// (`shared_heads`). O(n_kv_heads · head_dim).
+  void evict_all(std::size_t victim, std::size_t n) {
+    for (std::size_t h = 0; h < kv_.n_kv_heads; ++h) evict(h, victim, n);
   }
   /// Decode-step eviction: fills slot `victim` of head `h` with slot `n − 1` (the
   /// newest token, the window's newest entry when `w > 0`); the length becomes

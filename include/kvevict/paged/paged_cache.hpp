@@ -1,7 +1,8 @@
 // paged/paged_cache.hpp — the per-sequence, per-layer evicting cache over
 // page-table storage: token-granular (one selection shared by all KV heads) or
 // page-granular (whole pages leave the table, no K/V bytes move; page_eviction.hpp).
-// Slot state in paged_slots.hpp; scoring, budget rule and contracts shared with `Cache`.
+// Slot state in paged_slots.hpp; scoring, budget rule, contracts and the token unit's eviction paths
+// (detail/head_eviction.hpp) shared with `Cache`.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
@@ -13,7 +14,7 @@
 
 #include "kvevict/cache_config.hpp"
 #include "kvevict/detail/check.hpp"
-#include "kvevict/detail/eviction_core.hpp"  // the policies, the scorer, the state and the checks
+#include "kvevict/detail/head_eviction.hpp"  // the token unit's cut and step (over the core's policies and checks)
 #include "kvevict/paged/page_eviction.hpp"
 #include "kvevict/paged/page_pool.hpp"
 #include "kvevict/paged/paged_cache_interface.hpp"
@@ -35,8 +36,9 @@ namespace kvevict {
 /// `CacheConfig::shared_heads = true`, which is therefore required. It is built
 /// from `Cache`'s parts: the policy contracts (concepts.hpp), the scoring with
 /// rollback (`detail::Scorer`), the budget rule (`detail::resolve_budget`,
-/// detail/budget_rule.hpp) and the recent window as per-slot flags (`RecentFlags`,
-/// moved with their slot by `detail::PagedSlotTable`).
+/// detail/budget_rule.hpp), the eviction paths of the token unit (`detail::HeadEviction`'s
+/// layer-wide cut and decode-step eviction, the code `Cache` runs with `shared_heads`) and the recent
+/// window as per-slot flags (`RecentFlags`, moved with their slot by `detail::PagedSlotTable`).
 ///
 /// **Token unit.** Prefill keeps `selection.prefill_keep`'s tokens, compacted in
 /// position order into logical slots `[0, m)`; a decode step with `n > k`
@@ -67,7 +69,7 @@ namespace kvevict {
 /// thread (or under the engine's lock); a call may run its scoring on `set_executor`'s workers.
 template <class Score, class Temperature, class Selection>
 class PagedCache final
-    : public detail::EvictionCore<PagedCacheInterface, detail::PagedSlotTable, Score, Temperature, Selection> {
+    : public detail::HeadEviction<PagedCacheInterface, detail::PagedSlotTable, Score, Temperature, Selection> {
  public:
   /// Builds a cache over `kv` (length must be 0) drawing pages from `pool`
   /// (which must outlive the cache). Allocates O(n_kv_heads · capacity) floats once.
@@ -81,9 +83,9 @@ class PagedCache final
   PagedCache(const CacheConfig& config, const PagedEvictionConfig& paged, const PagedKVView<T>& kv, PagePool& pool,
              Score score = Score(), Temperature temperature = Temperature(), Selection selection = Selection())
       // The view is validated (PagedSlotTable's ErasedPagedKV) before the core checks n_q_heads against it.
-      : Core(config, detail::PagedSlotTable(detail::ErasedPagedKV::from(kv)), std::move(score),
-             std::move(temperature), std::move(selection), "kvevict::PagedCache",
-             detail::key_reader<Score, T>(kv.head_dim)),
+      : Heads(config, detail::PagedSlotTable(detail::ErasedPagedKV::from(kv)), std::move(score),
+              std::move(temperature), std::move(selection), "kvevict::PagedCache",
+              detail::key_reader<Score, T>(kv.head_dim)),
         paged_(paged),
         pool_(&pool),
         pages_(paged, kv.max_pages) {
@@ -115,6 +117,7 @@ class PagedCache final
       detail::require(paged.page_score == PageScore::sum,
                       "kvevict::PagedCache: page_score = mean is only meaningful with the page unit");
     }
+    this->init_heads();
     if (!config.budget.is_ratio()) (void)resolve_budget(config.budget.token_count(), "kvevict::PagedCache");
   }
 
@@ -171,24 +174,23 @@ class PagedCache final
       scorer_.take_anchor(slots_.all_scores(), slots_.capacity(), P);
     else
       slots_.clear_scores();
-    const float* summed = this->summed_scores(P);
-    std::size_t m = P;
-    if (paged_.unit == EvictUnit::token) {
-      slots_.reset_window(w);
-      m = selection_.prefill_keep(scorer_.cut_scores(summed, kv().positions, last_prompt_position, P, 0), P, k, w,
-                                  slots_.index());
-      slots_.compact(slots_.index(), m);
-      pages_freed_ += slots_.release_tail(*pool_, P, m);
-      // The recent window: the last min(w, m) prompt tokens, now the last slots.
-      for (std::size_t s = m - std::min(w, m); s < m; ++s) slots_.enter_window(s);
-    } else {
-      slots_.reset_window(0);  // the page unit's recent area is by page (`PageEvictor`), not by flags
-      if (P >= k + ps) m = pages_.evict(slots_, *pool_, summed, P, w, (P - k) / ps, pages_freed_);
-    }
     last_position_ = last_prompt_position;
     k_ = k;
     w_ = w;
-    n_ = m;
+    n_ = P;
+    if (paged_.unit == EvictUnit::token) {
+      // Cache's cut with shared_heads (HeadEviction::cut): the selection's tokens of the summed scores, compacted
+      // in position order; then the pages left empty go back to the pool, and the recent window is the last
+      // min(w, m) prompt tokens, now the last slots (HeadEviction::enter_recent).
+      std::fill(held_.begin(), held_.end(), P);
+      cut(k, w, /*at_prefill=*/true);
+      shared_budget_ = true;
+      pages_freed_ += slots_.release_tail(*pool_, P, n_);
+      enter_recent(w);
+    } else {
+      slots_.reset_window(0);  // the page unit's recent area is by page (`PageEvictor`), not by flags
+      if (P >= k + ps) n_ = pages_.evict(slots_, *pool_, this->summed_scores(P), P, w, (P - k) / ps, pages_freed_);
+    }
     step_ = 0;
     tau_ = tau;
     prefilled_ = true;
@@ -227,14 +229,11 @@ class PagedCache final
     last_position_ = new_pos;
     n_ = n;
     if (paged_.unit == EvictUnit::token) {
+      // Cache's step with shared_heads (HeadEviction::evict_step): if n > k, the selection's victim of the summed
+      // scores is filled with slot n − 1; then a last page left empty goes back to the pool.
       slots_.enter_window(n - 1);
-      if (n > k_) {
-        const float* summed = this->summed_scores(n);
-        slots_.evict(selection_.victim(scorer_.ranked(summed, kv().positions, new_pos, n, 0), slots_.recent(),
-                                       kv().positions, n), n);
-        pages_freed_ += slots_.release_tail(*pool_, n, n - 1);
-        n_ = n - 1;
-      }
+      evict_step(n, /*victims_found=*/false);
+      if (n_ < n) pages_freed_ += slots_.release_tail(*pool_, n, n_);
     } else if (n >= k_ + ps) {
       const float* summed = this->summed_scores(n);
       n_ = pages_.evict(slots_, *pool_, summed, n, w_, 1, pages_freed_);
@@ -252,6 +251,7 @@ class PagedCache final
     live("reset");
     pages_freed_ += pool_->release_sequence(kv().template typed<unsigned char>());
     this->reset_state(seed);
+    this->reset_heads();
   }
   /// `reset(seed)` with the configuration's seed.
   void reset() { reset(config_.seed); }
@@ -303,10 +303,13 @@ class PagedCache final
   const PagedEvictionConfig& paged_config() const { return paged_; }
 
  private:
-  // The state, policies and checks `Cache` has too (detail/eviction_core.hpp; it asserts the policy contracts).
-  using Core = detail::EvictionCore<PagedCacheInterface, detail::PagedSlotTable, Score, Temperature, Selection>;
+  // The state, policies and checks `Cache` has too (detail/eviction_core.hpp; it asserts the policy contracts) and
+  // the token unit's eviction paths (detail/head_eviction.hpp, its layer-wide case).
+  using Heads = detail::HeadEviction<PagedCacheInterface, detail::PagedSlotTable, Score, Temperature, Selection>;
+  using Core = typename Heads::Core;
   using Core::config_, Core::slots_, Core::scorer_, Core::selection_, Core::last_position_, Core::k_, Core::w_,
       Core::n_, Core::step_, Core::tau_, Core::prefilled_, Core::kv, Core::checked_tau, Core::live, Core::check_head;
+  using Heads::held_, Heads::shared_budget_, Heads::cut, Heads::enter_recent, Heads::evict_step;
 
   /// `detail::resolve_budget` (detail/budget_rule.hpp, the rule `Cache` uses, so the
   /// token unit equals the contiguous cache) with the paged capacity — `k + 1`
