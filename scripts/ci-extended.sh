@@ -12,6 +12,8 @@
 #  E5. -march=x86-64-v4 (g++ -Werror): every target, examples and tools included; the tests run when the CPU has
 #      AVX-512
 #  E6. libFuzzer: every target for FUZZ_SECONDS (default 600) each, two at a time
+#  E7. vLLM: every test of tests/vllm, the variants .ci/run leaves out (marked `extended`: window's and chunked
+#      StreamingLLM's engine runs, tensor parallelism under StreamingLLM) included
 # Usage: bash scripts/ci-extended.sh [E1 E2 ...]   (default: all). Exit status: 0 when every flavour passed.
 # At the end it prints a table of seconds and a result per flavour (copy it into .ci/README.md).
 set -uo pipefail
@@ -24,7 +26,7 @@ if command -v ccache >/dev/null; then
 fi
 bash scripts/deps.sh
 selected=("$@")
-((${#selected[@]})) || selected=(E1 E2 E3 E4 E5 E6)
+((${#selected[@]})) || selected=(E1 E2 E3 E4 E5 E6 E7)
 want() { local f; for f in "${selected[@]}"; do [ "$f" = "$1" ] && return 0; done; return 1; }
 
 declare -a table=()
@@ -73,6 +75,9 @@ e5() {
 e6() {
   FUZZ_SECONDS="${FUZZ_SECONDS:-600}" bash scripts/fuzz.sh
 }
+e7() {
+  bash scripts/vllm-test.sh
+}
 
 run_flavour E1 "g++ ASan + UBSan, all but bench, all tests but realmodel" e1
 run_flavour E2 "clang++ Release -Werror, all but bench, all tests" e2
@@ -80,6 +85,7 @@ run_flavour E3 "plain_build_check: g++ and clang++ bits" e3
 run_flavour E4 "g++ ThreadSanitizer: unit and engine tests" e4
 run_flavour E5 "-march=x86-64-v4: every target" e5
 run_flavour E6 "libFuzzer: every target for ${FUZZ_SECONDS:-600} s each" e6
+run_flavour E7 "vLLM plugin: every test, the extended variants included" e7
 
 echo
 echo "== scripts/ci-extended.sh, $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"

@@ -12,6 +12,12 @@ import pytest
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "extended: a variant left out of .ci/run (scripts/vllm-test.sh -m 'not "
+                            "extended'); scripts/ci-extended.sh E7 runs every test")
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = os.environ.get("KVEVICT_SHARED_DIR", os.path.join(ROOT, "..", "shared"))  # ../shared beside the checkout
 STORIES = os.path.join(SHARED, "data", "tinystories-val", "tinystories_val.txt")
