@@ -304,12 +304,15 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
                                           : "kvevict::Cache::decode_step: call prefill() first");
     // Every KV head held held_[j] tokens and the engine appended one to each: with even lengths (always with
     // uniform budgets) the one fused step over n slots; else each head's rows over its own length.
-    const bool even = even_lengths();
+    bool even = true;  // even_lengths(), and this step's lengths, in one pass (written before the checks: scratch)
+    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) {
+      even = even && held_[j] == held_.front();
+      step_lens_[j] = held_[j] + 1;
+    }
     const std::int64_t new_pos =
         even ? detail::check_step_view(kv(), n, held_.front(), last_position_)
              : detail::check_ragged_step_view(kv(), n, held_.data(), last_position_, "kvevict::Cache::decode_step");
     const float tau = checked_tau(step_ + 1, "decode_step");
-    for (std::size_t j = 0; j < kv().n_kv_heads; ++j) step_lens_[j] = held_[j] + 1;
     if (even) {
       this->score_step(logits, gumbel, n, tau, new_pos);
     } else if constexpr (Score::kUsesLogits) {  // uneven lengths come only from head-adaptive budgets
@@ -318,7 +321,10 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
                                 slots_.capacity(), static_cast<std::uint64_t>(new_pos));
     }
     // ---- nothing below can throw ----
-    slots_.enter_window_each([&](std::size_t j) { return step_lens_[j] - 1; });
+    if (even)
+      slots_.enter_window(n - 1);  // the same slot on every KV head
+    else
+      slots_.enter_window_each([&](std::size_t j) { return step_lens_[j] - 1; });
     last_position_ = new_pos;
     evict_step(n, /*victims_found=*/false);
     ++step_;

@@ -87,12 +87,32 @@ inline void set_isa(Isa isa) {
   detail::g_isa.store(v, std::memory_order_relaxed);
 }
 
+namespace detail {
+/// `active_isa`'s first call: the choice, stored. Out of line (and `cold` where the compiler has it), so that
+/// `active_isa`'s common case, one relaxed load and a compare, inlines into every kernel's dispatch: the victim
+/// scans dispatch once per 64-slot block, and a call that set up a frame for this path cost 17 instructions each
+/// (5 % of a StreamingLLM step, `bash bench/instructions.sh`).
+/// (A template, so that one definition serves every translation unit without `inline`, which GCC rejects
+/// beside `noinline`.)
+template <int = 0>
+#if defined(__GNUC__) || defined(__clang__)
+[[gnu::noinline, gnu::cold]]
+#endif
+Isa choose_isa();
+}  // namespace detail
+
 /// The path the kernels run on. On the first call: `KVEVICT_ISA` from the environment if set
 /// (`baseline`, `avx2`, `avx512`; throws `std::invalid_argument` naming the variable and its
 /// value if it is something else or the CPU cannot run it), else `best_isa()`. O(1).
 inline Isa active_isa() {
   const int v = detail::g_isa.load(std::memory_order_relaxed);
   if (v >= 0) return static_cast<Isa>(v);
+  return detail::choose_isa();
+}
+
+namespace detail {
+template <int>
+Isa choose_isa() {
   Isa chosen = best_isa();
   if (const char* env = std::getenv("KVEVICT_ISA"); env != nullptr && *env != '\0') {
     if (std::strcmp(env, "baseline") == 0) chosen = Isa::kBaseline;
@@ -104,8 +124,9 @@ inline Isa active_isa() {
     if (!isa_supported(chosen))
       throw std::invalid_argument(std::string("KVEVICT_ISA: '") + env + "' is not supported by this CPU");
   }
-  detail::g_isa.store(static_cast<int>(chosen), std::memory_order_relaxed);
+  g_isa.store(static_cast<int>(chosen), std::memory_order_relaxed);
   return chosen;
 }
+}  // namespace detail
 
 }  // namespace kvevict

@@ -158,8 +158,9 @@ class HeadEviction : public EvictionCore<Interface, Slots, Score, Temperature, S
   /// (`step_lens_[j] > head_k_[j]`) evicts one token. Cannot throw.
   void evict_heads(bool victims_found) noexcept {
     const std::size_t H = kv().n_kv_heads;
-    bool over = false;
-    for (std::size_t j = 0; j < H; ++j) over = over || step_lens_[j] > head_k_[j];
+    std::size_t first_over = 0;  // the first KV head over its budget (H: none), found without reading the rest
+    while (first_over < H && step_lens_[first_over] <= head_k_[first_over]) ++first_over;
+    const bool over = first_over < H;
     auto head = [&](std::size_t j) noexcept {
       const std::size_t nj = step_lens_[j];
       if (nj > head_k_[j]) {

@@ -96,8 +96,17 @@ struct KeyNormScore {
   /// index order, never contracted into FMAs (the same bits on every build: clang++ -march=native contracted them).
   KVEVICT_NO_CONTRACT_FN float key_score(const float* key, std::size_t head_dim) const noexcept {
     KVEVICT_NO_CONTRACT_BODY
+    // Four squares per iteration, still added one after another in index order (the same bits): the loop's own
+    // counter, compare and branch ran once per element, a third of its instructions at -O2.
     float sq = 0.0f;
-    for (std::size_t i = 0; i < head_dim; ++i) sq += key[i] * key[i];
+    std::size_t i = 0;
+    for (; i + 4 <= head_dim; i += 4) {
+      sq += key[i] * key[i];
+      sq += key[i + 1] * key[i + 1];
+      sq += key[i + 2] * key[i + 2];
+      sq += key[i + 3] * key[i + 3];
+    }
+    for (; i < head_dim; ++i) sq += key[i] * key[i];
     return 1.0f / (1.0f + std::sqrt(sq));
   }
 };
