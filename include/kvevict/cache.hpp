@@ -75,7 +75,7 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
   using Core::config_, Core::slots_, Core::scorer_, Core::selection_, Core::last_position_, Core::k_, Core::w_,
       Core::n_, Core::step_, Core::tau_, Core::prefilled_, Core::kv, Core::checked_tau, Core::live, Core::check_head;
   using Heads::held_, Heads::head_k_, Heads::step_lens_, Heads::victims_, Heads::shared_budget_, Heads::cut,
-      Heads::enter_recent, Heads::evict_step, Heads::even_lengths;
+      Heads::enter_recent, Heads::evict_step;
   using Step::chunking_, Step::no_open_step;
 
  public:
@@ -304,7 +304,9 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
                                           : "kvevict::Cache::decode_step: call prefill() first");
     // Every KV head held held_[j] tokens and the engine appended one to each: with even lengths (always with
     // uniform budgets) the one fused step over n slots; else each head's rows over its own length.
-    bool even = true;  // even_lengths(), and this step's lengths, in one pass (written before the checks: scratch)
+    // even_lengths() and this step's lengths in one pass. Written before the checks, safely: no per-head step is open
+    // (no_open_step above), and the only readers of step_lens_ (this step, begin_decode_step) write it first.
+    bool even = true;
     for (std::size_t j = 0; j < kv().n_kv_heads; ++j) {
       even = even && held_[j] == held_.front();
       step_lens_[j] = held_[j] + 1;

@@ -91,11 +91,11 @@ namespace detail {
 /// `active_isa`'s first call: the choice, stored. Out of line (and `cold` where the compiler has it), so that
 /// `active_isa`'s common case, one relaxed load and a compare, inlines into every kernel's dispatch: the victim
 /// scans dispatch once per 64-slot block, and a call that set up a frame for this path cost 17 instructions each
-/// (5 % of a StreamingLLM step, `bash bench/instructions.sh`).
-/// (A template, so that one definition serves every translation unit without `inline`, which GCC rejects
-/// beside `noinline`.)
+/// (5 % of a StreamingLLM step, `bash bench/instructions.sh`). Throws `std::invalid_argument` as `active_isa`
+/// documents, the choice then unstored. (A template, so that one definition serves every translation unit without
+/// `inline`: g++ 12 warns, -Wattributes, about `noinline` on an inline function.)
 template <int = 0>
-#if defined(__GNUC__) || defined(__clang__)
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 [[gnu::noinline, gnu::cold]]
 #endif
 Isa choose_isa();

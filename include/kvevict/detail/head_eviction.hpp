@@ -23,14 +23,15 @@ namespace detail {
 /// The per-KV-head state and token eviction paths of a cache (the base of `kvevict::Cache`, over `SlotTable`, and
 /// of `kvevict::PagedCache`, over `PagedSlotTable`; the caches hold their life cycle and engine protocol). KV head
 /// `j` holds `held_[j]` tokens in slots `[0, held_[j])` and, once the layer's budget is shared (`shared_budget_`),
-/// keeps at most `head_k_[j]` of them; `n_` is `max_j held_[j]`. Uniform budgets share at the end of the prompt
+/// keeps at most `head_k_[j]` of them; `n_` is `max_j held_[j]` (PagedCache: for its token unit; its page unit sets
+/// `n_` itself, through `PageEvictor`, and leaves this state unused). Uniform budgets share at the end of the prompt
 /// (`k` each, known without scores); adaptive ones at the layer's first cut, which needs the scores
 /// (`share_budget`). A layer-wide selection (`shared_heads`) keeps every head at one length. `Slots` provides
 /// what `EvictionCore` needs plus `positions(j)`, `recent(j)`, `index()`, `compact_all(keep, m)`, `evict_all(victim,
 /// n)` and `enter_window_each(slot_of)`; with `Slots::kSlotsPerHead` (every KV head its own slots) also
 /// `compact(j, keep, m)` and `evict(j, victim, n)`, the per-head paths. Without it (a paged slot holds every KV
 /// head's token) only the layer-wide paths are compiled, and the cache must require `shared_heads`. All memory is
-/// allocated by the constructor; nothing here allocates or throws after it.
+/// allocated by `init_heads`, which the cache's constructor calls; nothing here allocates or throws after it.
 template <class Interface, class Slots, class Score, class Temperature, class Selection>
 class HeadEviction : public EvictionCore<Interface, Slots, Score, Temperature, Selection> {
  protected:
@@ -57,7 +58,7 @@ class HeadEviction : public EvictionCore<Interface, Slots, Score, Temperature, S
     victims_.assign(nkv, 0);
     if (config_.head_budgets.is_adaptive()) {
       const std::size_t cells =
-          checked_mul("kvevict::Cache", "n_kv_heads * capacity (the AdaKV scratch)", nkv, slots_.capacity());
+          checked_mul(this->name_, "n_kv_heads * capacity (the AdaKV scratch)", nkv, slots_.capacity());
       alloc_scores_.assign(cells, 0.0f);
       alloc_.resize(cells);
     }
@@ -80,11 +81,11 @@ class HeadEviction : public EvictionCore<Interface, Slots, Score, Temperature, S
       std::fill(head_k_.begin(), head_k_.end(), k);
       return;
     }
-    const std::size_t cap = slots_.capacity(), n = n_, per_head = k - w;
+    const std::size_t cap = slots_.capacity(), n = n_, key_tokens = k - w;
     const auto floor = static_cast<std::size_t>(
-        std::floor(static_cast<double>(config_.head_budgets.floor) * static_cast<double>(per_head)));
+        std::floor(static_cast<double>(config_.head_budgets.floor) * static_cast<double>(key_tokens)));
     for (std::size_t j = 0; j < H; ++j) std::copy_n(ranks(j), n - w, alloc_scores_.data() + j * cap);
-    allocate_head_budgets(alloc_scores_.data(), cap, H, n - w, per_head, std::min(floor, per_head), cap - 1 - w,
+    allocate_head_budgets(alloc_scores_.data(), cap, H, n - w, key_tokens, std::min(floor, key_tokens), cap - 1 - w,
                           alloc_.data(), head_k_.data());
     for (std::size_t j = 0; j < H; ++j) head_k_[j] += w;
   }
@@ -128,8 +129,9 @@ class HeadEviction : public EvictionCore<Interface, Slots, Score, Temperature, S
     for (std::size_t i = 0; i < c; ++i) slots_.enter_window_each([&](std::size_t j) { return held_[j] - c + i; });
   }
 
-  /// The end of a decode step whose new token entered every KV head (head `j` now holds `step_lens_[j]` slots,
-  /// `n = max_j` of them): before the budget is shared (adaptive, the prompt fitted) and `n > k`, the layer's
+  /// The end of a decode step whose new token entered every KV head (`n` slots at most; the per-head path reads
+  /// head `j`'s `step_lens_[j]`, which the caller set, and the layer-wide path and the first cut read `n` alone,
+  /// every head holding `n`): before the budget is shared (adaptive, the prompt fitted) and `n > k`, the layer's
   /// first cut with the decode rule and a new recent window; a layer-wide selection evicts its one victim from
   /// every head when `n > k` (`evict_shared`); otherwise each KV head over its budget (`step_lens_[j] > k_j`)
   /// evicts one token (`victims_found`: the victims `score_decode_head` found, else searched here, per KV head on
@@ -155,7 +157,8 @@ class HeadEviction : public EvictionCore<Interface, Slots, Score, Temperature, S
   }
 
   /// `evict_step`'s per-head path (`per_head()`, `Slots::kSlotsPerHead` only): each KV head over its budget
-  /// (`step_lens_[j] > head_k_[j]`) evicts one token. Cannot throw.
+  /// (`step_lens_[j] > head_k_[j]`) evicts one token. O(n_kv_heads · n), O(n_kv_heads · head_dim) with
+  /// `victims_found`. Cannot throw.
   void evict_heads(bool victims_found) noexcept {
     const std::size_t H = kv().n_kv_heads;
     std::size_t first_over = 0;  // the first KV head over its budget (H: none), found without reading the rest
