@@ -1,6 +1,6 @@
 // kvevict fuzzing — cache_ops_calls.hpp: fuzz_cache_ops' calls decoded from the input (Harness::run): append,
 // prefill, decode_step, restore_position_order, reset, prefill chunks (materialised and from Q·K),
-// finish_prefill, the per-head decode step and queries, each checked against what the harness knows.
+// finish_prefill, the per-head decode step, H2O's prefill from attention sums and queries, each checked against what the harness knows.
 // SPDX-License-Identifier: Apache-2.0
 //
 // Included by cache_ops.cpp only.
@@ -9,6 +9,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -30,7 +31,7 @@ void Harness<T>::run(FuzzedDataProvider& in) {
   for (int op = 0; op < 96 && in.remaining_bytes() > 0; ++op) {
     const KVView<T>& kv = layer().view;
     const std::size_t n = kv.lengths[0];
-    switch (in.ConsumeIntegralInRange<int>(0, 16)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 17)) {
       case 0: case 1: case 2: case 3: {  // append; rarely a run of tokens (long prompts within 96 ops)
         if (in.ConsumeIntegralInRange<int>(0, 31) == 0) {
           const std::size_t count = in.ConsumeIntegralInRange<std::size_t>(1, layer().cap);
@@ -184,6 +185,33 @@ void Harness<T>::run(FuzzedDataProvider& in) {
                        s().n_q);
           took_chunk(C, n, fresh);
           replayable = false;  // its logits are computed inside (GEMM): no one-shot replay
+        }
+        break;
+      }
+      case 16: {  // prefill_from_attention: H2O's cut from column sums (hostile values, a wrong P, a huge P)
+        std::size_t P = n;
+        const int p_draw = in.ConsumeIntegralInRange<int>(0, 15);
+        if (p_draw == 0) P = in.ConsumeIntegralInRange<std::size_t>(0, layer().cap + 1);
+        const bool huge = p_draw == 8;
+        if (huge) P = in.PickValueInArray(kvfuzz::kHugeSizes);
+        const std::vector<float> sums = pick_floats(in, huge ? 16 : s().n_q * P);
+        const bool null = in.ConsumeIntegralInRange<int>(0, 7) == 0;
+        const std::vector<std::int64_t> prompt(kv.head_positions(0), kv.head_positions(0) + n);
+        const bool ok = call("prefill_from_attention", [&](Layer<T>&, CI& c) {
+          c.prefill_from_attention(null ? nullptr : sums.data(), P);
+        });
+        KVFUZZ_CHECK(!ok || (!huge && !null), where(), ": prefill_from_attention accepted P = ", P,
+                     null ? " with null sums" : "");
+        if (ok) {
+          KVFUZZ_CHECK(!prefilled && !chunking, where(), ": prefill_from_attention succeeded after a prefill or chunk");
+          for (float v : sums) KVFUZZ_CHECK(std::isfinite(v) && v >= 0.0f, where(), ": accepted a sum of ", v);
+          const std::size_t k = s().cache->budget();
+          KVFUZZ_CHECK(k >= 1 && kv.lengths[0] == std::min(k, P), where(), ": prefill_from_attention kept ",
+                       kv.lengths[0], " slots, expected min(k = ", k, ", P = ", P, ")");
+          accepted = prompt;
+          managed = kv.lengths[0];
+          prefilled = true;
+          replayable = false;  // its scores come from the sums, not from logits a one-shot replay could take
         }
         break;
       }

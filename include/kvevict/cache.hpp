@@ -20,6 +20,8 @@
 #include "kvevict/detail/eviction_core.hpp"  // the policies, the scorer, the state and the checks
 #include "kvevict/detail/head_eviction.hpp"  // the per-KV-head cuts and evictions
 #include "kvevict/detail/per_head_step.hpp"  // begin_decode_step / score_decode_head / end_decode_step
+#include "kvevict/detail/state_copy.hpp"     // copy_state_from's checks and copy
+#include "kvevict/detail/attention_prefill.hpp"  // prefill_from_attention's checks and load
 #include "kvevict/detail/erased_kv.hpp"
 #include "kvevict/kv/kv_view.hpp"
 #include "kvevict/detail/slot_table.hpp"
@@ -128,9 +130,23 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
     return shared_budget_ ? head_k_[h] : k_;
   }
 
-  // Copying would alias the same view: forbidden (the core's copy is deleted); moving is fine (the
-  // implicit, noexcept move). A moved-from cache owns nothing: every member of `CacheInterface` (and
-  // `reset`) then throws `std::logic_error` (docs/guarantees.md).
+  // Copying would alias the view: forbidden (`copy_state_from` copies the state into another view); moving is fine.
+  // A moved-from cache owns nothing: every member of `CacheInterface` (and `reset`) throws `std::logic_error`.
+  /// Makes this cache `other`'s twin over its own view (beam search: a beam takes over another's cache): other's
+  /// live K/V rows (`[kv_head][0, length)`), positions, lengths, scores, recent window, k, w, step, τ, last position,
+  /// per-head budgets, noise seed, prefill accumulators, a chunked prompt or per-head step in progress, and its
+  /// policies; from then on this cache gives what other would, bit for bit. Keeps its executor. `other` may sit on
+  /// any layout and a capacity that holds other's lengths; the views must not overlap. Self-copy does nothing.
+  /// O(n_kv_heads · n · head_dim + n_q_heads · capacity); allocates nothing. Throws `std::invalid_argument`
+  /// "kvevict::Cache::copy_state_from: …", this cache unchanged, if other was moved from, differs in
+  /// `n_q_heads`, budget, recent, shared_heads, max_prefill_chunk, bounded_prefill, head_budgets (the seed is copied),
+  /// n_kv_heads, element type or head_dim, a length of other exceeds this capacity, this capacity cannot serve
+  /// other's k (`resolve_budget`), or (adaptive, before the first cut) the capacities differ; `std::logic_error` if
+  /// this cache was moved from or its policies are not copyable.
+  void copy_state_from(const Cache& other) { detail::copy_cache_state(*this, other); }
+  /// `copy_state_from` through the runtime interface; also throws `std::invalid_argument` if `other` is not a
+  /// cache of this type (another policy).
+  void copy_state_from(const CacheInterface& other) override { copy_state_from(detail::same_cache(*this, other)); }
 
   /// Prefill: scores the prompt and evicts to budget (Keyformer Algorithm 1,
   /// prompt phase). Preconditions: every KV head of the view holds exactly `prompt_len` live
@@ -267,6 +283,14 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
     // ---- nothing below can throw ----
     scorer_.take_anchor(slots_.all_scores(), slots_.capacity(), n_);
     finish(k, w);
+  }
+
+  /// H2O's prefill (§4) from attention an engine computed anyway: `sums[h][c]` = Σ_r softmax(x[h][r][0..r])[c],
+  /// query head h's attention probabilities summed over the prompt's rows (`[q_head][P]`), not the `[q_head][P][P]`
+  /// logits; then as `prefill`. Equals `prefill(x, P)` up to float addition order. detail/attention_prefill.hpp
+  /// says its cost and errors (a score other than H2O's, sums not finite and >= 0, and as `prefill`).
+  void prefill_from_attention(const float* sums, std::size_t prompt_len) override {
+    detail::prefill_cache_from_attention(*this, sums, prompt_len);
   }
 
   /// One decode step (Keyformer Algorithm 1, generation phase; H2O §4; TOVA).
@@ -417,6 +441,10 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
     return kw;
   }
   std::size_t prompt_len_ = 0;  // prompt tokens scored so far
+  template <class C>
+  friend void detail::copy_cache_state(C& dst, const C& src);
+  template <class C>
+  friend void detail::prefill_cache_from_attention(C& cache, const float* sums, std::size_t P);
 };
 
 }  // namespace kvevict

@@ -42,6 +42,11 @@ class CacheInterface {
   virtual void prefill_chunk(ChunkRows& /*rows*/, std::size_t /*chunk_len*/, std::size_t /*n*/) {
     throw std::logic_error("kvevict::CacheInterface::prefill_chunk: this cache has no chunked prefill");
   }
+  /// H2O's prefill from the column sums of the prompt's attention probabilities `[q_head][P]` (see
+  /// `Cache::prefill_from_attention`). The default (a cache without it, e.g. `PagedCache`) throws `std::logic_error`.
+  virtual void prefill_from_attention(const float* /*sums*/, std::size_t /*prompt_len*/) {
+    throw std::logic_error("kvevict::CacheInterface::prefill_from_attention: this cache has no prefill from attention");
+  }
   /// Ends a chunked prefill: cuts to budget; decode steps may follow.
   virtual void finish_prefill() {
     throw std::logic_error("kvevict::CacheInterface::finish_prefill: this cache has no chunked prefill");
@@ -74,6 +79,13 @@ class CacheInterface {
   /// parallel scoring) throws `std::logic_error`.
   virtual void set_executor(ExecutorRef /*executor*/) {
     throw std::logic_error("kvevict::CacheInterface::set_executor: this cache has no parallel scoring");
+  }
+
+  /// Makes this cache a copy of `other`'s eviction state over its own storage (see `Cache::copy_state_from`);
+  /// throws `std::invalid_argument` for a cache of another policy or configuration. The default (a cache
+  /// without it) throws `std::logic_error`.
+  virtual void copy_state_from(const CacheInterface& /*other*/) {
+    throw std::logic_error("kvevict::CacheInterface::copy_state_from: this cache cannot copy another's state");
   }
 
   /// Resolved budget `k`. Reads 0 until the first prefill (or `finish_prefill`) resolves it, also for a

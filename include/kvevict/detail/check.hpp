@@ -123,6 +123,8 @@ class LiveFlag {
     if (!live_)
       throw std::logic_error(concat(cls, "::", method, ": this cache was moved from (use the object it was moved to)"));
   }
+  /// Whether the owner was not moved from. O(1).
+  bool alive() const noexcept { return live_; }
 
  private:
   bool live_ = true;

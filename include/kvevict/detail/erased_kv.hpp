@@ -14,6 +14,12 @@
 namespace kvevict {
 namespace detail {
 
+/// One address per element type `T`, identifying it without RTTI (`ErasedKV::elem_type`).
+template <class T>
+struct ElemTag {
+  static constexpr char id = 0;
+};
+
 /// Byte-level access to a writable `KVView<T>`'s rows: the same storage, the
 /// strides in bytes, and the same offset formula (`row_offset`) as `KVView`.
 /// Rows are `row_bytes = head_dim · sizeof(T)` bytes, moved with `memcpy`.
@@ -27,6 +33,8 @@ struct ErasedKV {
   std::size_t row_bytes = 0;           ///< bytes of one K (or V) row
   std::size_t head_stride = 0;         ///< bytes between (h, s) and (h + 1, s)
   std::size_t slot_stride = 0;         ///< bytes between (h, s) and (h, s + 1)
+  std::size_t elem_bytes = 0;          ///< `sizeof(T)`
+  const void* elem_type = nullptr;     ///< identifies `T` (`&ElemTag<T>::id`): views of one element type only
 
   /// Erases `view` after `view.validate()` (throws `std::invalid_argument` as it does). O(n_kv_heads).
   template <class T>
@@ -43,6 +51,8 @@ struct ErasedKV {
     e.row_bytes = view.head_dim * sizeof(T);
     e.head_stride = view.head_stride * sizeof(T);
     e.slot_stride = view.slot_stride * sizeof(T);
+    e.elem_bytes = sizeof(T);
+    e.elem_type = &ElemTag<T>::id;
     return e;
   }
   /// K row of (h, s), `row_bytes` bytes. No bounds check.

@@ -193,6 +193,23 @@ class EvictionCore : public Interface {
     tau_ = 0.0f;
   }
 
+  /// Takes `other`'s sequence state (`Cache::copy_state_from`, which checked that other has this core's
+  /// configuration and view geometry): the noise seed, the slots (`SlotTable::copy_from`: K/V rows, positions,
+  /// lengths, scores, recent window), the scorer's state and the policies (`score`, `temperature`, `selection`:
+  /// copies of other's, made by the caller before any change), k, w, n, step, τ, the last position, prefilled.
+  /// O(n_kv_heads · n · head_dim + n_q_heads · capacity); no allocation.
+  void copy_core_state(const EvictionCore& other, Score&& score, Temperature&& temperature, Selection&& selection) {
+    config_.seed = other.config_.seed;
+    slots_.copy_from(other.slots_);
+    scorer_.copy_state(other.scorer_, std::move(score));
+    temperature_ = std::move(temperature);
+    selection_ = std::move(selection);
+    last_position_ = other.last_position_;
+    k_ = other.k_, w_ = other.w_, n_ = other.n_, step_ = other.step_;
+    tau_ = other.tau_;
+    prefilled_ = other.prefilled_;
+  }
+
   /// Throws `std::logic_error` naming `method` if this cache was moved from.
   void live(const char* method) const { live_.check(name_, method); }
   /// `h` if it is a KV head of the view; throws `std::invalid_argument` "<name>::<who>: KV head h out

@@ -194,6 +194,16 @@ class HeadEviction : public EvictionCore<Interface, Slots, Score, Temperature, S
     slots_.evict_all(victim, n);
   }
 
+  /// Takes `other`'s per-KV-head state (same n_kv_heads): the lengths, the budgets and whether they are shared, the
+  /// open step's lengths and victims. O(n_kv_heads); no allocation, no throw.
+  void copy_heads_state(const HeadEviction& other) noexcept {
+    shared_budget_ = other.shared_budget_;
+    std::copy(other.held_.begin(), other.held_.end(), held_.begin());
+    std::copy(other.head_k_.begin(), other.head_k_.end(), head_k_.begin());
+    std::copy(other.step_lens_.begin(), other.step_lens_.end(), step_lens_.begin());
+    std::copy(other.victims_.begin(), other.victims_.end(), victims_.begin());
+  }
+
   /// The state of a new sequence: no tokens, no shared budget. O(n_kv_heads).
   void reset_heads() noexcept {
     std::fill(held_.begin(), held_.end(), std::size_t{0});

@@ -153,6 +153,16 @@ class PerHeadStep : public HeadEviction<CacheInterface, SlotTable, Score, Temper
     step_open_ = false;
     std::fill(head_done_.begin(), head_done_.end(), std::uint8_t{0});
   }
+  /// Takes `other`'s life-cycle and open-step state (same n_kv_heads; `Cache::copy_state_from`): a chunked prompt in
+  /// progress, and a per-head step open with the heads scored so far. O(n_kv_heads); no allocation, no throw.
+  void copy_step_state(const PerHeadStep& other) noexcept {
+    chunking_ = other.chunking_;
+    step_open_ = other.step_open_;
+    step_n_ = other.step_n_;
+    step_pos_ = other.step_pos_;
+    step_tau_ = other.step_tau_;
+    std::copy(other.head_done_.begin(), other.head_done_.end(), head_done_.begin());
+  }
   /// Throws `std::invalid_argument` naming `method` while a per-head decode step is open.
   void no_open_step(const char* method) const {
     require(!step_open_, "kvevict::Cache::", method, ": a per-head decode step is open: score every KV "

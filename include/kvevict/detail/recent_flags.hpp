@@ -78,6 +78,18 @@ class RecentFlags {
     flag(r, last) = 0;
     ring(r)[(next_ + size_ - 1) % size_] = victim;  // `last` entered the window most recently
   }
+  /// Takes `other`'s window (same `rows`; its capacity may differ, its window's slots fitting this one's): its
+  /// size, its flags on slots `[0, min(capacities))` (0 beyond), its ring. O(rows · capacity); no allocation.
+  void copy_from(const RecentFlags& other) noexcept {
+    const std::size_t c = std::min(capacity_, other.capacity_);
+    for (std::size_t r = 0; r < rows_; ++r) {
+      std::uint8_t* flags = flags_.data() + r * capacity_;
+      std::copy_n(other.flags_.data() + r * other.capacity_, c, flags);
+      std::fill(flags + c, flags + capacity_, std::uint8_t{0});
+      std::copy_n(other.ring_.data() + r * other.capacity_, std::min(c, other.size_), ring(r));
+    }
+    size_ = other.size_, count_ = other.count_, next_ = other.next_;
+  }
   /// After the slots `[0, n)` of row `r` were permuted into position order (flags
   /// moved with them): the flagged slots, in slot order, are the window oldest
   /// first. O(n).

@@ -157,6 +157,11 @@ class Scorer : public ScorerBase<Score> {
     score_chunk(rows, 0, P, inv_tau, "prefill");
     fold(scores, stride, P);
   }
+  /// `acc[h][0, P) = sums[h · P + (0, P)]` for every query head (`prefill_from_attention`: the column sums of
+  /// the prompt's attention probabilities, checked by the caller). O(n_q_heads · P); cannot throw.
+  void load_sums(const float* sums, std::size_t P) noexcept {
+    for (std::size_t h = 0; h < n_kv_heads_ * group_; ++h) std::copy_n(sums + h * P, P, acc(h));
+  }
   /// After a cut moved the scores (bounded prefill): `acc[j · g] = scores[j]`,
   /// the group's other accumulators 0, over slots `[0, m)`, so that `fold` gives
   /// the scores back and later chunks add to them. O(n_q_heads · m).

@@ -64,6 +64,16 @@ class ScorerBase : private KeyScratch<reads_keys<Score>> {
   const Score& policy() const { return score_; }
   /// Sets the seed of the drawn noise.
   void seed(std::uint64_t seed) { seed_ = seed; }
+  /// Takes `other`'s state (`Cache::copy_state_from`): the score policy `score` (a copy of other's, made by the
+  /// caller before any change), the noise seed and the prefill accumulators (each query head's first
+  /// `min(capacities)` slots; other has this scorer's query heads). The executor and the scratch stay this
+  /// scorer's. O(n_q_heads · capacity); no allocation.
+  void copy_state(const ScorerBase& other, Score&& score) {
+    score_ = std::move(score);
+    seed_ = other.seed_;
+    const std::size_t c = std::min(stride_, other.stride_);
+    for (std::size_t h = 0; h < n_kv_heads_ * group_; ++h) std::copy_n(other.acc(h), c, acc(h));
+  }
 
   /// The scores a selection ranks at a prefill cut, for `n` candidates `scores[0, n)`: the scores
   /// themselves, or the score's `selection_scores` (SnapKV: pooled, the window at `FLT_MAX`) in

@@ -126,6 +126,27 @@ class SlotTable {
     window_.reindex(h, n);
   }
 
+  /// Takes `other`'s live slots into this table's own view: for every KV head `h`, the K and V rows, positions and
+  /// scores of slots `[0, other's lengths[h])`, the length, and the recent window (`RecentFlags::copy_from`).
+  /// Preconditions (checked by the caller, detail/state_copy.hpp): the same `n_kv_heads`, element type and
+  /// `row_bytes`, other's lengths within both capacities, views that do not overlap (rows at one address, the
+  /// same storage, are left alone). O(n_kv_heads · (n · head_dim + capacity)); no allocation.
+  void copy_from(const SlotTable& other) noexcept {
+    for (std::size_t h = 0; h < kv_.n_kv_heads; ++h) {
+      const std::size_t n = other.kv_.lengths[h];
+      for (std::size_t s = 0; s < n; ++s) {
+        if (kv_.k_row(h, s) != other.kv_.k_row(h, s))
+          std::memcpy(kv_.k_row(h, s), other.kv_.k_row(h, s), kv_.row_bytes);
+        if (kv_.v_row(h, s) != other.kv_.v_row(h, s))
+          std::memcpy(kv_.v_row(h, s), other.kv_.v_row(h, s), kv_.row_bytes);
+      }
+      if (kv_.pos(h) != other.kv_.pos(h)) std::copy_n(other.kv_.pos(h), n, kv_.pos(h));
+      std::copy_n(other.scores(h), n, scores(h));
+      kv_.lengths[h] = n;
+    }
+    window_.copy_from(other.window_);
+  }
+
   /// Starts a window of `w` tokens, empty, on every head. O(n_kv_heads · capacity).
   void reset_window(std::size_t w) { window_.reset(w); }
   /// Enters the token at `slot` (the same slot on every head) into the window;

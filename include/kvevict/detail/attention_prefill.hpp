@@ -1,0 +1,55 @@
+// detail/attention_prefill.hpp — Cache::prefill_from_attention: H2O's prompt scores taken from the column sums of the
+// attention probabilities an engine's attention kernel computed, instead of a second pass over the prompt's logits.
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <type_traits>
+
+#include "kvevict/detail/check.hpp"
+#include "kvevict/detail/erased_kv.hpp"
+#include "kvevict/score/score_policies.hpp"
+
+namespace kvevict {
+namespace detail {
+
+/// The body of `Cache::prefill_from_attention(sums, P)`: `sums` `[q_head][P]` row-major, `sums[h][c]` the attention
+/// probability query head h's prompt rows gave slot c, summed over the rows; they become the query heads'
+/// accumulators, KV head j's scores their sum over j's group (q_head order, as `prefill` folds them), then
+/// `selection.prefill_keep`'s tokens are kept, compacted in position order. O(n_q_heads · P) reads and copies, then
+/// the cut (O(n_kv_heads · P · head_dim)); allocates nothing. Every check runs before any state changes; throws
+/// `std::invalid_argument` "kvevict::Cache::prefill_from_attention: …" for a score other than H2O's
+/// (`AccumulatedAttentionScore`), a second prefill, a chunked prefill in progress, a view that does not hold exactly
+/// `P` prompt tokens (as `prefill`), a budget `resolve_budget` refuses, a null `sums`, or a value that is not finite
+/// and >= 0; `std::logic_error` on a moved-from cache or an open per-head step.
+template <class C>
+void prefill_cache_from_attention(C& cache, const float* sums, std::size_t P) {
+  using Score = typename C::score_type;
+  const char* who = "kvevict::Cache::prefill_from_attention";
+  cache.live("prefill_from_attention");
+  cache.no_open_step("prefill_from_attention");
+  require(std::is_same<Score, AccumulatedAttentionScore>::value, who, ": needs H2O's score (AccumulatedAttentionScore: ",
+          "the attention each token received); this cache scores the prompt otherwise: use prefill");
+  require(!cache.prefilled_, who, ": already prefilled; call reset() for a new sequence");
+  require(!cache.chunking_, who, ": a chunked prefill is in progress; call finish_prefill()");
+  check_prompt_view(cache.kv(), P);
+  const auto kw = cache.resolve_budget(cache.config_.budget.resolve(P), who);
+  const float tau = cache.checked_tau(0, "prefill_from_attention");
+  require(sums != nullptr, who, ": sums must be non-null");
+  const std::size_t nq = cache.config_.n_q_heads;
+  (void)checked_mul(who, "n_q_heads * prompt_len (the sums)", nq, P);
+  for (std::size_t h = 0; h < nq; ++h)
+    for (std::size_t c = 0; c < P; ++c) {
+      const float v = sums[h * P + c];
+      require(std::isfinite(v) && v >= 0.0f, who, ": sums[", h, "][", c, "] = ", v, " (must be finite and >= 0: a ",
+              "sum of attention probabilities)");
+    }
+  // ---- nothing below can throw ----
+  cache.scorer_.load_sums(sums, P);
+  cache.take_chunk(P, tau);
+  cache.finish(kw.first, kw.second);
+}
+
+}  // namespace detail
+}  // namespace kvevict
