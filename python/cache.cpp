@@ -132,6 +132,40 @@ void PyCache::append(py::handle position, py::handle k, py::handle v) {
                                static_cast<const Eigen::half*>(va.data()));
 }
 
+void PyCache::extend(py::handle positions, py::handle k, py::handle v) {
+  const py::array pa = as_array(positions, "positions", "a 1-D int64 array");
+  if (pa.ndim() != 1)
+    throw py::value_error("positions must be a 1-D int64 array [n], got " + std::to_string(pa.ndim()) + " dimensions");
+  const py::ssize_t n = pa.shape(0);
+  const py::array pos = checked_array(positions, "positions", Elem::int64, {n}, "[n]");
+  const std::vector<py::ssize_t> shape{n, static_cast<py::ssize_t>(n_kv_heads_), static_cast<py::ssize_t>(head_dim_)};
+  const py::array ka = checked_array(k, "k", elem_of(dtype_), shape, "[n, n_kv_heads, head_dim]");
+  const py::array va = checked_array(v, "v", elem_of(dtype_), shape, "[n, n_kv_heads, head_dim]");
+  const std::size_t row = n_kv_heads_ * head_dim_ * (dtype_ == DType::float32 ? 4 : 2);
+  const auto* kb = static_cast<const char*>(ka.data());
+  const auto* vb = static_cast<const char*>(va.data());
+  const std::size_t bytes = static_cast<std::size_t>(n) * row, storage = capacity_ * row;
+  auto overlaps = [&](const char* a, const void* base) {
+    const auto* b = static_cast<const char*>(base);
+    return bytes != 0 && a < b + storage && b < a + bytes;
+  };
+  if (overlaps(kb, k_ptr_) || overlaps(kb, v_ptr_) || overlaps(vb, k_ptr_) || overlaps(vb, v_ptr_))
+    throw py::value_error("extend: k and v must not overlap the cache's own K/V storage (copy the rows first)");
+  GilFreeLock lock(mutex_);
+  for (std::size_t h = 0; h < n_kv_heads_; ++h)
+    if (lengths_[h] + static_cast<std::size_t>(n) > capacity_)  // all or nothing (OverflowError, as append)
+      throw std::length_error("extend: KV head " + std::to_string(h) + " holds " + std::to_string(lengths_[h]) +
+                              " tokens; " + std::to_string(n) + " more exceed its capacity " + std::to_string(capacity_));
+  const auto* pp = static_cast<const std::int64_t*>(pos.data());
+  for (py::ssize_t i = 0; i < n; ++i) {
+    if (dtype_ == DType::float32)
+      view<float>().append(pp[i], reinterpret_cast<const float*>(kb + i * row), reinterpret_cast<const float*>(vb + i * row));
+    else
+      view<Eigen::half>().append(pp[i], reinterpret_cast<const Eigen::half*>(kb + i * row),
+                                 reinterpret_cast<const Eigen::half*>(vb + i * row));
+  }
+}
+
 void PyCache::prefill(py::handle logits, py::handle gumbel) {
   std::size_t P = 0;
   {
@@ -188,6 +222,65 @@ void PyCache::prefill_qk(py::handle q, py::handle scale) {
       else
         kvevict::prefill_chunk_qk(*cache_, view<Eigen::half>(), qp, P, setup_.config.n_q_heads, s, scratch);
       cache_->finish_prefill();
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+  }
+  if (!message.empty()) throw py::value_error(message);
+}
+
+void PyCache::prefill_chunk(py::handle chunk_len, py::handle logits, py::handle gumbel) {
+  const std::size_t C = to_size(chunk_len, "chunk_len");
+  std::size_t n = 0;  // checked again by the library, under the lock (every head must hold n = held + C)
+  {
+    GilFreeLock lock(mutex_);
+    n = longest();
+  }
+  const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads);
+  const ScoreArgs a = checked_scores(logits, gumbel, setup_, {H, static_cast<py::ssize_t>(C), static_cast<py::ssize_t>(n)},
+                                     "[n_q_heads, chunk_len, n] (the chunk's rows over every held slot)");
+  std::string message;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      cache_->prefill_chunk(a.lp, C, n, a.gp);
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+  }
+  if (!message.empty()) throw py::value_error(setup_.name_snap_window(message));
+}
+
+void PyCache::finish_prefill() {
+  std::string message;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      cache_->finish_prefill();
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+  }
+  if (!message.empty()) throw py::value_error(message);
+}
+
+void PyCache::prefill_from_attention(py::handle sums) {
+  std::size_t P = 0;
+  {
+    GilFreeLock lock(mutex_);
+    P = lengths_[0];
+  }
+  const auto H = static_cast<py::ssize_t>(setup_.config.n_q_heads);
+  const py::array a = checked_array(sums, "sums", Elem::float32, {H, static_cast<py::ssize_t>(P)},
+                                    "[n_q_heads, P] (each query head's attention probabilities summed over the prompt's rows)");
+  std::string message;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      cache_->prefill_from_attention(static_cast<const float*>(a.data()), P);
     } catch (const std::invalid_argument& e) {
       message = e.what();
     }
@@ -304,6 +397,65 @@ void PyCache::restore_position_order() {
 }
 
 void PyCache::reset(py::handle seed) { locked_reset(*cache_, mutex_, setup_, seed); }
+
+namespace {
+
+/// The first parameter of policy `p` (not in CacheConfig) that differs between `a` (other) and `b` (this cache), as
+/// "name = a's, this cache has b's", or "" if none does (parameters `p` does not use are not compared).
+std::string params_differ(kvevict::Policy p, const kvevict::PolicyParams& a, const kvevict::PolicyParams& b) {
+  auto text = [](const auto& x) {
+    std::ostringstream o;
+    o << std::boolalpha << x;
+    return o.str();
+  };
+  auto field = [&](const char* name, const auto& x, const auto& y) -> std::string {
+    return x == y ? "" : std::string(name) + " = " + text(x) + ", this cache has " + text(y);
+  };
+  using P = kvevict::Policy;
+  std::vector<std::string> diffs;
+  if (p == P::snapkv)
+    diffs = {field("snap_window", a.snap_window, b.snap_window), field("snap_kernel", a.snap_kernel, b.snap_kernel),
+             field("snap_pooling", static_cast<int>(a.snap_pooling), static_cast<int>(b.snap_pooling)),
+             field("snap_decode", static_cast<int>(a.snap_decode), static_cast<int>(b.snap_decode))};
+  if (p == P::keyformer || (p == P::snapkv && a.snap_decode == kvevict::SnapDecode::keyformer))
+    for (const std::string& d :
+         {field("tau_init", a.tau_init, b.tau_init), field("tau_end", a.tau_end, b.tau_end),
+          field("horizon", a.horizon, b.horizon), field("noise", a.gumbel_noise, b.gumbel_noise),
+          field("noise_scale", a.noise_scale, b.noise_scale)})
+      diffs.push_back(d);
+  if (p == P::streaming_llm) diffs.push_back(field("sinks", a.sinks, b.sinks));
+  if (p == P::h2o || p == P::keyformer) diffs.push_back(field("mean_attention", a.mean_attention, b.mean_attention));
+  for (const std::string& d : diffs)
+    if (!d.empty()) return d;
+  return "";
+}
+
+}  // namespace
+
+void PyCache::copy_from(PyCache& other) {
+  if (&other == this) return;
+  const std::string who = "Cache.copy_from: ";
+  if (other.setup_.name != setup_.name)
+    throw py::value_error(who + "other is a '" + other.setup_.name + "' cache, this cache is '" + setup_.name + "'");
+  if (other.dtype_ != dtype_)
+    throw py::value_error(who + "other has dtype " + dtype_name(other.dtype_) + ", this cache has " +
+                          dtype_name(dtype_));
+  const std::string params = params_differ(setup_.policy, other.setup_.params, setup_.params);
+  if (!params.empty()) throw py::value_error(who + "other has " + params);
+  std::string message;
+  {
+    py::gil_scoped_release nogil;  // locking.hpp rule 2; scoped_lock: no deadlock with other.copy_from(self)
+    std::scoped_lock lock(mutex_, other.mutex_);
+    try {
+      cache_->copy_state_from(*other.cache_);
+      setup_.seed = other.setup_.seed;
+      setup_.config.seed = other.setup_.config.seed;
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+  }
+  if (!message.empty()) throw py::value_error(message);
+}
 
 std::size_t PyCache::budget() {
   GilFreeLock lock(mutex_);

@@ -48,8 +48,12 @@ class PyCache {
   }
 
   void append(py::handle position, py::handle k, py::handle v);
+  void extend(py::handle positions, py::handle k, py::handle v);
   void prefill(py::handle logits, py::handle gumbel);
   void prefill_qk(py::handle q, py::handle scale);
+  void prefill_chunk(py::handle chunk_len, py::handle logits, py::handle gumbel);
+  void finish_prefill();
+  void prefill_from_attention(py::handle sums);
   void decode_step(py::handle logits, py::handle gumbel);
   py::array attention_logits(py::handle q, py::handle scale, py::handle bias, py::handle out);
   /// `Cache.k` / `Cache.v`: the whole storage `[n_kv_heads, capacity, head_dim]`, no copy.
@@ -60,6 +64,9 @@ class PyCache {
   py::list retained_positions(py::handle h);
   void restore_position_order();
   void reset(py::handle seed);
+  /// `Cache.copy_from(other)`: this cache becomes a twin of `other` over its own storage
+  /// (`kvevict::Cache::copy_state_from`), under both caches' mutexes (docstrings.hpp: kCopyFrom).
+  void copy_from(PyCache& other);
   std::size_t budget();
   bool budget_resolved();
   std::size_t recent_window();

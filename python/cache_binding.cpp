@@ -65,8 +65,13 @@ void bind_preset(py::module_& m, const char* name, const char* policy, const cha
 template <class Class>
 void bind_cache_methods(Class& c) {
   c.def("append", &PyCache::append, py::arg("position"), py::arg("k"), py::arg("v"), doc::kAppend)
+      .def("extend", &PyCache::extend, py::arg("positions"), py::arg("k"), py::arg("v"), doc::kExtend)
       .def("prefill", &PyCache::prefill, py::arg("logits") = py::none(), py::arg("gumbel") = py::none(), doc::kPrefill)
       .def("prefill_qk", &PyCache::prefill_qk, py::arg("q"), py::arg("scale") = py::none(), doc::kPrefillQK)
+      .def("prefill_chunk", &PyCache::prefill_chunk, py::arg("chunk_len"), py::arg("logits") = py::none(),
+           py::arg("gumbel") = py::none(), doc::kPrefillChunk)
+      .def("finish_prefill", &PyCache::finish_prefill, doc::kFinishPrefill)
+      .def("prefill_from_attention", &PyCache::prefill_from_attention, py::arg("sums"), doc::kPrefillFromAttention)
       .def("decode_step", &PyCache::decode_step, py::arg("logits") = py::none(), py::arg("gumbel") = py::none(),
            doc::kDecodeStep)
       .def("positions", &PyCache::positions, py::arg("h"), doc::kPositions)
@@ -74,6 +79,7 @@ void bind_cache_methods(Class& c) {
       .def("retained_positions", &PyCache::retained_positions, py::arg("h"), doc::kRetainedPositions)
       .def("restore_position_order", &PyCache::restore_position_order, doc::kRestorePositionOrder)
       .def("reset", &PyCache::reset, py::arg("seed") = py::none(), doc::kReset)
+      .def("copy_from", &PyCache::copy_from, py::arg("other"), doc::kCopyFrom)
       .def_property_readonly("k", [](PyCache& self) { return self.storage(true); }, doc::kK)
       .def_property_readonly("v", [](PyCache& self) { return self.storage(false); }, doc::kV)
       .def_property_readonly("lengths", &PyCache::lengths, "Live slots per KV head, a list of n_kv_heads ints.");

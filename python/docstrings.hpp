@@ -94,6 +94,13 @@ of the cache's dtype, written into slot lengths[h] of each head with position ID
 (int64; apply RoPE before). O(n_kv_heads * head_dim). All-or-nothing: OverflowError if a KV
 head is full (capacity reached), ValueError for a wrong array.)doc";
 
+constexpr const char* kExtend =
+    R"doc(Appends n tokens to every KV head, as n calls of append: positions int64 [n], k and v C-contiguous
+[n, n_kv_heads, head_dim] of the cache's dtype (row i: token i's K and V per head), written into slots
+lengths[h] .. lengths[h] + n - 1. One call instead of n (a prompt's K/V). O(n * n_kv_heads * head_dim).
+All-or-nothing: OverflowError if a KV head lacks room for n more, ValueError for a wrong array or for k /
+v overlapping the cache's own storage (copy those rows first).)doc";
+
 constexpr const char* kPrefill =
     R"doc(Scores the prompt and evicts every KV head to min(k, P) tokens (Keyformer Algorithm 1,
 prompt phase). Every KV head must hold the P prompt tokens (positions strictly ascending).
@@ -113,6 +120,29 @@ GEMM tiles; memory O(16 * P) floats, not O(n_q_heads * P^2)) and scored as prefi
 materialised array (the library's test: bit for bit with the same products). Then evicts to k as
 prefill does. Not for 'snapkv' (its window is the prompt's last rows: use prefill). The GIL is
 released. O(n_q_heads * P^2 * head_dim). ValueError (the library's message) as prefill.)doc";
+
+constexpr const char* kPrefillChunk =
+    R"doc(Chunked prefill: scores the chunk_len prompt tokens appended last (Keyformer Algorithm 1, prompt
+phase, one chunk). Every KV head must hold n = (tokens of earlier chunks) + chunk_len prompt tokens.
+logits: float32 [n_q_heads, chunk_len, n], x[h, r, c] = logit of the chunk's query r (prompt token
+n - chunk_len + r) against slot c; only c <= n - chunk_len + r is read (-inf = masked); None for the
+policies scored without logits. gumbel: optional pre-drawn noise, same shape ('keyformer' with noise=True).
+Then more chunks, or finish_prefill(); the chunks give prefill()'s result bit for bit. Policies whose
+score needs the whole prompt ('snapkv', 'tova', ...) raise ValueError (use prefill). The GIL is
+released. O(n_q_heads * chunk_len * n). ValueError (the library's message) on a finished prompt,
+chunk_len = 0, a head holding another length, NaN / +inf logits; the cache is then unchanged.)doc";
+
+constexpr const char* kFinishPrefill =
+    R"doc(Ends a chunked prefill (prefill_chunk): evicts every KV head to min(k, P) tokens as prefill
+does. ValueError (the library's message) when no chunk was passed or the prompt is finished.)doc";
+
+constexpr const char* kPrefillFromAttention =
+    R"doc(H2O's prompt cut from the attention the model computed: sums float32 [n_q_heads, P], sums[h, c] =
+the attention probability query head h's prompt queries gave slot c, summed over the queries (the column
+sums of softmax(x[h]) over the causal prompt). Equals prefill(x) up to the order of the float additions,
+without the [n_q_heads, P, P] logits or a second Q K^T. Policy 'h2o' only. Every KV head must hold the P
+prompt tokens. The GIL is released. O(n_q_heads * P). ValueError (the library's message) for another
+policy, a value that is not finite and >= 0, a second prefill, ...; the cache is then unchanged.)doc";
 
 constexpr const char* kDecodeStep =
     R"doc(One decode step after appending the new token (every head holds n = previous length + 1
@@ -137,6 +167,14 @@ constexpr const char* kRestorePositionOrder =
 constexpr const char* kReset =
     "Starts a new sequence: lengths 0, scores 0, step 0, and re-seeds the noise generator with `seed` (default: the "
     "latest seed). K/V bytes are left as they are.";
+constexpr const char* kCopyFrom =
+    "Makes this cache a twin of other (a kvevict.Cache of the same policy, options, n_q_heads, n_kv_heads, head_dim "
+    "and dtype) over its own storage: other's live K/V rows, positions, lengths, scores, recent window, step, tau, "
+    "budget, noise seed and the rest of its eviction state are copied, so that from then on this cache gives what "
+    "other would, bit for bit (beam search: a beam takes over another's cache). The capacity may differ if it holds "
+    "other's lengths. Both caches' locks are held during the copy. copy_from(self) does nothing. Raises ValueError "
+    "naming the first difference (policy, dtype, an option, budget, recent, ..., a length above this capacity), "
+    "this cache unchanged. O(n_kv_heads * length * head_dim); allocates nothing.";
 constexpr const char* kK =
     "Keys, [n_kv_heads, capacity, head_dim] of dtype, no copy (slots [0, lengths[h]) of head h are live). Owned "
     "storage stays alive as long as this array does, even after the cache is deleted.";

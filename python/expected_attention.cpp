@@ -64,6 +64,19 @@ class PyQueryStatistics {
     GilFreeLock lock(mutex_);
     stats_.clear();
   }
+  /// Takes `other`'s rows (its sums and count): ValueError unless both have the same n_q_heads and head_dim. Both
+  /// mutexes are taken together (std::scoped_lock: no deadlock with a concurrent other.copy_from(self)), the GIL
+  /// released while waiting. A copy of itself does nothing.
+  void copy_from(PyQueryStatistics& other) {
+    if (&other == this) return;
+    if (other.n_q_heads() != n_q_heads() || other.head_dim() != head_dim())
+      throw py::value_error("QueryStatistics.copy_from: other has n_q_heads = " + std::to_string(other.n_q_heads()) +
+                            ", head_dim = " + std::to_string(other.head_dim()) + "; this has " +
+                            std::to_string(n_q_heads()) + ", " + std::to_string(head_dim()));
+    py::gil_scoped_release nogil;
+    std::scoped_lock lock(mutex_, other.mutex_);
+    stats_ = other.stats_;
+  }
   std::size_t n_q_heads() const { return stats_.n_q_heads(); }
   std::size_t head_dim() const { return stats_.head_dim(); }
 
@@ -136,6 +149,9 @@ void bind_expected_attention(py::module_& m) {
       .def("covariance", &PyQueryStatistics::covariance, py::arg("h"),
            "Σ of query head h, float64 [head_dim, head_dim], the population covariance (a copy). Errors as mean.")
       .def("clear", &PyQueryStatistics::clear, "Forgets every row added.")
+      .def("copy_from", &PyQueryStatistics::copy_from, py::arg("other"),
+           "Takes other's rows (same n_q_heads and head_dim, else ValueError): this object's statistics become a copy "
+           "of other's (beam search: a beam takes over another's). copy_from(self) does nothing.")
       .def_property_readonly("count", &PyQueryStatistics::count, "Rows added so far.")
       .def_property_readonly("n_q_heads", &PyQueryStatistics::n_q_heads)
       .def_property_readonly("head_dim", &PyQueryStatistics::head_dim);

@@ -73,6 +73,9 @@ class KVEvictLayer(CacheLayerMixin):
         self.k_buf = self.v_buf = None
         self.records = []  # with record=True (batch 1): what the kvevict cache was given and what it kept
         self._real = None  # [B, P] bool: the prompt's real (unpadded) tokens, from its attention mask
+        self._pad = None  # each sequence's left padding (columns), once the prompt's caches exist
+        self._attention_sums = None  # H2O: the prompt's attention summed over its queries (_prompt_attention)
+        self._beam_spare = None  # beam search: the second set of buffers and caches (reorder_cache)
 
     @property
     def kv(self):
@@ -129,7 +132,7 @@ class KVEvictLayer(CacheLayerMixin):
                              f"{o.n_kv_heads} x {o.head_dim} (the model's config)")
         if self.batch and b != self.batch:
             raise ValueError(f"KVEvictCache: layer {self.layer_idx} holds {self.batch} sequences; got a batch of {b} "
-                             "(beam search and batch changes are not supported)")
+                             "(a batch's size cannot change; beam search reorders rows: reorder_cache)")
         cache_position = (cache_kwargs or {}).get("cache_position")
         positions = (torch.arange(self.seen, self.seen + q) if cache_position is None
                      else cache_position.reshape(-1).to("cpu"))
@@ -274,13 +277,10 @@ class KVEvictLayer(CacheLayerMixin):
                 self.records.append(("step", None if x is None else x.copy(), before, self._kept(s)))
         self.length = int(self.lens.max())
 
-    def _cut_prompt(self, module, kwargs):
-        """The prompt's cut: each sequence's real tokens into its own kvevict cache (slots 0 .. P_b - 1, positions
-        0 .. P_b - 1), its prefill at its own budget k_b, then the layer's view over the longest."""
-        o = self._owner()
+    def _pads(self):
+        """Each sequence's left padding (from the prompt's attention mask), checked: every sequence has a real token
+        and its real tokens end the prompt."""
         B, P = self.batch, self.seen
-        if o.record and B != 1:
-            raise ValueError("KVEvictCache(record=True) records batch 1 only")
         real = self._real if self._real is not None else torch.ones(B, P, dtype=torch.bool)
         pads = []
         for s in range(B):
@@ -292,31 +292,104 @@ class KVEvictLayer(CacheLayerMixin):
                 raise ValueError(f"KVEvictCache: sequence {s} of the batch is not left-padded (its real tokens must end "
                                  "the prompt): use tokenizer.padding_side = 'left', as transformers does for generation")
             pads.append(P - n_real)
-        needs_logits = o.policy not in _NO_LOGITS and not o.expected and not o.reconstruct
-        queries = self._queries(module, kwargs) if needs_logits else None  # [B, n_q, P, d]
-        pre = self._queries(module, kwargs, rope=False) if o.expected else None
-        options = dict(o.options)
-        if o.policy == "keyformer" or options.get("snap_decode") == "keyformer":  # Keyformer's noise, per layer
-            options["seed"] = layer_seed(options.get("seed", DEFAULT_SEED), self.layer_idx)
-        g = o.n_q_heads // o.n_kv_heads
-        self.kvs, self.stats, self.next_pos = [], [] if o.expected else None, np.zeros(B, dtype=np.int64)
+        return pads
+
+    def _open_caches(self, P):
+        """One empty kvevict cache per sequence over its slice of the buffers, at its own budget (for a prompt of P
+        tokens, left padding included); sets kvs, stats, next_pos and _pad. Raises (naming the sequence) before
+        any cache exists."""
+        o = self._owner()
+        B = self.batch
+        if o.record and B != 1:
+            raise ValueError("KVEvictCache(record=True) records batch 1 only")
+        pads = self._pads()
+        budgets = []
         for s in range(B):
-            p0, n = pads[s], P - pads[s]
-            rows_k = self.k_buf[s, :, p0:P].transpose(0, 1).contiguous().numpy()  # [n, n_kv, d], a copy
-            rows_v = self.v_buf[s, :, p0:P].transpose(0, 1).contiguous().numpy()
+            n = P - pads[s]
             try:
-                k = o.resolve_budget(n) if self.budget_override is None else self.budget_override
+                budgets.append(o.resolve_budget(n) if self.budget_override is None else self.budget_override)
             except ValueError as e:
                 raise ValueError(f"{e}" + (f" (sequence {s} of the batch)" if B > 1 else "")) from None
             if o.expected and n <= o.expected["n_sink"]:
                 raise ValueError(f"KVEvictCache: policy 'expected_attention' needs more prompt tokens than n_sink = "
                                  f"{o.expected['n_sink']} (its statistics leave those out); the prompt of sequence {s} "
                                  f"has {n}: lower n_sink or give a longer prompt")
-            kv = kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=k,
-                               k=self.k_buf[s].numpy(), v=self.v_buf[s].numpy(), **options)
-            for t in range(n):
-                kv.append(t, rows_k[t], rows_v[t])
-            self.kvs.append(kv)
+        self.kvs = [self._new_cache(budgets[s], self.k_buf[s], self.v_buf[s]) for s in range(B)]
+        self.stats = [] if o.expected else None
+        self.next_pos = np.zeros(B, dtype=np.int64)
+        self._pad = pads
+
+    def _new_cache(self, budget, k, v):
+        """A kvevict cache of this layer's policy and options (Keyformer's noise seed per layer, as kvevict-generate
+        derives it) over the storage k, v [n_kv_heads, capacity, head_dim] (torch views, no copy)."""
+        o = self._owner()
+        options = dict(o.options)
+        if o.policy == "keyformer" or options.get("snap_decode") == "keyformer":
+            options["seed"] = layer_seed(options.get("seed", DEFAULT_SEED), self.layer_idx)
+        return kvevict.Cache(o.policy, n_q_heads=o.n_q_heads, budget=budget, k=k.numpy(), v=v.numpy(), **options)
+
+    def _shrink(self):
+        """After the prompt's cut with evict='step' and uniform budgets: each sequence's cache moves (Cache.copy_from,
+        its whole state) into buffers of max(k_b) + 1 slots per KV head, the most a decode step holds, so the layer
+        keeps k slots per head instead of the prompt's P. (Head-adaptive budgets keep the prompt's capacity: it caps
+        a head's share.)"""
+        o = self._owner()
+        if str(o.options.get("head_budgets", "uniform")).startswith("adaptive"):
+            return
+        cap = max(kv.budget for kv in self.kvs) + 1
+        if cap >= self.k_buf.shape[2]:
+            return
+        k = torch.zeros(self.batch, o.n_kv_heads, cap, o.head_dim, dtype=torch.float32)
+        v = torch.zeros_like(k)
+        kvs = [self._new_cache(kv.budget, k[s], v[s]) for s, kv in enumerate(self.kvs)]
+        for new, old in zip(kvs, self.kvs):
+            new.copy_from(old)
+        self.k_buf, self.v_buf, self.kvs = k, v, kvs
+
+    def _append_prompt(self, s):
+        """Sequence s's real prompt tokens into its kvevict cache (slots and positions from 0, its left padding
+        skipped); returns their number."""
+        p0, P = self._pad[s], self.seen
+        rows_k = torch.empty(P - p0, self.k_buf.shape[1], self.k_buf.shape[3])  # [n, n_kv, d], always a copy
+        rows_v = torch.empty_like(rows_k)
+        rows_k.copy_(self.k_buf[s, :, p0:P].transpose(0, 1))
+        rows_v.copy_(self.v_buf[s, :, p0:P].transpose(0, 1))
+        self.kvs[s].extend(np.arange(P - p0, dtype=np.int64), rows_k.numpy(), rows_v.numpy())
+        return P - p0
+
+    def sums_in_attention(self):
+        """Whether the prompt's forward, now, takes H2O's prompt scores from the attention it computes
+        (_prompt_attention): policy 'h2o' (not mean_attention), record=False, before the cut."""
+        o = self._owner()
+        return (not self.prefilled and not self.pending and o.policy == "h2o" and not o.record
+                and not o.options.get("mean_attention"))
+
+    def real_queries(self):
+        """[B, P] float32: 1 for the prompt's real tokens, 0 for left padding; None when none is padded."""
+        if self._real is None or bool(self._real.all()):
+            return None
+        return self._real.to(torch.float32)
+
+    def take_attention_sums(self, sums):
+        """The prompt's attention probabilities summed over its queries, [B, n_q_heads, P] (padded columns
+        included): the cut (_cut_prompt) gives each sequence its own columns."""
+        self._attention_sums = sums
+
+    def _cut_prompt(self, module, kwargs):
+        """The prompt's cut: each sequence's real tokens into its own kvevict cache (slots 0 .. P_b - 1, positions
+        0 .. P_b - 1), its prefill at its own budget k_b (H2O: from the sums attention gave, take_attention_sums),
+        then the layer's view over the longest."""
+        o = self._owner()
+        P = self.seen
+        sums, self._attention_sums = self._attention_sums, None
+        self._open_caches(P)
+        needs_logits = o.policy not in _NO_LOGITS and not o.expected and not o.reconstruct
+        queries = self._queries(module, kwargs) if needs_logits and sums is None else None  # [B, n_q, P, d]
+        pre = self._queries(module, kwargs, rope=False) if o.expected else None
+        g = o.n_q_heads // o.n_kv_heads
+        for s, kv in enumerate(self.kvs):
+            p0 = self._pad[s]
+            n = self._append_prompt(s)
             self.next_pos[s] = n
             logits = None
             if o.reconstruct:  # policy 'kvzip': the repeat passes' scores as TOVA's row
@@ -328,12 +401,21 @@ class KVEvictLayer(CacheLayerMixin):
             elif needs_logits and (o.record or o.policy == "snapkv"):  # the [n_q, P_b, P_b] logits, materialised
                 keys = self.k_buf[s, :, :n].repeat_interleave(g, dim=0)  # [n_q, n, d]
                 logits = (torch.matmul(queries[s, :, p0:], keys.transpose(1, 2)) * module.scaling).contiguous().numpy()
-            if needs_logits and logits is None:  # scored from Q and K a few rows at a time: memory O(16 P), not O(P^2)
+            if sums is not None:  # H2O: the attention's own probabilities, summed (_prompt_attention)
+                kv.prefill_from_attention(sums[s, :, p0:].contiguous().numpy())
+            elif needs_logits and logits is None:  # scored from Q and K a few rows at a time: memory O(16 P)
                 kv.prefill_qk(queries[s, :, p0:].transpose(0, 1).contiguous().numpy(), scale=module.scaling)
             else:
                 kv.prefill(logits)
             if o.record:
                 self.records.append(("prefill", logits, None, self._kept(s)))
+        self._close_cut()
+
+    def _close_cut(self):
+        """After every sequence's prefill: lengths, positions, and with evict='prefill' the caches dropped."""
+        o = self._owner()
+        for s, kv in enumerate(self.kvs):
+            self.next_pos[s] = self.seen - self._pad[s]
             self.lens[s] = kv.lengths
         self.prefilled = self.compacted = True
         self.cut_seen = self.seen
@@ -341,6 +423,8 @@ class KVEvictLayer(CacheLayerMixin):
         if o.evict == "prefill":  # from now on the layer only grows (no kvevict cache)
             self.kvs = self.stats = None
             self._alloc(max(2 * self.length, self.length + 256))
+        else:
+            self._shrink()
 
     def drop_after(self, n):
         """Forgets what a repeat pass appended after the prompt's n tokens (policy 'kvzip')."""
@@ -391,9 +475,64 @@ class KVEvictLayer(CacheLayerMixin):
         return -1
 
     def reorder_cache(self, beam_idx):
-        raise NotImplementedError("KVEvictCache does not support beam search (reorder_cache): a sequence's kvevict "
-                                  "cache (its scores, kept slots and noise state) cannot be copied to another; use "
-                                  "num_beams=1")
+        """Beam search (generate calls it after every step): row i of the batch takes the state of row beam_idx[i].
+        Before the prompt's cut, and where no kvevict cache runs (policy 'full', evict='prefill' after the cut), the
+        buffers' rows and lengths are selected. After the cut, each row's kvevict cache gets a copy of its source's
+        whole state (Cache.copy_from: kept slots, scores, recent window, step, tau, noise seed, ...) in a second set
+        of buffers and caches, which then become the layer's (the first set is kept for the next call: no allocation
+        after the first). Expected Attention's query statistics are copied with it. KVzip is refused (batch 1)."""
+        if self.k_buf is None or not self.batch:
+            return
+        idx = [int(i) for i in torch.as_tensor(beam_idx).reshape(-1).tolist()]
+        if len(idx) != self.batch or any(i < 0 or i >= self.batch for i in idx):
+            raise ValueError(f"KVEvictCache.reorder_cache: beam_idx must hold {self.batch} row indices in "
+                             f"[0, {self.batch}) (the batch's rows); got {idx}")
+        if idx == list(range(self.batch)):
+            return
+        o = self._owner()
+        if self.pending or o.reconstruct:
+            raise NotImplementedError("KVEvictCache(policy='kvzip') does not support beam search (it runs batch 1)")
+        if self.kvs is None:  # raw buffers: before the cut, policy 'full', or evict='prefill' after the cut
+            sel = torch.as_tensor(idx)
+            self.k_buf = self.k_buf.index_select(0, sel)
+            self.v_buf = self.v_buf.index_select(0, sel)
+        else:
+            self._copy_beams(idx)
+        self.lens = self.lens[idx].copy()
+        if self.next_pos is not None:
+            self.next_pos = self.next_pos[idx].copy()
+        if self._real is not None and self._real.shape[0] == self.batch:
+            self._real = self._real[idx]
+        if getattr(self, "_pad", None) is not None:
+            self._pad = [self._pad[i] for i in idx]
+        self.length = int(self.lens.max())
+
+    def _copy_beams(self, idx):
+        """reorder_cache's kvevict part: row i's cache of the spare set copies the current row idx[i]'s, then the
+        sets swap. A spare cache is (re)built over its slice of the spare buffers when the budget it was built with
+        is not its source's (a new prompt) or the buffers changed shape."""
+        o = self._owner()
+        spare = self._beam_spare
+        if spare is None or spare["k_buf"].shape != self.k_buf.shape or len(spare["kvs"]) != self.batch:
+            k = torch.zeros_like(self.k_buf)
+            spare = {"k_buf": k, "v_buf": torch.zeros_like(self.v_buf), "kvs": [None] * self.batch,
+                     "budgets": [None] * self.batch, "stats": [None] * self.batch}
+        for i, src in enumerate(idx):
+            budget = self.kvs[src].budget
+            if spare["kvs"][i] is None or spare["budgets"][i] != budget:
+                spare["kvs"][i] = self._new_cache(budget, spare["k_buf"][i], spare["v_buf"][i])
+                spare["budgets"][i] = budget
+            spare["kvs"][i].copy_from(self.kvs[src])
+            if self.stats is not None:
+                if spare["stats"][i] is None:
+                    spare["stats"][i] = kvevict.QueryStatistics(o.n_q_heads, o.head_dim)
+                spare["stats"][i].copy_from(self.stats[src])
+        self._beam_spare = {"k_buf": self.k_buf, "v_buf": self.v_buf, "kvs": self.kvs,
+                            "budgets": [kv.budget for kv in self.kvs],
+                            "stats": self.stats if self.stats is not None else [None] * self.batch}
+        self.k_buf, self.v_buf, self.kvs = spare["k_buf"], spare["v_buf"], spare["kvs"]
+        if self.stats is not None:
+            self.stats = spare["stats"]
 
     def crop_floor(self):
         """The fewest tokens seen this layer can be cropped back to: 0 for policy 'full' (its slots are the model's

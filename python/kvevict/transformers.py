@@ -10,9 +10,11 @@ Pass it where transformers takes a cache:
 or to a hand-written loop (``model(ids, past_key_values=cache)``, then one token per call).
 
 What it does, per layer:
-  * the first forward is the prompt (P tokens): attention runs over all of it, then the layer's prompt logits
-    (scale * Q K^T, [n_q_heads, P, P], from the layer's own queries and the cache's keys) go to the kvevict
-    cache's prefill, which keeps k tokens per KV head (budget: an int, a fraction of P or "50%");
+  * the first forward is the prompt (P tokens): attention runs over all of it, then the kvevict cache's prefill
+    keeps k tokens per KV head (budget: an int, a fraction of P or "50%"), scored from the prompt's logits
+    (scale * Q K^T from the layer's own queries and the cache's keys, a few rows at a time: Cache.prefill_qk),
+    or for H2O from the attention probabilities the prompt's attention computed (_prompt_attention.py); with
+    evict="step" the layer's buffers then shrink to k + 1 slots per KV head;
   * evict="step" (the default, kvevict's protocol): every later forward takes one token, attention runs over
     the k + 1 slots, then kvevict.attention_logits over the cache's keys scores the step and decode_step evicts
     one slot per KV head: the cache holds k tokens at every step;
@@ -27,8 +29,8 @@ RoPE), so scoring works with attn_implementation "sdpa" and "eager"; other imple
 Supported: Llama, Mistral (without sliding window), Qwen2 (without sliding layers), Qwen3 and Gemma 3 (text:
 sliding-window layers keep transformers' own DynamicSlidingWindowLayer, global layers are evicted); float32 on
 the CPU; batches of left-padded sequences (each its own kvevict cache, budget and per-head lengths; the layer's
-mask lets each read only its own kept slots: _layer.py). Beam search raises an error that
-says so; crop (DynamicCache's) works back to the compressed prompt with evict='prefill' (the query-agnostic
+mask lets each read only its own kept slots: _layer.py); beam search (reorder_cache copies a beam's whole kvevict
+state to another: Cache.copy_from); crop (DynamicCache's) works back to the compressed prompt with evict='prefill' (the query-agnostic
 protocol: one compressed context, several questions). policy="full" keeps everything through the same storage (a reference for the others).
 """
 import math
@@ -53,7 +55,7 @@ from transformers.cache_utils import Cache, DynamicSlidingWindowLayer
 import numpy as np
 
 import kvevict
-from kvevict import _reconstruct
+from kvevict import _prompt_attention, _reconstruct
 from kvevict._layer import DEFAULT_SEED, SUPPORTED_ATTENTION, KVEvictLayer, check_attention, layer_seed
 
 __all__ = ["KVEvictCache", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ATTENTION"]
@@ -206,6 +208,9 @@ class KVEvictCache(Cache):
             if i in self._global:  # a sliding layer is not scored
                 self._handles.append(m.register_forward_pre_hook(_make_mask_hook(ref), with_kwargs=True))
                 self._handles.append(m.register_forward_hook(_make_hook(ref), with_kwargs=True))
+                # The model's config back even when the forward raised (the pre-hook may have swapped it for the
+                # prompt's attention, _prompt_attention.swap_in).
+                self._handles.append(m.register_forward_hook(_restore_config, always_call=True))
         if self.reconstruct:  # the repeat passes run after the prompt's forward through the whole model
             self._handles.append(model.register_forward_hook(_reconstruct.make_model_hook(ref), with_kwargs=True))
         self._finalizer = weakref.finalize(self, _remove, self._handles)
@@ -349,6 +354,7 @@ def _make_hook(ref):
         cache = ref()
         if cache is None or kwargs.get("past_key_values") is not cache:
             return None
+        _prompt_attention.swap_out(module)
         check_attention(module.config)
         with torch.no_grad():
             cache.layers[module.layer_idx].after_attention(module, kwargs)
@@ -363,14 +369,21 @@ def _make_mask_hook(ref):
         cache = ref()
         if cache is None or kwargs.get("past_key_values") is not cache:
             return None
+        _prompt_attention.swap_out(module)  # left by a forward that raised
         q = kwargs["hidden_states"].shape[1]
         eager = module.config._attn_implementation == "eager"
-        mask = cache.layers[module.layer_idx].before_attention(kwargs.get("attention_mask"),
-                                                               kwargs.get("position_ids"), q, eager)
+        layer = cache.layers[module.layer_idx]
+        mask = layer.before_attention(kwargs.get("attention_mask"), kwargs.get("position_ids"), q, eager)
+        if layer.sums_in_attention():  # H2O's prompt: scored from the probabilities attention computes
+            _prompt_attention.swap_in(module, layer)
         if mask is None:
             return None
         return args, dict(kwargs, attention_mask=mask)
     return pre_hook
+
+
+def _restore_config(module, args, output):
+    _prompt_attention.swap_out(module)
 
 
 def _remove(handles):

@@ -249,14 +249,17 @@ def test_refuses_a_budget_larger_than_the_prompt(llama):
             llama(prompt(), past_key_values=cache)
 
 
-def test_refuses_beam_search(llama):
-    """Beam search copies sequences between beams (reorder_cache): a kvevict cache's state cannot be copied yet."""
-    msg = (r"^KVEvictCache does not support beam search \(reorder_cache\): a sequence's kvevict cache \(its scores, "
-           r"kept slots and noise state\) cannot be copied to another; use num_beams=1$")
-    with pytest.raises(NotImplementedError, match=msg):
-        generate(llama, prompt(), KVEvictCache(llama, policy="h2o"), num_beams=2)
-    with pytest.raises(NotImplementedError, match=msg):
-        KVEvictCache(llama, policy="h2o").reorder_cache(torch.tensor([0]))
+def test_reorder_cache_checks_beam_idx_and_refuses_kvzip(llama):
+    """Beam search works (test_beams.py); reorder_cache refuses indices that are not the batch's rows, and KVzip
+    (batch 1 only)."""
+    cache = KVEvictCache(llama, policy="h2o")
+    with torch.no_grad():
+        llama(prompt(), past_key_values=cache)
+    with pytest.raises(ValueError, match=r"^KVEvictCache.reorder_cache: beam_idx must hold 1 row indices in \[0, 1\) "
+                                         r"\(the batch's rows\); got \[1\]$"):
+        cache.reorder_cache(torch.tensor([1]))
+    cache.reorder_cache(torch.tensor([0]))  # the identity: nothing to do
+    KVEvictCache(llama, policy="h2o").reorder_cache(torch.tensor([0]))  # nothing seen yet: nothing to do
 
 
 def test_refuses_several_tokens_per_forward_after_the_prompt_when_evicting_every_step(llama):
@@ -294,7 +297,8 @@ def test_refuses_non_float32():
 def test_hooks_go_with_the_cache(llama):
     before = sum(len(layer.self_attn._forward_hooks) for layer in llama.model.layers)
     cache = KVEvictCache(llama, policy="h2o")
-    assert sum(len(layer.self_attn._forward_hooks) for layer in llama.model.layers) == before + 2
+    # Two per layer: the step's scoring, and the one that gives the model's config back even after an exception.
+    assert sum(len(layer.self_attn._forward_hooks) for layer in llama.model.layers) == before + 2 * len(llama.model.layers)
     cache.close()
     assert sum(len(layer.self_attn._forward_hooks) for layer in llama.model.layers) == before
     cache = KVEvictCache(llama, policy="h2o")

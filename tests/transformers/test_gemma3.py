@@ -44,7 +44,7 @@ def test_the_layers_are_transformers_sliding_ones_and_kvevicts_global_ones(gemma
     assert [type(lay).__name__ for lay in cache.layers] == [
         "DynamicSlidingWindowLayer", "KVEvictLayer", "DynamicSlidingWindowLayer", "KVEvictLayer"]
     assert cache.is_sliding == [True, False, True, False]
-    assert len(cache._handles) == 2 * 2  # only the full-attention layers are hooked (before and after attention)
+    assert len(cache._handles) == 3 * 2  # only the full-attention layers are hooked (before, after, config back)
     with pytest.raises(ValueError, match=r"^KVEvictCache: layer 0 is a sliding-window layer \(transformers' "
                                          r"DynamicSlidingWindowLayer holds its window\); kvevict evicts in the "
                                          r"full-attention layers \[1, 3\]$"):
