@@ -127,22 +127,24 @@ phase, one chunk). Every KV head must hold n = (tokens of earlier chunks) + chun
 logits: float32 [n_q_heads, chunk_len, n], x[h, r, c] = logit of the chunk's query r (prompt token
 n - chunk_len + r) against slot c; only c <= n - chunk_len + r is read (-inf = masked); None for the
 policies scored without logits. gumbel: optional pre-drawn noise, same shape ('keyformer' with noise=True).
-Then more chunks, or finish_prefill(); the chunks give prefill()'s result bit for bit. Policies whose
-score needs the whole prompt ('snapkv', 'tova', ...) raise ValueError (use prefill). The GIL is
+Then more chunks, or finish_prefill(); the chunks give prefill()'s result bit for bit. 'snapkv' raises
+ValueError (its observation window is the prompt's last rows: use prefill). The GIL is
 released. O(n_q_heads * chunk_len * n). ValueError (the library's message) on a finished prompt,
 chunk_len = 0, a head holding another length, NaN / +inf logits; the cache is then unchanged.)doc";
 
 constexpr const char* kFinishPrefill =
     R"doc(Ends a chunked prefill (prefill_chunk): evicts every KV head to min(k, P) tokens as prefill
-does. ValueError (the library's message) when no chunk was passed or the prompt is finished.)doc";
+does. The GIL is released. O(n_kv_heads * P * head_dim). ValueError (the library's message) when no chunk
+was passed or the prompt is finished.)doc";
 
 constexpr const char* kPrefillFromAttention =
     R"doc(H2O's prompt cut from the attention the model computed: sums float32 [n_q_heads, P], sums[h, c] =
 the attention probability query head h's prompt queries gave slot c, summed over the queries (the column
 sums of softmax(x[h]) over the causal prompt). Equals prefill(x) up to the order of the float additions,
 without the [n_q_heads, P, P] logits or a second Q K^T. Policy 'h2o' only. Every KV head must hold the P
-prompt tokens. The GIL is released. O(n_q_heads * P). ValueError (the library's message) for another
-policy, a value that is not finite and >= 0, a second prefill, ...; the cache is then unchanged.)doc";
+prompt tokens. The GIL is released. ValueError (the library's message) for another
+policy, a value that is not finite and >= 0, a second prefill, ...; the cache is then unchanged.
+O(n_q_heads * P + n_kv_heads * P * head_dim) (the sums, then the cut).)doc";
 
 constexpr const char* kDecodeStep =
     R"doc(One decode step after appending the new token (every head holds n = previous length + 1

@@ -321,6 +321,28 @@ TEST(CopyStateTest, RefusalsNameTheValueAndLeaveTheDestinationUnchanged) {
   EXPECT_THROW(c1.copy_state_from(c3), std::logic_error);
 }
 
+TEST(CopyStateTest, RefusesViewsThatPartlyOverlap) {
+  // Two caches over one K/V storage, the second one row later: memcpy would read rows it already wrote.
+  constexpr std::size_t cap = 12;
+  std::vector<float> k((kNkv * cap + 1) * kD, 0.0f), v(k.size(), 0.0f);
+  std::vector<std::int64_t> pa(kNkv * cap), pb(kNkv * cap);
+  std::vector<std::size_t> la(kNkv, 0), lb(kNkv, 0);
+  auto va = kvevict::KVView<float>::contiguous(k.data(), v.data(), pa.data(), la.data(), kNkv, cap, kD);
+  auto vb = kvevict::KVView<float>::contiguous(k.data() + kD, v.data() + kD, pb.data(), lb.data(), kNkv, cap, kD);
+  const kvevict::CacheConfig cfg = config_of(Case{"", kvevict::Policy::h2o, 6, 2}, 0);
+  auto a = kvevict::make_cache(kvevict::Policy::h2o, cfg, va, params_of());
+  auto b = kvevict::make_cache(kvevict::Policy::h2o, cfg, vb, params_of());
+  try {
+    b->copy_state_from(*a);
+    FAIL() << "an overlapping copy was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "kvevict::Cache::copy_state_from: other's view and this cache's view overlap in memory (K, "
+                           "V or positions) without being the same storage: give each cache its own");
+  }
+  EXPECT_EQ(lb[0], 0u);
+  b->copy_state_from(*b);  // itself: nothing to do
+}
+
 TEST(CopyStateTest, AllocatesNothing) {
   const Case c{"keyformer", kvevict::Policy::keyformer, 6, 2};
   Layer a(c.policy, config_of(c, 7), params_of(), 20), b(c.policy, config_of(c, 8), params_of(), 20);

@@ -28,6 +28,7 @@ def layer_seed(seed, layer):
 
 
 def check_attention(config):
+    config = getattr(config, "_kvevict_config", config)  # the model's, under a prompt's swapped view
     impl = getattr(config, "_attn_implementation", None)
     if impl not in SUPPORTED_ATTENTION:
         raise ValueError(f"KVEvictCache works with attn_implementation 'sdpa' or 'eager' (got {impl!r}): its scores "
@@ -191,6 +192,7 @@ class KVEvictLayer(CacheLayerMixin):
         if self.pending:  # a repeat pass: the model's causal mask over the prompt and the repeat is right
             return None
         if not self.prefilled:
+            self._attention_sums = None  # a forward that raised after attention left them: never reused
             if o.policy != "full":
                 if attention_mask is not None:  # the last query sees every real token
                     self._real = _visible(attention_mask[:, 0, -1, :q]).clone()
@@ -382,6 +384,9 @@ class KVEvictLayer(CacheLayerMixin):
         o = self._owner()
         P = self.seen
         sums, self._attention_sums = self._attention_sums, None
+        if sums is not None and tuple(sums.shape) != (self.batch, o.n_q_heads, P):
+            raise ValueError(f"KVEvictCache: layer {self.layer_idx}'s prompt attention summed {tuple(sums.shape)}, "
+                             f"not [{self.batch}, {o.n_q_heads}, {P}] (the batch, query heads and prompt)")
         self._open_caches(P)
         needs_logits = o.policy not in _NO_LOGITS and not o.expected and not o.reconstruct
         queries = self._queries(module, kwargs) if needs_logits and sums is None else None  # [B, n_q, P, d]

@@ -12,8 +12,11 @@ Cost per layer: the logits scale * Q K^T over the causal lower triangle in chunk
 the model's threads), their softmax, the product with V and the column sums, as eager attention does but never
 more than [B, n_q_heads, CHUNK, P] floats at once. Memory: O(B * n_q_heads * (CHUNK + 1) * P) floats, not O(P^2).
 """
+import threading
+
 import torch
 from transformers import AttentionInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 NAME = "kvevict_prompt"
 CHUNK = 32  # queries per chunk: a KV head's [g * 32, 8192] float32 logits are 3 MB for SmolLM2 at 8K
@@ -26,6 +29,7 @@ class _ConfigView:
     def __init__(self, config, layer):
         self.__dict__["_kvevict_config"] = config
         self.__dict__["_kvevict_layer"] = layer
+        self.__dict__["_kvevict_thread"] = threading.get_ident()  # the forward that swapped it in
         self.__dict__["_attn_implementation"] = NAME
 
     def __getattr__(self, name):
@@ -36,35 +40,45 @@ class _ConfigView:
 
 
 def swap_in(module, layer):
-    """Makes `module` call prompt_attention for this forward, scoring for `layer` (a KVEvictLayer)."""
+    """Makes `module` call prompt_attention for this forward, scoring for `layer` (a KVEvictLayer); leaves it as it
+    is while another thread's forward has it swapped (the layer then scores its prompt from Q and K instead)."""
     swap_out(module)
-    module.config = _ConfigView(module.config, layer)
+    if not isinstance(module.config, _ConfigView):
+        module.config = _ConfigView(module.config, layer)
 
 
 def swap_out(module):
-    """Gives `module` the model's config back (a no-op when it has it)."""
-    if isinstance(module.config, _ConfigView):
+    """Gives `module` the model's config back (a no-op when it has it, or when another thread's forward swapped it
+    in: that forward's own hook puts it back)."""
+    if isinstance(module.config, _ConfigView) and module.config.__dict__["_kvevict_thread"] == threading.get_ident():
         module.config = module.config.__dict__["_kvevict_config"]
 
 
 def prompt_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """transformers' attention-function protocol: query [B, n_q, P, d], key / value [B, n_kv, P, d] (the layer's
     buffers: the prompt, left padding included), attention_mask None (causal), bool [B, 1|n_q, P, P] (True
-    attends) or additive float; returns (output [B, P, n_q, d], None). Fails over to the model's own
-    implementation when the layer is not scoring a prompt (a forward that raised before the hook put the config
-    back)."""
+    attends) or additive float; returns (output [B, P, n_q, d], None). Runs the model's own implementation
+    instead when the call is not the swapping forward's prompt (another thread's forward through the module, a
+    forward that raised before its hook put the config back, another batch or length). ValueError for softcap,
+    sliding_window or attention sinks (s_aux), which it does not implement."""
     config = module.config
-    layer = config.__dict__.get("_kvevict_layer") if isinstance(config, _ConfigView) else None
-    if layer is None or not layer.sums_in_attention():
-        swap_out(module)
-        impl = module.config._attn_implementation
-        fn = AttentionInterface._global_mapping.get(impl) if impl != "eager" else None
-        if fn is None:
-            fn = kwargs.pop("_eager", None) or _eager(module)
+    view = config.__dict__ if isinstance(config, _ConfigView) else {}
+    layer = view.get("_kvevict_layer")
+    mine = view.get("_kvevict_thread") == threading.get_ident()
+    B, H, P, d = query.shape
+    if layer is None or not mine or not layer.sums_in_attention() or (layer.batch, layer.seen) != (B, P):
+        # Not this layer's prompt (another thread's forward through the same module, or a forward that raised
+        # before its hook put the config back): the model's own attention.
+        impl = view["_kvevict_config"]._attn_implementation if view else config._attn_implementation
+        fn = ALL_ATTENTION_FUNCTIONS.get(impl) if impl != "eager" else None
+        fn = fn or _eager(module)
         return fn(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    for name in ("softcap", "sliding_window", "s_aux"):
+        if kwargs.get(name) is not None:
+            raise ValueError(f"KVEvictCache: the prompt's scored attention does not implement {name} (got "
+                             f"{kwargs[name]!r}); this model is not supported with policy 'h2o'")
     if dropout and module.training:
         raise ValueError("KVEvictCache: the prompt's scored attention runs without dropout (module in training mode)")
-    B, H, P, d = query.shape
     h = key.shape[1]
     g = H // h
     n = key.shape[2]

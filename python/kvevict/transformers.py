@@ -371,7 +371,7 @@ def _make_mask_hook(ref):
             return None
         _prompt_attention.swap_out(module)  # left by a forward that raised
         q = kwargs["hidden_states"].shape[1]
-        eager = module.config._attn_implementation == "eager"
+        eager = getattr(module.config, "_kvevict_config", module.config)._attn_implementation == "eager"
         layer = cache.layers[module.layer_idx]
         mask = layer.before_attention(kwargs.get("attention_mask"), kwargs.get("position_ids"), q, eager)
         if layer.sums_in_attention():  # H2O's prompt: scored from the probabilities attention computes

@@ -62,10 +62,13 @@ CASES = [
     ("tova", dict(budget=0.5)),
     ("snapkv", dict(budget=8, snap_window=4)),
     ("streaming", dict(budget=8)),
+    ("h2o", dict(budget=0.5, head_budgets="adaptive")),
+    ("h2o", dict(budget=0.5, mean_attention=True)),
 ]
 
 
-@pytest.mark.parametrize("policy, options", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("policy, options", CASES, ids=[c[0] + "".join(f"-{k}" for k in c[1] if k != "budget")
+                                                        for c in CASES])
 def test_beams_are_those_of_beams_with_their_own_caches(policy, options):
     model = beam_model()
     ids = prompt_ids()

@@ -76,13 +76,16 @@ def test_left_padded_batch_equals_each_sequence_alone(model):
 
 
 def _calls(monkeypatch):
+    """The layers whose prompt attention ran kvevict's (it hands its sums to the layer). Spied on the layer, not
+    on transformers' attention registry: kvpress, once imported, wraps the registry's functions."""
+    from kvevict._layer import KVEvictLayer
     seen = []
-    real = pa.prompt_attention
+    real = KVEvictLayer.take_attention_sums
 
-    def spy(module, *args, **kwargs):
-        seen.append(module.layer_idx)
-        return real(module, *args, **kwargs)
-    monkeypatch.setitem(pa.AttentionInterface._global_mapping, pa.NAME, spy)
+    def spy(self, sums):
+        seen.append(self.layer_idx)
+        return real(self, sums)
+    monkeypatch.setattr(KVEvictLayer, "take_attention_sums", spy)
     return seen
 
 
@@ -118,3 +121,26 @@ def test_config_is_the_models_again_after_a_forward_that_raised(monkeypatch):
         torch.testing.assert_close(model(prompt(30), past_key_values=DynamicCache()).logits, want, rtol=0, atol=0)
         got = model(prompt(30), past_key_values=KVEvictCache(model, policy="h2o", budget=0.5)).logits
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_another_threads_swapped_config_runs_the_models_attention():
+    """A forward on another thread through a module that this thread's prompt swapped: the model's attention, and
+    the view is left for its own forward's hook."""
+    model = tiny_model("llama", seed=11)
+    with torch.no_grad():
+        want = model(prompt(30), past_key_values=DynamicCache()).logits
+    cache = KVEvictCache(model, policy="h2o", budget=0.5)
+    attn = model.model.layers[0].self_attn
+    foreign = pa._ConfigView(attn.config, cache.layers[0])
+    foreign.__dict__["_kvevict_thread"] = -1  # not this thread
+    attn.config = foreign
+    try:
+        with torch.no_grad():
+            got = model(prompt(30), past_key_values=DynamicCache()).logits
+            assert attn.config is foreign
+            kept = model(prompt(30), past_key_values=KVEvictCache(model, policy="h2o", budget=0.5)).logits
+        assert attn.config is foreign  # this thread's cache scored layer 0 from Q and K instead
+    finally:
+        attn.config = foreign.__dict__["_kvevict_config"]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(kept, want, rtol=1e-5, atol=1e-5)

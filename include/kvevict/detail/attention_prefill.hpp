@@ -9,6 +9,7 @@
 
 #include "kvevict/detail/check.hpp"
 #include "kvevict/detail/erased_kv.hpp"
+#include "kvevict/detail/score_hooks.hpp"
 #include "kvevict/score/score_policies.hpp"
 
 namespace kvevict {
@@ -45,6 +46,9 @@ void prefill_cache_from_attention(C& cache, const float* sums, std::size_t P) {
       require(std::isfinite(v) && v >= 0.0f, who, ": sums[", h, "][", c, "] = ", v, " (must be finite and >= 0: a ",
               "sum of attention probabilities)");
     }
+  static_assert(!std::is_same<Score, AccumulatedAttentionScore>::value || !has_selection_scores<Score>,
+                "prefill_from_attention loads the sums after its checks: a score with "
+                "selection_scores would need scorer_.check_selection on them first");
   // ---- nothing below can throw ----
   cache.scorer_.load_sums(sums, P);
   cache.take_chunk(P, tau);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -71,15 +72,33 @@ inline void check_copy_view(const ErasedKV& dst, const ErasedKV& src, const char
   for (std::size_t h = 0; h < src.n_kv_heads; ++h)
     require(src.lengths[h] <= dst.capacity, who, ": other's lengths[", h, "] = ", src.lengths[h],
             " exceeds this cache's capacity ", dst.capacity);
+  // The copy moves rows with memcpy: storage that partly overlaps would be read after it was written. Views over
+  // the very same storage (every row at one address) are allowed: their rows are left where they are.
+  const bool same = dst.k == src.k && dst.v == src.v && dst.positions == src.positions &&
+                    dst.head_stride == src.head_stride && dst.slot_stride == src.slot_stride &&
+                    dst.capacity == src.capacity;
+  if (same) return;
+  auto span = [](const ErasedKV& e, const unsigned char* base) {
+    const std::size_t last = (e.n_kv_heads - 1) * e.head_stride + (e.capacity - 1) * e.slot_stride + e.row_bytes;
+    return std::make_pair(reinterpret_cast<std::uintptr_t>(base), reinterpret_cast<std::uintptr_t>(base) + last);
+  };
+  auto meet = [](std::pair<std::uintptr_t, std::uintptr_t> a, std::pair<std::uintptr_t, std::uintptr_t> b) {
+    return a.first < b.second && b.first < a.second;
+  };
+  const auto dk = span(dst, dst.k), dv = span(dst, dst.v), sk = span(src, src.k), sv = span(src, src.v);
+  const auto pos = [](const ErasedKV& e) {
+    const auto b = reinterpret_cast<std::uintptr_t>(e.positions);
+    return std::make_pair(b, b + e.n_kv_heads * e.capacity * sizeof(std::int64_t));
+  };
+  require(!meet(dk, sk) && !meet(dk, sv) && !meet(dv, sk) && !meet(dv, sv) && !meet(pos(dst), pos(src)), who,
+          ": other's view and this cache's view overlap in memory (K, V or positions) without being the same "
+          "storage: give each cache its own");
 }
 
 /// Whether a policy type can be copied into a cache (copy-constructible and move-assignable).
 template <class P>
 constexpr bool copyable_policy = std::is_copy_constructible<P>::value && std::is_move_assignable<P>::value;
 
-/// `Cache::copy_state_from(other)` (cache.hpp documents the contract); a friend of `Cache`. Checks everything
-/// first (destination unchanged on a throw), copies the policies, then every layer's state (`copy_core_state`,
-/// `copy_heads_state`, `copy_step_state`) and the prompt's length; cannot throw after the checks.
 /// `other` as a cache of `C`'s type (`copy_state_from` through the runtime interface); throws
 /// `std::invalid_argument` if it is a cache of another policy. O(1).
 template <class C>
@@ -90,6 +109,9 @@ const C& same_cache(const C& /*self*/, const CacheInterface& other) {
   return *same;
 }
 
+/// `Cache::copy_state_from(other)` (cache.hpp documents the contract); a friend of `Cache`. Checks everything
+/// first (destination unchanged on a throw), copies the policies, then every layer's state (`copy_core_state`,
+/// `copy_heads_state`, `copy_step_state`) and the prompt's length; cannot throw after the checks.
 template <class C>
 void copy_cache_state(C& dst, const C& src) {
   using Score = typename C::score_type;
