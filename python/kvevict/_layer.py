@@ -414,13 +414,6 @@ class KVEvictLayer(CacheLayerMixin):
                 kv.prefill(logits)
             if o.record:
                 self.records.append(("prefill", logits, None, self._kept(s)))
-        self._close_cut()
-
-    def _close_cut(self):
-        """After every sequence's prefill: lengths, positions, and with evict='prefill' the caches dropped."""
-        o = self._owner()
-        for s, kv in enumerate(self.kvs):
-            self.next_pos[s] = self.seen - self._pad[s]
             self.lens[s] = kv.lengths
         self.prefilled = self.compacted = True
         self.cut_seen = self.seen

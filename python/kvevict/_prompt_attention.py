@@ -8,10 +8,12 @@ gives the attention module a view of its config whose _attn_implementation is "k
 forward hook puts the model's config back (`swap_out`); transformers then calls `prompt_attention` instead of SDPA
 or eager attention.
 
-Cost per layer: the logits scale * Q K^T over the causal lower triangle in chunks of CHUNK queries (torch matmul,
-the model's threads), their softmax, the product with V and the column sums, as eager attention does but never
-more than [B, n_q_heads, CHUNK, P] floats at once. Memory: O(B * n_q_heads * (CHUNK + 1) * P) floats, not O(P^2).
+Cost per layer: the logits scale * Q K^T over the causal lower triangle, CHUNK queries and one KV head's group of
+g query heads at a time (torch matmuls on the model's threads), their softmax, the product with V and the column
+sums: eager attention's work, about 1.45x SDPA's fused kernel at 8K on SmolLM2. Memory: one [g * CHUNK, P] block
+of logits at a time plus the [B, n_q_heads, P] sums, not O(P^2).
 """
+import sys
 import threading
 
 import torch
@@ -126,7 +128,7 @@ def _upper(C):
 
 
 def _eager(module):
-    import sys
+    """The eager attention function of the module's model file (transformers' `eager_attention_forward`)."""
     return sys.modules[type(module).__module__].eager_attention_forward
 
 
