@@ -29,24 +29,22 @@ namespace kvtools {
 /// be called by one thread at a time; `f` must not throw.
 class ThreadPool {
  public:
-  /// Starts `workers − 1` threads. Throws `std::invalid_argument` if `workers == 0`.
+  /// Starts `workers − 1` threads. Throws `std::invalid_argument` if `workers == 0`; if a thread cannot start
+  /// (`std::system_error`, e.g. the system's thread limit), stops and joins the ones started, then rethrows.
   explicit ThreadPool(std::size_t workers) : workers_(workers) {
     if (workers == 0) throw std::invalid_argument("kvtools::ThreadPool: workers must be >= 1 (got 0)");
     threads_.reserve(workers - 1);
-    for (std::size_t i = 1; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+    try {
+      for (std::size_t i = 1; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+    } catch (...) {
+      stop();
+      throw;
+    }
   }
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
   /// Stops and joins the threads.
-  ~ThreadPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    wake_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
+  ~ThreadPool() { stop(); }
 
   /// Threads that run tasks, the caller included.
   std::size_t workers() const noexcept { return workers_; }
@@ -78,6 +76,17 @@ class ThreadPool {
   }
 
  private:
+  /// Tells every started thread to end and joins it.
+  void stop() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
   // Claims and runs tasks of job `gen` until none is left.
   void run_tasks(std::uint64_t gen, kvevict::detail::TaskFn fn, void* ctx, std::size_t n) {
     std::uint64_t v = next_.load(std::memory_order_relaxed);
