@@ -457,6 +457,31 @@ void PyCache::copy_from(PyCache& other) {
   if (!message.empty()) throw py::value_error(message);
 }
 
+void PyCache::set_executor(py::handle pool) {
+  PyThreadPool* p = nullptr;
+  if (!pool.is_none()) {
+    if (!py::isinstance<PyThreadPool>(pool))
+      throw py::type_error("Cache.set_executor: pool must be a kvevict.ThreadPool or None (got " +
+                           std::string(py::repr(pool)) + ", a " +
+                           std::string(py::str(py::type::of(pool).attr("__name__"))) + ")");
+    p = &pool.cast<PyThreadPool&>();
+  }
+  std::string message;
+  {
+    GilFreeLock lock(mutex_);
+    try {
+      if (p != nullptr)
+        cache_->set_executor(kvevict::ExecutorRef(*p));
+      else
+        cache_->set_executor(kvevict::ExecutorRef());
+    } catch (const std::logic_error& e) {
+      message = e.what();
+    }
+  }
+  if (!message.empty()) throw py::value_error("Cache.set_executor: " + message);
+  executor_obj_ = py::reinterpret_borrow<py::object>(pool);
+}
+
 std::size_t PyCache::budget() {
   GilFreeLock lock(mutex_);
   return cache_->budget();

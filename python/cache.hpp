@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "conversions.hpp"
+#include "executor_pool.hpp"
 #include "locking.hpp"
 #include "options.hpp"
 
@@ -67,6 +68,11 @@ class PyCache {
   /// `Cache.copy_from(other)`: this cache becomes a twin of `other` over its own storage
   /// (`kvevict::Cache::copy_state_from`), under both caches' mutexes (docstrings.hpp: kCopyFrom).
   void copy_from(PyCache& other);
+  /// `Cache.set_executor(pool)`: later prefills and decode steps score on `pool`'s workers (a kvevict.ThreadPool,
+  /// kept alive by this cache), or serially for None; bit-identical either way (kvevict::Cache::set_executor).
+  void set_executor(py::handle pool);
+  /// The pool set by set_executor, or None.
+  py::object executor() const { return executor_obj_; }
   std::size_t budget();
   bool budget_resolved();
   std::size_t recent_window();
@@ -115,7 +121,8 @@ class PyCache {
   void* v_ptr_ = nullptr;
   std::vector<std::int64_t> positions_;  // [kv_head][capacity]
   std::vector<std::size_t> lengths_;     // [kv_head]
-  std::unique_ptr<kvevict::CacheInterface> cache_;  // declared after the storage: destroyed first
+  py::object executor_obj_ = py::none();  // the kvevict.ThreadPool the cache scores on (kept alive), or None
+  std::unique_ptr<kvevict::CacheInterface> cache_;  // declared after the storage and the pool: destroyed first
   std::mutex mutex_;
 };
 

@@ -44,6 +44,26 @@ const std::array<OptionSpec, 22> kCacheOptions{{{"n_q_heads"},
                                                 {"mean_attention"},
                                                 {"head_budgets"}}};
 
+/// The most workers a kvevict.ThreadPool takes (a thread each, spinning after every call: far more than the CPUs
+/// only slows the calls, and the system's thread limit would end the constructor).
+constexpr long long kMaxPoolWorkers = 1024;
+
+/// `ThreadPool(workers)`'s argument: an int (any __index__, not a bool) in [1, kMaxPoolWorkers], else TypeError /
+/// ValueError naming it and its value.
+std::size_t pool_workers(py::handle workers) {
+  const std::string got = py::repr(workers);
+  if (py::isinstance<py::bool_>(workers) || PyIndex_Check(workers.ptr()) == 0)
+    throw py::type_error("ThreadPool: workers must be an int (got " + got + ")");
+  const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(workers.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long n = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0 || n < 1 || n > kMaxPoolWorkers)
+    throw py::value_error("ThreadPool: workers must be in [1, " + std::to_string(kMaxPoolWorkers) + "] (got " + got +
+                          ")");
+  return static_cast<std::size_t>(n);
+}
+
 /// The ready-made policies as subclasses (`kvevict.Keyformer(...)` = `kvevict.Cache("keyformer", ...)`).
 struct KeyformerCache : PyCache { using PyCache::PyCache; };
 struct H2OCache : PyCache { using PyCache::PyCache; };
@@ -80,6 +100,8 @@ void bind_cache_methods(Class& c) {
       .def("restore_position_order", &PyCache::restore_position_order, doc::kRestorePositionOrder)
       .def("reset", &PyCache::reset, py::arg("seed") = py::none(), doc::kReset)
       .def("copy_from", &PyCache::copy_from, py::arg("other"), doc::kCopyFrom)
+      .def("set_executor", &PyCache::set_executor, py::arg("pool"), doc::kSetExecutor)
+      .def_property_readonly("executor", &PyCache::executor, doc::kExecutor)
       .def_property_readonly("k", [](PyCache& self) { return self.storage(true); }, doc::kK)
       .def_property_readonly("v", [](PyCache& self) { return self.storage(false); }, doc::kV)
       .def_property_readonly("lengths", &PyCache::lengths, "Live slots per KV head, a list of n_kv_heads ints.");
@@ -119,6 +141,10 @@ py::list select_keep(py::handle scores, py::handle k, py::handle w) {
 
 void bind_cache(py::module_& m) {
   m.def("select_keep", &select_keep, py::arg("scores"), py::arg("k"), py::arg("w"), doc::kSelectKeep);
+
+  py::class_<PyThreadPool>(m, "ThreadPool", doc::kThreadPool)
+      .def(py::init([](py::handle workers) { return new PyThreadPool(pool_workers(workers)); }), py::arg("workers"))
+      .def_property_readonly("workers", &PyThreadPool::workers, "Threads that run a call's tasks, the caller's included.");
 
   py::class_<PyCache> cache(m, "Cache", doc::kCache);
   const auto make = taking_options<const std::string&>(

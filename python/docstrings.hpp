@@ -177,6 +177,20 @@ constexpr const char* kCopyFrom =
     "other's lengths. Both caches' locks are held during the copy. copy_from(self) does nothing. Raises ValueError "
     "naming the first difference (policy, dtype, an option, budget, recent, ..., a length above this capacity), "
     "this cache unchanged. O(n_kv_heads * length * head_dim); allocates nothing.";
+constexpr const char* kSetExecutor =
+    "Runs this cache's scoring (prefill, prefill_chunk, decode_step; prefill_qk stays serial) on pool's workers, a "
+    "kvevict.ThreadPool (the calling thread is one of them), or serially for None (the default). The results are "
+    "bit-identical for any pool: each worker takes whole query heads (or chunk-aligned slot ranges of one) and every "
+    "sum that crosses workers runs afterwards in one fixed order. The cache keeps pool alive; one pool may serve many "
+    "caches and Python threads (one cache's call at a time runs on it). TypeError for anything else, the cache "
+    "unchanged. Allocates the per-worker row scratch (O(workers * capacity)).";
+constexpr const char* kExecutor = "The kvevict.ThreadPool set by set_executor, or None.";
+constexpr const char* kThreadPool =
+    "ThreadPool(workers): workers - 1 threads plus the calling one, for Cache.set_executor. The threads start now "
+    "and stop when the pool is deleted (after the last cache using it). After a call its threads spin for 20000 "
+    "pause instructions (about 20 us to 1 ms, by CPU), then sleep: beside another library's busy threads (torch's) "
+    "on few cores, measure before sharing them. TypeError for a non-int, ValueError outside [1, 1024]; more workers "
+    "than CPUs only slows the calls.";
 constexpr const char* kK =
     "Keys, [n_kv_heads, capacity, head_dim] of dtype, no copy (slots [0, lengths[h]) of head h are live). Owned "
     "storage stays alive as long as this array does, even after the cache is deleted.";
