@@ -7,6 +7,7 @@ head reads only its own sequence's and KV head's live slots through the mask thi
 (`attention_mask`), so sequences of a batch may hold different numbers of tokens (different prompt lengths, AdaKV's
 per-head budgets). Left padding (transformers' convention for generation) is dropped at the prompt's cut: a
 sequence's kvevict cache holds only its real tokens, at their own positions 0 .. P_b - 1."""
+import ctypes
 import sys
 
 import numpy as np
@@ -19,6 +20,12 @@ from kvevict import _reconstruct
 DEFAULT_SEED = 42  # kvevict's and the tools' default noise seed
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 _NO_LOGITS = ("streaming", "window", "knorm", "keydiff")  # scored from positions or keys
+try:  # glibc: gives the heap's free pages back to the system after a layer's prompt buffers are freed
+    _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
+    _MALLOC_TRIM.argtypes, _MALLOC_TRIM.restype = [ctypes.c_size_t], ctypes.c_int
+except Exception:  # pragma: no cover - not glibc (musl, macOS; Windows cannot load None)
+    _MALLOC_TRIM = None
+_CHUNKED = ("keyformer", "h2o", "tova")  # prompt scores summed over its rows: scored inside the prompt's attention
 
 
 def layer_seed(seed, layer):
@@ -75,6 +82,7 @@ class KVEvictLayer(CacheLayerMixin):
         self.records = []  # with record=True (batch 1): what the kvevict cache was given and what it kept
         self._real = None  # [B, P] bool: the prompt's real (unpadded) tokens, from its attention mask
         self._pad = None  # each sequence's left padding (columns), once the prompt's caches exist
+        self._scored = False  # the prompt's rows already scored chunk by chunk in its attention (_prompt_attention)
         self._attention_sums = None  # H2O: the prompt's attention summed over its queries (_prompt_attention)
         self._beam_spare = None  # beam search: the second set of buffers and caches (reorder_cache)
 
@@ -192,7 +200,8 @@ class KVEvictLayer(CacheLayerMixin):
         if self.pending:  # a repeat pass: the model's causal mask over the prompt and the repeat is right
             return None
         if not self.prefilled:
-            self._attention_sums = None  # a forward that raised after attention left them: never reused
+            self._scored = False  # a forward that raised after its attention: its chunks are never reused
+            self._attention_sums = None  # nor its sums
             if o.policy != "full":
                 if attention_mask is not None:  # the last query sees every real token
                     self._real = _visible(attention_mask[:, 0, -1, :q]).clone()
@@ -359,12 +368,21 @@ class KVEvictLayer(CacheLayerMixin):
         self.kvs[s].extend(np.arange(P - p0, dtype=np.int64), rows_k.numpy(), rows_v.numpy())
         return P - p0
 
-    def sums_in_attention(self):
-        """Whether the prompt's forward, now, takes H2O's prompt scores from the attention it computes
-        (_prompt_attention): policy 'h2o' (not mean_attention), record=False, before the cut."""
+    def scores_in_attention(self):
+        """Whether the prompt's forward, now, scores the prompt inside its attention (_prompt_attention): a policy
+        whose prompt score is a sum over the prompt's rows ('keyformer', 'h2o', 'tova'), record=False, before the
+        cut. H2O (sums_in_attention) sums the attention's own probabilities; the others give each chunk of logits
+        the attention computes to the sequences' kvevict caches (score_chunk, Cache.prefill_chunk)."""
         o = self._owner()
-        return (not self.prefilled and not self.pending and o.policy == "h2o" and not o.record
-                and not o.options.get("mean_attention"))
+        return (not self.prefilled and not self.pending and o.policy in _CHUNKED and not o.record
+                and not o.expected and not o.reconstruct)
+
+    def sums_in_attention(self):
+        """Whether the prompt's attention, now, sums its probabilities over the queries for H2O's prompt score
+        (take_attention_sums, then Cache.prefill_from_attention: a column sum of what the attention computed is
+        cheaper than the cache's own pass over the logits): policy 'h2o' without mean_attention."""
+        o = self._owner()
+        return self.scores_in_attention() and o.policy == "h2o" and not o.options.get("mean_attention")
 
     def real_queries(self):
         """[B, P] float32: 1 for the prompt's real tokens, 0 for left padding; None when none is padded."""
@@ -377,9 +395,43 @@ class KVEvictLayer(CacheLayerMixin):
         included): the cut (_cut_prompt) gives each sequence its own columns."""
         self._attention_sums = sums
 
+    def open_prompt(self):
+        """The prompt's attention starts (_prompt_attention): one empty kvevict cache per sequence (_open_caches),
+        on the owner's thread pool while the prompt is scored. Raises as _open_caches."""
+        self._scored = False
+        self._open_caches(self.seen)
+        pool = self._owner().scoring_pool()
+        if pool is not None:
+            for kv in self.kvs:
+                kv.set_executor(pool)
+
+    def score_chunk(self, s, c0, logits, key, value):
+        """Sequence s's rows of the prompt's queries [c0, c1) into its kvevict cache: their K/V (key / value [n_kv,
+        c1, d], the attention's, left padding included) appended, then Cache.prefill_chunk on logits [n_q_heads,
+        c1 - c0, c1] (scale * Q K^T of the batch's columns; only the causal part of each row is read). Rows and
+        columns of its left padding are dropped."""
+        p0 = self._pad[s]
+        c1 = logits.shape[2]
+        r0 = max(c0, p0)
+        if r0 >= c1:
+            return
+        kv = self.kvs[s]
+        k_rows = torch.empty(c1 - r0, key.shape[0], key.shape[2])  # [C_s, n_kv, d], always a copy (with one KV
+        v_rows = torch.empty_like(k_rows)                            # head a transposed view is the cache's own rows)
+        k_rows.copy_(key[:, r0:c1].transpose(0, 1))
+        v_rows.copy_(value[:, r0:c1].transpose(0, 1))
+        kv.extend(np.arange(r0 - p0, c1 - p0, dtype=np.int64), k_rows.numpy(), v_rows.numpy())
+        rows = logits[:, r0 - c0:, p0:]
+        kv.prefill_chunk(c1 - r0, (rows if p0 == 0 and r0 == c0 else rows.contiguous()).numpy())
+
+    def prompt_scored(self):
+        """The prompt's attention scored every chunk (score_chunk): the cut only finishes the caches' prefills."""
+        self._scored = True
+
     def _cut_prompt(self, module, kwargs):
         """The prompt's cut: each sequence's real tokens into its own kvevict cache (slots 0 .. P_b - 1, positions
-        0 .. P_b - 1), its prefill at its own budget k_b (H2O: from the sums attention gave, take_attention_sums),
+        0 .. P_b - 1), its prefill at its own budget k_b (already scored chunk by chunk when the prompt's attention
+        did it, score_chunk: then only finish_prefill; H2O: from the sums attention gave, take_attention_sums),
         then the layer's view over the longest."""
         o = self._owner()
         P = self.seen
@@ -387,6 +439,14 @@ class KVEvictLayer(CacheLayerMixin):
         if sums is not None and tuple(sums.shape) != (self.batch, o.n_q_heads, P):
             raise ValueError(f"KVEvictCache: layer {self.layer_idx}'s prompt attention summed {tuple(sums.shape)}, "
                              f"not [{self.batch}, {o.n_q_heads}, {P}] (the batch, query heads and prompt)")
+        if self._scored:
+            self._scored = False
+            for s, kv in enumerate(self.kvs):
+                kv.finish_prefill()
+                self.next_pos[s] = P - self._pad[s]
+                self.lens[s] = kv.lengths
+            self._after_cut()
+            return
         self._open_caches(P)
         needs_logits = o.policy not in _NO_LOGITS and not o.expected and not o.reconstruct
         queries = self._queries(module, kwargs) if needs_logits and sums is None else None  # [B, n_q, P, d]
@@ -415,6 +475,12 @@ class KVEvictLayer(CacheLayerMixin):
             if o.record:
                 self.records.append(("prefill", logits, None, self._kept(s)))
             self.lens[s] = kv.lengths
+        self._after_cut()
+
+    def _after_cut(self):
+        """The layer after its sequences' prefills: the view over the longest, then (evict='prefill') plain growing
+        buffers, or (evict='step') the caches in buffers of k + 1 slots, scoring serially from now on."""
+        o = self._owner()
         self.prefilled = self.compacted = True
         self.cut_seen = self.seen
         self.length = int(self.lens.max())
@@ -422,7 +488,11 @@ class KVEvictLayer(CacheLayerMixin):
             self.kvs = self.stats = None
             self._alloc(max(2 * self.length, self.length + 256))
         else:
+            for kv in self.kvs:  # decode steps score serially (a step's rows are too short to share)
+                kv.set_executor(None)
             self._shrink()
+        if _MALLOC_TRIM is not None:  # the prompt-sized buffers just freed: peak memory grows by k, not P, per layer
+            _MALLOC_TRIM(0)
 
     def drop_after(self, n):
         """Forgets what a repeat pass appended after the prompt's n tokens (policy 'kvzip')."""

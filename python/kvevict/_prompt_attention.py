@@ -1,17 +1,20 @@
-"""kvevict.transformers' prompt attention for H2O: the prompt's attention of a KVEvictCache layer computed a chunk of
-queries at a time, the chunk's probabilities used twice: times V (the attention's output) and summed over the
-queries (H2O's prompt score: the attention each token received, Zhang et al. 2023 §4). The layer's kvevict caches
-then cut the prompt from those sums (Cache.prefill_from_attention) instead of a second Q K^T over the prompt.
+"""kvevict.transformers' prompt attention: the prompt's attention of a KVEvictCache layer computed a chunk of queries
+at a time, each chunk's logits used twice: by the attention itself (softmax, times V) and for the prompt's scores.
+Keyformer (softmax((x + zeta) / tau) with the cache's own noise), TOVA (the last row) and H2O with mean_attention:
+the sequences' kvevict caches score the chunk's rows (Cache.prefill_chunk, bit for bit what Cache.prefill gives on
+the same logits) and the cut only finishes their prefills. H2O: the chunk's probabilities are summed over its
+queries (the attention each token received, Zhang et al. 2023 §4) and the cut prefills from those sums
+(Cache.prefill_from_attention). Either way, no second Q K^T over the prompt.
 
-While the prompt's forward runs through a layer whose policy is 'h2o' (record=False), the layer's forward pre-hook
-gives the attention module a view of its config whose _attn_implementation is "kvevict_prompt" (`swap_in`), and the
-forward hook puts the model's config back (`swap_out`); transformers then calls `prompt_attention` instead of SDPA
-or eager attention.
+While the prompt's forward runs through a layer whose policy is scored this way (KVEvictLayer.scores_in_attention),
+the layer's forward pre-hook gives the attention module a view of its config whose _attn_implementation is
+"kvevict_prompt" (`swap_in`), and the forward hook puts the model's config back (`swap_out`); transformers then
+calls `prompt_attention` instead of SDPA or eager attention.
 
-Cost per layer: the logits scale * Q K^T over the causal lower triangle, CHUNK queries and one KV head's group of
-g query heads at a time (torch matmuls on the model's threads), their softmax, the product with V and the column
-sums: eager attention's work, about 1.45x SDPA's fused kernel at 8K on SmolLM2. Memory: one [g * CHUNK, P] block
-of logits at a time plus the [B, n_q_heads, P] sums, not O(P^2).
+Cost per layer: the logits scale * Q K^T over the causal lower triangle, CHUNK queries of every query head at a
+time (torch matmuls on the model's threads, into buffers reused by every chunk), the softmax and the product with
+V, and the caches' scoring of the chunk (on the KVEvictCache's kvevict.ThreadPool) or, for H2O, the column sums.
+Memory: a [n_q_heads * CHUNK, P] block of logits and a [g * CHUNK, P] block of probabilities, not O(P^2).
 """
 import sys
 import threading
@@ -21,7 +24,7 @@ from transformers import AttentionInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 NAME = "kvevict_prompt"
-CHUNK = 32  # queries per chunk: a KV head's [g * 32, 8192] float32 logits are 3 MB for SmolLM2 at 8K
+CHUNK = 64  # queries per chunk: SmolLM2 at 8K: 9 heads x 64 x 8192 float32 logits = 19 MB
 
 
 class _ConfigView:
@@ -68,7 +71,7 @@ def prompt_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     layer = view.get("_kvevict_layer")
     mine = view.get("_kvevict_thread") == threading.get_ident()
     B, H, P, d = query.shape
-    if layer is None or not mine or not layer.sums_in_attention() or (layer.batch, layer.seen) != (B, P):
+    if layer is None or not mine or not layer.scores_in_attention() or (layer.batch, layer.seen) != (B, P):
         # Not this layer's prompt (another thread's forward through the same module, or a forward that raised
         # before its hook put the config back): the model's own attention.
         impl = view["_kvevict_config"]._attn_implementation if view else config._attn_implementation
@@ -78,7 +81,8 @@ def prompt_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     for name in ("softcap", "sliding_window", "s_aux"):
         if kwargs.get(name) is not None:
             raise ValueError(f"KVEvictCache: the prompt's scored attention does not implement {name} (got "
-                             f"{kwargs[name]!r}); this model is not supported with policy 'h2o'")
+                             f"{kwargs[name]!r}); this model is not supported with policy "
+                             f"'{layer._owner().policy}'")
     if dropout and module.training:
         raise ValueError("KVEvictCache: the prompt's scored attention runs without dropout (module in training mode)")
     h = key.shape[1]
@@ -88,32 +92,51 @@ def prompt_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         raise ValueError(f"KVEvictCache: the prompt's attention expects as many keys as queries (got {n} keys for "
                          f"{P} queries)")
     scale = float(scaling if scaling is not None else d ** -0.5)
-    sums = torch.zeros(B, h, g, P, dtype=torch.float32)  # per query head: probabilities summed over its queries
-    real = layer.real_queries()  # [B, P] float (1: a real token, 0: left padding), or None: all real
+    summing = layer.sums_in_attention()  # H2O: the probabilities summed here; else each chunk scored by the caches
+    if summing:
+        sums = torch.zeros(B, h, g, P, dtype=torch.float32)  # per query head: probabilities summed over its queries
+        real = layer.real_queries()  # [B, P] float (1: a real token, 0: left padding), or None: all real
+    else:
+        layer.open_prompt()
+        if any(layer._pad):  # the caches compact their rows into these buffers while later chunks still read them
+            key, value = key.clone(), value.clone()
     out = torch.empty(B, h, g, P, d, dtype=query.dtype)
-    q = (query * scale).view(B, h, g, P, d)  # scaled once, not every chunk's logits
+    q = (query.float() * scale).view(B, h, g, P, d)  # scaled once, not every chunk's logits
+    logits = torch.empty(H * min(P, CHUNK) * P, dtype=torch.float32)  # reused by every chunk
+    probs = torch.empty(g * min(P, CHUNK) * P, dtype=torch.float32)
     for c0 in range(0, P, CHUNK):
         c1 = min(P, c0 + CHUNK)
         C = c1 - c0
         for b in range(B):
+            x = logits[:H * C * c1].view(h, g * C, c1)  # [q_head][C][c1] row-major, q_head = j * g + t
+            for j in range(h):
+                torch.matmul(q[b, j, :, c0:c1].reshape(g * C, d), key[b, j, :c1].T, out=x[j])
+            if not summing:
+                layer.score_chunk(b, c0, x.view(H, C, c1), key[b], value[b])  # reads each row's causal part only
             visible = None  # None: causal, only the chunk's own columns hold later tokens
             if attention_mask is not None:
                 m = attention_mask[b, :, c0:c1, :c1]  # [1 | n_q, C, c1]
                 visible = m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2
                 visible = visible | ~visible.any(dim=-1, keepdim=True)  # a padded query sees nothing: a finite row
-            for j in range(h):  # one KV head's group at a time: [g * C, c1] stays in the CPU's caches
-                s = torch.matmul(q[b, j, :, c0:c1].reshape(g * C, d), key[b, j, :c1].T).view(g, C, c1)
+            p = probs[:g * C * c1].view(g * C, c1)
+            for j in range(h):  # one KV head's group at a time
+                s = x[j].view(g, C, c1)
                 if visible is None:
                     s[..., c0:].masked_fill_(_upper(C), float("-inf"))
                 else:
                     s.masked_fill_(~(visible if visible.shape[0] == 1 else visible[j * g:(j + 1) * g]), float("-inf"))
-                s = torch.softmax(s, dim=-1)  # one fused pass (max, exp, sum, divide)
-                out[b, j, :, c0:c1] = torch.matmul(s.view(g * C, c1), value[b, j, :c1]).view(g, C, d)
+                torch.ops.aten._softmax.out(x[j], -1, False, out=p)  # one fused pass (max, exp, sum, divide)
+                out[b, j, :, c0:c1] = torch.matmul(p, value[b, j, :c1]).view(g, C, d).to(out.dtype)
+                if not summing:
+                    continue
                 if real is None:
-                    sums[b, j, :, :c1] += s.sum(dim=1)
+                    sums[b, j, :, :c1] += p.view(g, C, c1).sum(dim=1)
                 else:  # a padded query's row is not attention the sequence computed: weight 0
-                    sums[b, j, :, :c1] += torch.matmul(real[b, c0:c1], s)
-    layer.take_attention_sums(sums.view(B, H, P))
+                    sums[b, j, :, :c1] += torch.matmul(real[b, c0:c1], p.view(g, C, c1))
+    if summing:
+        layer.take_attention_sums(sums.view(B, H, P))
+    else:
+        layer.prompt_scored()
     return out.view(B, H, P, d).transpose(1, 2).contiguous(), None
 
 

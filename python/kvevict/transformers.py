@@ -12,8 +12,10 @@ or to a hand-written loop (``model(ids, past_key_values=cache)``, then one token
 What it does, per layer:
   * the first forward is the prompt (P tokens): attention runs over all of it, then the kvevict cache's prefill
     keeps k tokens per KV head (budget: an int, a fraction of P or "50%"), scored from the prompt's logits
-    (scale * Q K^T from the layer's own queries and the cache's keys, a few rows at a time: Cache.prefill_qk),
-    or for H2O from the attention probabilities the prompt's attention computed (_prompt_attention.py); with
+    (Keyformer, TOVA: the logits the prompt's attention computes, a chunk of queries at a time, go to
+    Cache.prefill_chunk as the attention uses them; H2O: its probabilities summed over the queries go to
+    Cache.prefill_from_attention: _prompt_attention.py; SnapKV and record=True: scale * Q K^T from the layer's own
+    queries and the cache's keys, Cache.prefill_qk or materialised); with
     evict="step" the layer's buffers then shrink to k + 1 slots per KV head;
   * evict="step" (the default, kvevict's protocol): every later forward takes one token, attention runs over
     the k + 1 slots, then kvevict.attention_logits over the cache's keys scores the step and decode_step evicts
@@ -34,6 +36,7 @@ state to another: Cache.copy_from); crop (DynamicCache's) works back to the comp
 protocol: one compressed context, several questions). policy="full" keeps everything through the same storage (a reference for the others).
 """
 import math
+import numbers
 import sys
 import weakref
 
@@ -110,7 +113,8 @@ def _attention_modules(model):
 class KVEvictCache(Cache):
     """A transformers Cache that keeps each layer's KV cache within a budget with a kvevict policy.
 
-    KVEvictCache(model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False, **options)
+    KVEvictCache(model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False, threads=None,
+                 **options)
 
     model     a Llama / Mistral / Qwen2 / Qwen3 / Gemma 3 causal LM (float32, CPU, attn_implementation 'sdpa' or
               'eager'). Gemma 3's sliding-window layers (config.layer_types 'sliding_attention') keep
@@ -137,6 +141,10 @@ class KVEvictCache(Cache):
               or 'adaptive:ALPHA': AdaKV, the layer's k * n_kv_heads shared among its KV heads by score; the
               heads then hold different lengths and attention masks each head past its own). A wrong one raises
               kvevict's ValueError here.
+    threads   workers (the calling thread included) on which Keyformer's, TOVA's and H2O-with-mean_attention's
+              caches score the prompt's chunks (a kvevict.ThreadPool made at the first prompt, shared by the layers;
+              decode steps and the other policies score serially); default torch.get_num_threads(). The results do
+              not depend on it. TypeError for a non-int, ValueError outside [1, 1024].
     record    keep, per layer, the logits each prefill / decode step was given and the kept positions
               (layers[i].records; for tests: memory n_q_heads * P^2 floats per layer).
 
@@ -145,8 +153,14 @@ class KVEvictCache(Cache):
     """
 
     def __init__(self, model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False,
-                 **options):
+                 threads=None, **options):
         config = _check_model(model)
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)):
+            raise TypeError(f"KVEvictCache: threads must be an int or None (got {threads!r})")
+        if threads is not None and not 1 <= threads <= 1024:
+            raise ValueError(f"KVEvictCache: threads must be in [1, 1024] (got {threads!r})")
+        self.threads = int(threads) if threads is not None else None
+        self._pool = None  # made at the first prompt that scores its chunks (scoring_pool)
         if policy not in POLICIES:
             raise ValueError(f"KVEvictCache: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
         if evict not in _EVICT:
@@ -214,6 +228,17 @@ class KVEvictCache(Cache):
         if self.reconstruct:  # the repeat passes run after the prompt's forward through the whole model
             self._handles.append(model.register_forward_hook(_reconstruct.make_model_hook(ref), with_kwargs=True))
         self._finalizer = weakref.finalize(self, _remove, self._handles)
+
+    def scoring_pool(self):
+        """The kvevict.ThreadPool the layers' caches score a prompt's chunks on (_prompt_attention, Keyformer, TOVA,
+        H2O with mean_attention), made at the first use with `threads` workers (default torch.get_num_threads()),
+        shared by the layers; None for one worker."""
+        n = self.threads if self.threads is not None else torch.get_num_threads()
+        if n <= 1:
+            return None
+        if self._pool is None or self._pool.workers != n:
+            self._pool = kvevict.ThreadPool(n)
+        return self._pool
 
     @staticmethod
     def _expected_attention_options(config, options):
@@ -374,7 +399,7 @@ def _make_mask_hook(ref):
         eager = getattr(module.config, "_kvevict_config", module.config)._attn_implementation == "eager"
         layer = cache.layers[module.layer_idx]
         mask = layer.before_attention(kwargs.get("attention_mask"), kwargs.get("position_ids"), q, eager)
-        if layer.sums_in_attention():  # H2O's prompt: scored from the probabilities attention computes
+        if layer.scores_in_attention():  # the prompt scored inside its attention (_prompt_attention)
             _prompt_attention.swap_in(module, layer)
         if mask is None:
             return None

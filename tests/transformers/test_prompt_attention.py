@@ -1,8 +1,9 @@
-"""H2O's prompt scored from the attention the model computes (kvevict/_prompt_attention.py): the chunked prompt
-attention gives DynamicCache's outputs (1e-5), its column sums keep the positions that kvevict's own prefill keeps from
-the materialised logits (record=True) in every layer and KV head, and generation after it gives the same ids and
-logits; left-padded batches; prompts longer than a chunk; the model's config is its own again after the forward
-(also after a forward that raised), and other policies and record=True keep the model's attention."""
+"""The prompt scored inside the attention the model computes (kvevict/_prompt_attention.py) for Keyformer, H2O and
+TOVA: the chunked prompt attention gives DynamicCache's outputs (1e-5), the chunks' logits given to
+Cache.prefill_chunk keep the positions that kvevict's own prefill keeps from the materialised logits (record=True) in
+every layer and KV head, and generation after it gives the same ids and logits; left-padded batches; prompts longer
+than a chunk; any number of scoring threads; the model's config is its own again after the forward (also after a
+forward that raised), and other policies and record=True keep the model's attention."""
 import pytest
 import torch
 from transformers import DynamicCache
@@ -30,19 +31,26 @@ def test_prompt_logits_equal_dynamic_cache(model, P):
     ids = prompt(P)
     with torch.no_grad():
         want = model(ids, past_key_values=DynamicCache()).logits
-        cache = KVEvictCache(model, policy="h2o", budget=0.5)
+        cache = KVEvictCache(model, policy="keyformer", budget=0.5, horizon=T)
         got = model(ids, past_key_values=cache).logits
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert all(lay.prefilled for lay in cache.layers)
 
 
-@pytest.mark.parametrize("P, options", [(37, dict(budget=0.5)), (pa.CHUNK + 45, dict(budget=0.3, recent=4)),
-                                        (48, dict(budget=12, head_budgets="adaptive"))])
-def test_kept_and_generated_equal_the_prefill_from_logits(model, P, options):
+@pytest.mark.parametrize("policy, P, options", [
+    ("h2o", 37, dict(budget=0.5)), ("h2o", pa.CHUNK + 45, dict(budget=0.3, recent=4)),
+    ("h2o", 48, dict(budget=12, head_budgets="adaptive")), ("h2o", 40, dict(budget=0.4, mean_attention=True)),
+    ("keyformer", 37, dict(budget=0.5, horizon=T)), ("keyformer", 2 * pa.CHUNK + 7, dict(budget=0.3, horizon=T)),
+    ("keyformer", 45, dict(budget=0.4, horizon=T, tau_init=1.5, seed=9, head_budgets="adaptive")),
+    ("keyformer", 44, dict(budget=0.5, horizon=T, mean_attention=True, threads=3)),
+    ("tova", pa.CHUNK + 3, dict(budget=0.25)), ("h2o", 50, dict(budget=0.5, threads=1))])
+def test_kept_and_generated_equal_the_prefill_from_logits(monkeypatch, model, policy, P, options):
     ids = prompt(P)
-    fast = KVEvictCache(model, policy="h2o", **options)
-    ref = KVEvictCache(model, policy="h2o", record=True, **options)  # kvevict's prefill of the [n_q, P, P] logits
+    seen = _calls(monkeypatch)
+    fast = KVEvictCache(model, policy=policy, **options)
+    ref = KVEvictCache(model, policy=policy, record=True, **options)  # kvevict's prefill of the [n_q, P, P] logits
     got_ids, got_logits = greedy_loop(model, ids, fast, T)
+    assert seen == list(range(len(fast.layers)))  # every layer's prompt scored inside its attention (not ref's)
     want_ids, want_logits = greedy_loop(model, ids, ref, T)
     for layer in range(len(fast.layers)):
         for j in range(fast.n_kv_heads):
@@ -51,23 +59,25 @@ def test_kept_and_generated_equal_the_prefill_from_logits(model, P, options):
     torch.testing.assert_close(got_logits, want_logits, rtol=1e-5, atol=1e-5)
 
 
-def test_left_padded_batch_equals_each_sequence_alone(model):
-    seqs = [prompt(n, seed=n) for n in (20, 33, 9)]
+@pytest.mark.parametrize("policy, options", [("h2o", {}), ("keyformer", dict(horizon=T)), ("tova", {}),
+                                             ("h2o", dict(mean_attention=True))])
+def test_left_padded_batch_equals_each_sequence_alone(model, policy, options):
+    seqs = [prompt(n, seed=n) for n in (20, pa.CHUNK + 9, 9)]
     P = max(s.shape[1] for s in seqs)
     ids = torch.zeros(len(seqs), P, dtype=torch.long)
     mask = torch.zeros(len(seqs), P, dtype=torch.long)
     for b, s in enumerate(seqs):
         ids[b, P - s.shape[1]:], mask[b, P - s.shape[1]:] = s[0], 1
-    batch = KVEvictCache(model, policy="h2o", budget=0.5)
+    batch = KVEvictCache(model, policy=policy, budget=0.5, **options)
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=mask, past_key_values=batch, max_new_tokens=T, do_sample=False,
-                             pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+        out = model.generate(ids, attention_mask=mask, past_key_values=batch, max_new_tokens=T, min_new_tokens=T,
+                             do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
     logits = torch.stack(out.logits, dim=1)
     for b, s in enumerate(seqs):
-        alone = KVEvictCache(model, policy="h2o", budget=0.5, record=True)
+        alone = KVEvictCache(model, policy=policy, budget=0.5, record=True, **options)
         with torch.no_grad():
-            one = model.generate(s, past_key_values=alone, max_new_tokens=T, do_sample=False, pad_token_id=0,
-                                 output_logits=True, return_dict_in_generate=True)
+            one = model.generate(s, past_key_values=alone, max_new_tokens=T, min_new_tokens=T, do_sample=False,
+                                 pad_token_id=0, output_logits=True, return_dict_in_generate=True)
         assert out.sequences[b, P:].tolist() == one.sequences[0, s.shape[1]:].tolist(), b
         torch.testing.assert_close(logits[b], torch.stack(one.logits, dim=1)[0], rtol=1e-5, atol=1e-5)
         for layer in range(len(batch.layers)):
@@ -76,22 +86,22 @@ def test_left_padded_batch_equals_each_sequence_alone(model):
 
 
 def _calls(monkeypatch):
-    """The layers whose prompt attention ran kvevict's (it hands its sums to the layer). Spied on the layer, not
-    on transformers' attention registry: kvpress, once imported, wraps the registry's functions."""
+    """The layers whose prompt attention ran kvevict's (it tells the layer that every chunk was scored). Spied on
+    the layer, not on transformers' attention registry: kvpress, once imported, wraps the registry's functions."""
     from kvevict._layer import KVEvictLayer
     seen = []
-    real = KVEvictLayer.take_attention_sums
-
-    def spy(self, sums):
-        seen.append(self.layer_idx)
-        return real(self, sums)
-    monkeypatch.setattr(KVEvictLayer, "take_attention_sums", spy)
+    for name in ("prompt_scored", "take_attention_sums"):  # Keyformer / TOVA, H2O
+        def spy(self, *args, real=getattr(KVEvictLayer, name)):
+            seen.append(self.layer_idx)
+            return real(self, *args)
+        monkeypatch.setattr(KVEvictLayer, name, spy)
     return seen
 
 
-@pytest.mark.parametrize("policy, options", [("h2o", dict(record=True)), ("keyformer", dict(horizon=4)),
-                                             ("tova", {}), ("h2o", dict(mean_attention=True)), ("full", {})])
-def test_only_h2o_without_record_replaces_the_attention(monkeypatch, policy, options):
+@pytest.mark.parametrize("policy, options", [("h2o", dict(record=True)), ("keyformer", dict(horizon=4, record=True)),
+                                             ("snapkv", {}), ("knorm", {}), ("streaming", {}), ("full", {}),
+                                             ("expected_attention", {})])
+def test_only_chunked_scores_without_record_replace_the_attention(monkeypatch, policy, options):
     model = tiny_model("llama", seed=11)
     seen = _calls(monkeypatch)
     with torch.no_grad():
@@ -100,26 +110,32 @@ def test_only_h2o_without_record_replaces_the_attention(monkeypatch, policy, opt
     with torch.no_grad():
         model(prompt(30), past_key_values=KVEvictCache(model, policy="h2o", budget=0.5))
     assert seen == [0, 1]  # the prompt only: the decode steps attend with the model's own implementation
+    with torch.no_grad():
+        model(prompt(30), past_key_values=KVEvictCache(model, policy="keyformer", budget=0.5, horizon=4))
+    assert seen == [0, 1, 0, 1]
     assert all(type(m.self_attn.config) is not pa._ConfigView for m in model.model.layers)
 
 
-def test_config_is_the_models_again_after_a_forward_that_raised(monkeypatch):
+@pytest.mark.parametrize("policy, inside", [("h2o", "take_attention_sums"), ("keyformer", "score_chunk")])
+def test_config_is_the_models_again_after_a_forward_that_raised(monkeypatch, policy, inside):
     from kvevict._layer import KVEvictLayer
+    options = dict(horizon=4) if policy == "keyformer" else {}
     model = tiny_model("llama", seed=11)
     with torch.no_grad():
         want = model(prompt(30), past_key_values=DynamicCache()).logits
 
-    def fail(self, sums):
+    def fail(self, *args):
         raise RuntimeError("inside the prompt's attention")
-    monkeypatch.setattr(KVEvictLayer, "take_attention_sums", fail)
+    monkeypatch.setattr(KVEvictLayer, inside, fail)
+    cache = KVEvictCache(model, policy=policy, budget=0.5, **options)
     with pytest.raises(RuntimeError, match="inside the prompt's attention"):
         with torch.no_grad():
-            model(prompt(30), past_key_values=KVEvictCache(model, policy="h2o", budget=0.5))
+            model(prompt(30), past_key_values=cache)
     assert all(type(m.self_attn.config) is not pa._ConfigView for m in model.model.layers)
     monkeypatch.undo()
     with torch.no_grad():
         torch.testing.assert_close(model(prompt(30), past_key_values=DynamicCache()).logits, want, rtol=0, atol=0)
-        got = model(prompt(30), past_key_values=KVEvictCache(model, policy="h2o", budget=0.5)).logits
+        got = model(prompt(30), past_key_values=KVEvictCache(model, policy=policy, budget=0.5, **options)).logits
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -144,3 +160,70 @@ def test_another_threads_swapped_config_runs_the_models_attention():
         attn.config = foreign.__dict__["_kvevict_config"]
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     torch.testing.assert_close(kept, want, rtol=1e-5, atol=1e-5)
+
+
+def test_threads_change_nothing(monkeypatch):
+    """The prompt's rows scored on 1, 2 or 3 workers (the caches on the KVEvictCache's pool while the prompt is
+    scored, serial after the cut): the same kept positions and logits, bit for bit."""
+    from kvevict._layer import KVEvictLayer
+    model = tiny_model("llama", seed=11)
+    ids = prompt(pa.CHUNK + 20)
+    executors = []
+    real = KVEvictLayer.score_chunk
+
+    def spy(self, s, *args):
+        executors.append(self.kvs[s].executor)
+        return real(self, s, *args)
+    monkeypatch.setattr(KVEvictLayer, "score_chunk", spy)
+    runs = []
+    for threads in (1, 2, 3):
+        executors.clear()
+        cache = KVEvictCache(model, policy="keyformer", budget=0.4, horizon=T, threads=threads)
+        runs.append((greedy_loop(model, ids, cache, T), [cache.retained_positions(lay, j) for lay in range(2)
+                                                          for j in range(cache.n_kv_heads)]))
+        pool = cache.scoring_pool()
+        assert (pool is None) if threads == 1 else (pool.workers == threads)
+        assert executors and all(e is pool for e in executors)  # every chunk scored on the pool
+        assert all(kv.executor is None for lay in cache.layers for kv in lay.kvs)  # decode steps: serial
+    for (got_ids, got_logits), kept in runs[1:]:
+        assert got_ids == runs[0][0][0] and kept == runs[0][1]
+        torch.testing.assert_close(got_logits, runs[0][0][1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("threads, err, msg", [(0, ValueError, r"threads must be in \[1, 1024\] \(got 0\)"),
+                                               (-1, ValueError, r"threads must be in \[1, 1024\] \(got -1\)"),
+                                               (1025, ValueError, r"threads must be in \[1, 1024\] \(got 1025\)"),
+                                               (1.5, TypeError, r"threads must be an int or None \(got 1.5\)"),
+                                               ("2", TypeError, r"threads must be an int or None \(got '2'\)"),
+                                               (True, TypeError, r"threads must be an int or None \(got True\)")])
+def test_threads_refused(threads, err, msg):
+    model = tiny_model("llama", seed=11)
+    with pytest.raises(err, match="KVEvictCache: " + msg):
+        KVEvictCache(model, policy="h2o", budget=0.5, threads=threads)
+
+
+@pytest.mark.parametrize("extra", [dict(num_key_value_heads=1), dict(hidden_size=96)],
+                         ids=["one-kv-head", "head-dim-24"])
+@pytest.mark.parametrize("policy, options", [("keyformer", dict(horizon=T)), ("h2o", {})])
+def test_one_kv_head_and_a_scale_not_a_power_of_two(monkeypatch, extra, policy, options):
+    """Multi-query attention (the chunk's K/V rows of a single KV head are copied, never the cache's own rows) and
+    head_dim 24 (scale 24^-1/2: (q * scale) K^T and (q K^T) * scale round differently): the prompt's logits equal
+    DynamicCache's, and the kept positions and generated ids equal kvevict's prefill of the materialised logits,
+    for one sequence and a left-padded batch."""
+    model = tiny_model("llama", seed=13, **extra)
+    seen = _calls(monkeypatch)
+    ids = prompt(pa.CHUNK + 11)
+    with torch.no_grad():
+        want = model(ids, past_key_values=DynamicCache()).logits
+        got = model(ids, past_key_values=KVEvictCache(model, policy=policy, budget=0.5, **options)).logits
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert seen == [0, 1]
+    fast = KVEvictCache(model, policy=policy, budget=0.4, **options)
+    ref = KVEvictCache(model, policy=policy, budget=0.4, record=True, **options)
+    got_ids, got_logits = greedy_loop(model, ids, fast, T)
+    want_ids, want_logits = greedy_loop(model, ids, ref, T)
+    assert got_ids == want_ids
+    torch.testing.assert_close(got_logits, want_logits, rtol=1e-5, atol=1e-5)
+    for layer in range(2):
+        for j in range(fast.n_kv_heads):
+            assert fast.retained_positions(layer, j) == ref.retained_positions(layer, j), (layer, j)
