@@ -9,13 +9,15 @@ HOWTOs (../shared/data/python-howto, concatenated, no BOS): batch 1 takes P toke
 configuration: greedy generate of --new tokens, a streamer timestamping every step. Reported: the prompt's
 forward (time to the first token), decode tokens/s over the other steps (the batch's tokens per second), and the
 peak resident set (VmHWM) and its rise over the loaded model. kvpress's presses compress the prompt during
-generate's prefill (batch 1 only: they do not handle padding).
+generate's prefill (batch 1 only: they do not handle padding). With --repeats N every variant runs N times, the
+variants interleaved round by round, and each column is the median of its N values (the ratios: of the medians).
 
   PY=$(bash scripts/get-hf-venv.sh); $PY bench/transformers/costs.py --prompts 2048,4096,8192 --batches 1,2
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -109,6 +111,8 @@ def main():
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds per prompt and batch, the variants interleaved in each; the medians are reported")
     ap.add_argument("--out", help="write the table here too (Markdown)")
     # one configuration (the child)
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
@@ -135,27 +139,40 @@ def main():
     import kvevict
     import torch
     import transformers
-    lines = [f"SmolLM2-135M-Instruct (float32, sdpa), {args.new} generated tokens, {args.threads} torch threads; "
+    lines = [f"SmolLM2-135M-Instruct (float32, sdpa), {args.new} generated tokens, {args.threads} torch threads, "
+             f"median of {args.repeats} interleaved round(s); "
              f"torch {torch.__version__}, transformers {transformers.__version__}, kvevict {kvevict.__version__}; "
              "each row a fresh process", "",
              "| P | batch | cache | prompt forward (s) | × Dynamic | decode (tok/s) | × Dynamic | peak RSS (GB) | "
              "rise over the model (GB) | × Dynamic |", "|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
+    if args.repeats < 1:
+        sys.exit(f"costs.py: --repeats must be >= 1 (got {args.repeats})")
     for P in [int(p) for p in args.prompts.split(",")]:
         for batch in [int(b) for b in args.batches.split(",")]:
-            ref = None
-            for v in variants:
-                if VARIANTS[v][0] == "kvpress" and batch != 1:
-                    continue
-                cmd = [sys.executable, os.path.abspath(__file__), "--one", "--saved", saved, "--prompt", str(P),
-                       "--batch", str(batch), "--variant", v, "--new", str(args.new), "--threads", str(args.threads)]
-                r = subprocess.run(cmd, capture_output=True, text=True)
-                if r.returncode != 0:
-                    line = f"| {P} | {batch} | {v} | failed: {r.stderr.strip().splitlines()[-1][:120]} |||||||"
+            runs = {v: [] for v in variants if VARIANTS[v][0] != "kvpress" or batch == 1}
+            failed = {}
+            for _ in range(args.repeats):  # interleaved: a slow spell of the machine hits every variant alike
+                for v in runs:
+                    if v in failed:
+                        continue
+                    cmd = [sys.executable, os.path.abspath(__file__), "--one", "--saved", saved, "--prompt", str(P),
+                           "--batch", str(batch), "--variant", v, "--new", str(args.new), "--threads",
+                           str(args.threads)]
+                    r = subprocess.run(cmd, capture_output=True, text=True)
+                    if r.returncode != 0:
+                        failed[v] = r.stderr.strip().splitlines()[-1][:120]
+                    else:
+                        runs[v].append(json.loads(r.stdout))
+            med = {v: {k: statistics.median(m[k] for m in ms) for k in ("prefill_s", "decode_tok_s", "peak", "base")}
+                   for v, ms in runs.items() if ms}
+            ref = med.get("DynamicCache")
+            for v in runs:
+                if v in failed:
+                    line = f"| {P} | {batch} | {v} | failed: {failed[v]} |||||||"
                 else:
-                    m = json.loads(r.stdout)
+                    m = med[v]
                     rise = m["peak"] - m["base"]
-                    ref = ref or (m if v == "DynamicCache" else None)
                     x = (lambda a, b: f"{a / b:.2f}") if ref else (lambda a, b: "")
                     line = (f"| {P} | {batch} | {v} | {m['prefill_s']:.2f} | {x(m['prefill_s'], ref['prefill_s']) if ref else ''} | "
                             f"{m['decode_tok_s']:.2f} | {x(m['decode_tok_s'], ref['decode_tok_s']) if ref else ''} | "
