@@ -182,15 +182,17 @@ constexpr const char* kSetExecutor =
     "kvevict.ThreadPool (the calling thread is one of them), or serially for None (the default). The results are "
     "bit-identical for any pool: each worker takes whole query heads (or chunk-aligned slot ranges of one) and every "
     "sum that crosses workers runs afterwards in one fixed order. The cache keeps pool alive; one pool may serve many "
-    "caches and Python threads (one cache's call at a time runs on it). TypeError for anything else, the cache "
-    "unchanged. Allocates the per-worker row scratch (O(workers * capacity)).";
+    "caches and Python threads (one cache's call at a time runs on it). TypeError for anything else, ValueError "
+    "for a cache without parallel scoring; the cache is then unchanged. Allocates the per-task row scratch "
+    "(O(min(workers, n_q_heads) * capacity)).";
 constexpr const char* kExecutor = "The kvevict.ThreadPool set by set_executor, or None.";
 constexpr const char* kThreadPool =
     "ThreadPool(workers): workers - 1 threads plus the calling one, for Cache.set_executor. The threads start now "
     "and stop when the pool is deleted (after the last cache using it). After a call its threads spin for 20000 "
     "pause instructions (about 20 us to 1 ms, by CPU), then sleep: beside another library's busy threads (torch's) "
-    "on few cores, measure before sharing them. TypeError for a non-int, ValueError outside [1, 1024]; more workers "
-    "than CPUs only slows the calls.";
+    "on few cores, measure before sharing them. TypeError for a non-int, ValueError outside [1, 1024], RuntimeError "
+    "if the system cannot start a thread (the ones started are stopped first); more workers than CPUs only slows "
+    "the calls.";
 constexpr const char* kK =
     "Keys, [n_kv_heads, capacity, head_dim] of dtype, no copy (slots [0, lengths[h]) of head h are live). Owned "
     "storage stays alive as long as this array does, even after the cache is deleted.";

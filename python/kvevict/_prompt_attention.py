@@ -109,9 +109,9 @@ def prompt_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         C = c1 - c0
         for b in range(B):
             x = logits[:H * C * c1].view(h, g * C, c1)  # [q_head][C][c1] row-major, q_head = j * g + t
-            for j in range(h):
-                torch.matmul(q[b, j, :, c0:c1].reshape(g * C, d), key[b, j, :c1].T, out=x[j])
-            if not summing:
+            if not summing:  # every head's logits first: the caches score the chunk's rows of all query heads
+                for j in range(h):
+                    torch.matmul(q[b, j, :, c0:c1].reshape(g * C, d), key[b, j, :c1].T, out=x[j])
                 layer.score_chunk(b, c0, x.view(H, C, c1), key[b], value[b])  # reads each row's causal part only
             visible = None  # None: causal, only the chunk's own columns hold later tokens
             if attention_mask is not None:
@@ -120,6 +120,8 @@ def prompt_attention(module, query, key, value, attention_mask, dropout=0.0, sca
                 visible = visible | ~visible.any(dim=-1, keepdim=True)  # a padded query sees nothing: a finite row
             p = probs[:g * C * c1].view(g * C, c1)
             for j in range(h):  # one KV head's group at a time
+                if summing:  # computed here, so that the group's [g * C, c1] logits stay in the CPU's caches
+                    torch.matmul(q[b, j, :, c0:c1].reshape(g * C, d), key[b, j, :c1].T, out=x[j])
                 s = x[j].view(g, C, c1)
                 if visible is None:
                     s[..., c0:].masked_fill_(_upper(C), float("-inf"))

@@ -113,7 +113,7 @@ def _attention_modules(model):
 class KVEvictCache(Cache):
     """A transformers Cache that keeps each layer's KV cache within a budget with a kvevict policy.
 
-    KVEvictCache(model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False, threads=None,
+    KVEvictCache(model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False, threads=1,
                  **options)
 
     model     a Llama / Mistral / Qwen2 / Qwen3 / Gemma 3 causal LM (float32, CPU, attn_implementation 'sdpa' or
@@ -142,9 +142,11 @@ class KVEvictCache(Cache):
               heads then hold different lengths and attention masks each head past its own). A wrong one raises
               kvevict's ValueError here.
     threads   workers (the calling thread included) on which Keyformer's, TOVA's and H2O-with-mean_attention's
-              caches score the prompt's chunks (a kvevict.ThreadPool made at the first prompt, shared by the layers;
-              decode steps and the other policies score serially); default torch.get_num_threads(). The results do
-              not depend on it. TypeError for a non-int, ValueError outside [1, 1024].
+              caches score the prompt's chunks (a kvevict.ThreadPool made at the first such prompt, shared by the
+              layers; decode steps and the other policies score serially); default 1: inside torch's forward the
+              pool's threads compete with torch's own, and on 2 cores 2 workers were 2-6% slower than 1
+              (bench/transformers/one_layer.py); None: torch.get_num_threads(). The results do not depend on it.
+              TypeError for a non-int, ValueError outside [1, 1024].
     record    keep, per layer, the logits each prefill / decode step was given and the kept positions
               (layers[i].records; for tests: memory n_q_heads * P^2 floats per layer).
 
@@ -153,7 +155,7 @@ class KVEvictCache(Cache):
     """
 
     def __init__(self, model, policy="keyformer", budget=0.5, recent=None, *, evict="step", record=False,
-                 threads=None, **options):
+                 threads=1, **options):
         config = _check_model(model)
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)):
             raise TypeError(f"KVEvictCache: threads must be an int or None (got {threads!r})")
@@ -231,9 +233,10 @@ class KVEvictCache(Cache):
 
     def scoring_pool(self):
         """The kvevict.ThreadPool the layers' caches score a prompt's chunks on (_prompt_attention, Keyformer, TOVA,
-        H2O with mean_attention), made at the first use with `threads` workers (default torch.get_num_threads()),
-        shared by the layers; None for one worker."""
-        n = self.threads if self.threads is not None else torch.get_num_threads()
+        H2O with mean_attention), made at the first use with `threads` workers (None: torch.get_num_threads(),
+        at most 1024, made again if that changes; a cache keeps the pool it was given alive), shared by the
+        layers; None for one worker."""
+        n = self.threads if self.threads is not None else min(torch.get_num_threads(), 1024)
         if n <= 1:
             return None
         if self._pool is None or self._pool.workers != n:
