@@ -365,14 +365,26 @@ def test_layer_seeds_are_the_engines():
 
 @pytest.mark.parametrize("policy, opts", [("h2o", {}), ("keyformer", dict(horizon=T)), ("tova", {}),
                                           ("h2o", dict(head_budgets="adaptive"))])
-def test_prompt_scored_from_queries_keeps_what_the_materialised_logits_keep(policy, opts):
-    """Without record=True the prompt is scored from its queries (Cache.prefill_qk, no [n_q, P, P] array); with it
-    from the materialised logits: the same kept positions in every layer and head, the same ids and logits."""
+def test_prompt_scored_from_queries_keeps_what_the_materialised_logits_keep(monkeypatch, policy, opts):
+    """When the prompt's attention does not score it (another thread's forward holds the module, say) it is scored
+    from its queries (Cache.prefill_qk, no [n_q, P, P] array); with record=True from the materialised logits: the
+    same kept positions in every layer and head, the same ids and logits."""
+    from kvevict._layer import KVEvictLayer
+    monkeypatch.setattr(KVEvictLayer, "scores_in_attention", lambda self: False)
+    monkeypatch.setattr(KVEvictLayer, "sums_in_attention", lambda self: False)
+    calls = []
+    real = kvevict.Cache.prefill_qk
+
+    def spy(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(kvevict.Cache, "prefill_qk", spy)
     model = tiny_model("llama", seed=5)
     ids = prompt(6)
     lean = KVEvictCache(model, policy=policy, budget=0.5, **opts)
     full = KVEvictCache(model, policy=policy, budget=0.5, record=True, **opts)
     a_ids, a = loop(model, ids, lean)
+    assert len(calls) == 2  # both layers' prompts through prefill_qk
     b_ids, b = loop(model, ids, full)
     assert a_ids == b_ids
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

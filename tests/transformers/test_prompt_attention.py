@@ -62,6 +62,12 @@ def test_kept_and_generated_equal_the_prefill_from_logits(monkeypatch, model, po
 @pytest.mark.parametrize("policy, options", [("h2o", {}), ("keyformer", dict(horizon=T)), ("tova", {}),
                                              ("h2o", dict(mean_attention=True))])
 def test_left_padded_batch_equals_each_sequence_alone(model, policy, options):
+    _padded_batch_equals_alone(model, policy, options)
+
+
+def _padded_batch_equals_alone(model, policy, options):
+    """Three prompts of 20, CHUNK + 9 and 9 tokens, left-padded into one generate: each sequence's ids and logits
+    (1e-5) and kept positions equal its own generate with the materialised prefill (record=True)."""
     seqs = [prompt(n, seed=n) for n in (20, pa.CHUNK + 9, 9)]
     P = max(s.shape[1] for s in seqs)
     ids = torch.zeros(len(seqs), P, dtype=torch.long)
@@ -227,3 +233,4 @@ def test_one_kv_head_and_a_scale_not_a_power_of_two(monkeypatch, extra, policy, 
     for layer in range(2):
         for j in range(fast.n_kv_heads):
             assert fast.retained_positions(layer, j) == ref.retained_positions(layer, j), (layer, j)
+    _padded_batch_equals_alone(model, policy, options)
