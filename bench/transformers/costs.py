@@ -39,6 +39,13 @@ VARIANTS = {  # name: (kind, policy, KV kept)
 }
 
 
+def _positive(text):
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {n})")
+    return n
+
+
 def vm(key):
     with open("/proc/self/status") as f:
         for line in f:
@@ -111,7 +118,7 @@ def main():
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=1,
+    ap.add_argument("--repeats", type=_positive, default=1,
                     help="rounds per prompt and batch, the variants interleaved in each; the medians are reported")
     ap.add_argument("--out", help="write the table here too (Markdown)")
     # one configuration (the child)
@@ -146,8 +153,6 @@ def main():
              "| P | batch | cache | prompt forward (s) | × Dynamic | decode (tok/s) | × Dynamic | peak RSS (GB) | "
              "rise over the model (GB) | × Dynamic |", "|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    if args.repeats < 1:
-        sys.exit(f"costs.py: --repeats must be >= 1 (got {args.repeats})")
     for P in [int(p) for p in args.prompts.split(",")]:
         for batch in [int(b) for b in args.batches.split(",")]:
             runs = {v: [] for v in variants if VARIANTS[v][0] != "kvpress" or batch == 1}
@@ -164,20 +169,22 @@ def main():
                         failed[v] = r.stderr.strip().splitlines()[-1][:120]
                     else:
                         runs[v].append(json.loads(r.stdout))
-            med = {v: {k: statistics.median(m[k] for m in ms) for k in ("prefill_s", "decode_tok_s", "peak", "base")}
-                   for v, ms in runs.items() if ms}
-            ref = med.get("DynamicCache")
+            med = {v: {k: statistics.median(m[k] for m in ms) for k in ("prefill_s", "decode_tok_s", "peak")}
+                   for v, ms in runs.items() if ms and v not in failed}
+            for v in med:  # the rise over the model: per run, then its median
+                med[v]["rise"] = statistics.median(m["peak"] - m["base"] for m in runs[v])
+            ref = med.get("DynamicCache")  # None when it failed in some round: no ratios then
             for v in runs:
                 if v in failed:
                     line = f"| {P} | {batch} | {v} | failed: {failed[v]} |||||||"
                 else:
                     m = med[v]
-                    rise = m["peak"] - m["base"]
+                    rise = m["rise"]
                     x = (lambda a, b: f"{a / b:.2f}") if ref else (lambda a, b: "")
                     line = (f"| {P} | {batch} | {v} | {m['prefill_s']:.2f} | {x(m['prefill_s'], ref['prefill_s']) if ref else ''} | "
                             f"{m['decode_tok_s']:.2f} | {x(m['decode_tok_s'], ref['decode_tok_s']) if ref else ''} | "
                             f"{m['peak'] / 1e9:.2f} | {rise / 1e9:.2f} | "
-                            f"{x(rise, ref['peak'] - ref['base']) if ref else ''} |")
+                            f"{x(rise, ref['rise']) if ref else ''} |")
                 lines.append(line)
                 print(line, flush=True)
     if args.out:
