@@ -144,7 +144,7 @@ class KVEvictCache(Cache):
     threads   workers (the calling thread included) on which Keyformer's, TOVA's and H2O-with-mean_attention's
               caches score the prompt's chunks (a kvevict.ThreadPool made at the first such prompt, shared by the
               layers; decode steps and the other policies score serially); default 1: inside torch's forward the
-              pool's threads compete with torch's own, and on 2 cores 2 workers were 2-6% slower than 1
+              pool's threads compete with torch's own, and on 2 cores 2 workers were 1-6% slower than 1
               (bench/transformers/one_layer.py); None: torch.get_num_threads(). The results do not depend on it.
               TypeError for a non-int, ValueError outside [1, 1024].
     record    keep, per layer, the logits each prefill / decode step was given and the kept positions
