@@ -152,9 +152,8 @@ void fuzz_cache(FuzzedDataProvider& in) {
   cfg.n_q_heads = H * g;
   cfg.budget = in.ConsumeBool() ? Budget::tokens(in.ConsumeIntegralInRange<std::size_t>(1, 40))
                                 : Budget::ratio(in.ConsumeFloatingPointInRange<double>(0.05, 1.0));
-  if (policy != Policy::tova)
-    cfg.recent = in.ConsumeBool() ? RecentWindow::tokens(in.ConsumeIntegralInRange<std::size_t>(0, 6))
-                                  : RecentWindow::ratio(in.ConsumeFloatingPointInRange<double>(0.0, 0.6));
+  cfg.recent = in.ConsumeBool() ? RecentWindow::tokens(in.ConsumeIntegralInRange<std::size_t>(0, 6))
+                                : RecentWindow::ratio(in.ConsumeFloatingPointInRange<double>(0.0, 0.6));  // TOVA too
   const int a = in.ConsumeIntegralInRange<int>(0, 15);
   const float alpha = a == 12 ? kNaN : a == 13 ? -0.5f : a == 14 ? 1.5f : a == 15 ? 0.2f
                                                                         : static_cast<float>(a) / 11.0f;

@@ -162,7 +162,7 @@ void bind_cache(py::module_& m) {
                               "Cache('streaming', ...): `sinks` attention sinks + the most recent tokens.");
   bind_preset<WindowCache>(m, "Window", "window", "Cache('window', ...): the most recent k tokens.");
   bind_preset<TOVACache>(m, "TOVA", "tova",
-                         "Cache('tova', ...): the top-k of the current step's attention (recent must be 0).");
+                         "Cache('tova', ...): the top-k of the current step's attention (recent: none by default; recent=1 is kvpress's TOVAPress).");
   bind_preset<SnapKVCache>(m, "SnapKV", "snapkv", doc::kSnapKV);
   bind_preset<KeyNormCache>(m, "KeyNorm", "knorm",
                             "Cache('knorm', ...): the key norm (Devoto et al. 2024; kvpress's Knorm): each token's "

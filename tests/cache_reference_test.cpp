@@ -199,7 +199,7 @@ void run_trial(Kind kind, bool shared, std::size_t g, std::uint64_t seed) {
   kvevict::Xoshiro256pp gen(seed);
   const std::size_t n_kv = 2, n_q = n_kv * g, d = 3;
   const std::size_t P = 1 + gen() % 24, k = 1 + gen() % 16, horizon = 1 + gen() % 40, steps = 40;
-  const std::size_t w_drawn = (kind == Kind::tova) ? 0 : gen() % (k + 1);
+  const std::size_t w_drawn = gen() % (k + 1);  // TOVA too: w = 0 is the paper's, w = 1 kvpress's
   // StreamingLLM and window have no recent window of their own (theirs is k - sinks).
   const std::size_t w = (kind == Kind::streaming || kind == Kind::window) ? 0 : w_drawn;
   const std::size_t sinks = gen() % (k + 1);

@@ -110,6 +110,27 @@ TEST(TOVA, KeepsTopKOfTheCurrentStepsAttentionOnly) {
   EXPECT_FLOAT_EQ(cache.scores(0)[1], 0.5f);
 }
 
+TEST(TOVA, ARecentWindowOfOneKeepsTheNewestTokenAsKvpressDoes) {
+  // The paper's TOVA evicts the token just added when its attention is the lowest; w = 1 (kvpress's TOVAPress)
+  // keeps it and ranks only the older ones.
+  for (const std::size_t w : {0u, 1u}) {
+    kvevict::KVBuffer<float> buf(1, 8, 2);
+    auto kv = buf.view();
+    kvevict::TOVA cache(config(1, 2, w), kv);
+    for (int p = 0; p < 2; ++p) append_token(kv, p);
+    const auto x = causal_logits(1, 2, [](auto, std::size_t, std::size_t) { return 0.0f; });
+    cache.prefill(x.data(), 2);
+    append_token(kv, 2);
+    // softmax([ln4, ln3, 0]) = [1/2, 3/8, 1/8]: the newest, position 2, has the lowest attention.
+    const float row[] = {std::log(4.0f), std::log(3.0f), 0.0f};
+    cache.decode_step(row, 3);
+    const Positions kept(cache.positions(0), cache.positions(0) + 2);
+    EXPECT_EQ(kept, (w == 0 ? Positions{0, 1} : Positions{0, 2})) << "w = " << w;
+    EXPECT_FLOAT_EQ(cache.scores(0)[0], 0.5f) << "w = " << w;
+    EXPECT_FLOAT_EQ(cache.scores(0)[1], w == 0 ? 0.375f : 0.125f) << "w = " << w;
+  }
+}
+
 TEST(MakeCache, BuildsEveryPolicyAndValidates) {
   for (const char* name : {"keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff"}) {
     kvevict::KVBuffer<float> buf(2, 16, 4);
@@ -128,12 +149,7 @@ TEST(MakeCache, BuildsEveryPolicyAndValidates) {
   }
   kvevict::KVBuffer<float> buf(2, 16, 4);
   EXPECT_THROW(kvevict::make_cache(kvevict::Policy::keyformer, config(4, 4, 0), buf.view()), std::invalid_argument);
-  try {
-    kvevict::make_cache(kvevict::Policy::tova, config(4, 4, 1), buf.view());
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "kvevict::make_cache: TOVA has no recent window; set config.recent to 0");
-  }
+  EXPECT_NO_THROW(kvevict::make_cache(kvevict::Policy::tova, config(4, 4, 1), buf.view()));  // kvpress's TOVAPress
   try {
     kvevict::parse_policy("h20");
     FAIL();

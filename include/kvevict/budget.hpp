@@ -129,8 +129,8 @@ class Budget {
 /// evicted in its own decode step, forever (H2O, `k = 4`, `w = 0`, 4-token
 /// prompt: positions `[0, 1, 2, 3]` after every step). To avoid that by
 /// accident, a ratio `q > 0` resolves to at least 1 token for those policies
-/// when `k >= 2` (`Cache` applies this floor). TOVA has no recent window
-/// (`w = 0`, its rule); StreamingLLM and window derive theirs from the budget
+/// when `k >= 2` (`Cache` applies this floor). TOVA has none by default
+/// (`w = 0`, the paper's rule; `w = 1` is kvpress's); StreamingLLM and window derive theirs from the budget
 /// (`k − sinks`) and require 0 here.
 class RecentWindow {
  public:

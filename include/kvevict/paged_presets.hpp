@@ -44,14 +44,14 @@ using PagedKeyformerMean = detail::PagedTwin<KeyformerMean>;
 
 /// Builds policy `p` over one paged sequence, exactly as `make_cache` builds
 /// it over a contiguous view (same parameters, same checks: keyformer needs
-/// `horizon >= 1`, tova `config.recent.is_none()`). `config.shared_heads` must be
+/// `horizon >= 1`). `config.shared_heads` must be
 /// true. Throws `std::invalid_argument` as the constructors do.
 template <class T>
 std::unique_ptr<PagedCacheInterface> make_paged_cache(Policy p, const CacheConfig& config,
                                                       const PagedEvictionConfig& paged, const PagedKVView<T>& kv,
                                                       PagePool& pool, const PolicyParams& params = PolicyParams()) {
   return detail::make_policy<PagedCache, PagedCacheInterface>(
-      p, config, params, "kvevict::make_paged_cache",
+      p, params, "kvevict::make_paged_cache",
       [&](auto type, auto&&... policies) -> std::unique_ptr<PagedCacheInterface> {
         using X = typename decltype(type)::type;
         return std::make_unique<X>(config, paged, kv, pool, std::forward<decltype(policies)>(policies)...);

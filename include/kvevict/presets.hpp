@@ -130,13 +130,19 @@ inline Policy parse_policy(const std::string& name) {
 }
 
 /// Whether policy `p` takes a configured recent window `w` (`CacheConfig::recent`): Keyformer,
-/// H2O, key norm, KeyDiff and SnapKV (its decode window; the observation window `L` is `PolicyParams::snap_window`) do. TOVA has none, and
+/// H2O, key norm, KeyDiff and SnapKV (its decode window; the observation window `L` is `PolicyParams::snap_window`) do. TOVA has none by
+/// default (the paper's rule; it accepts one given explicitly: `accepts_recent_window`), and
 /// StreamingLLM / window derive theirs from the budget (`k − sinks`), so for them the configured window must be 0 (else
 /// the cache throws `std::invalid_argument`). O(1).
 constexpr bool takes_recent_window(Policy p) {
   return p == Policy::keyformer || p == Policy::h2o || p == Policy::snapkv || p == Policy::knorm ||
          p == Policy::keydiff;
 }
+
+/// Whether policy `p` accepts a configured recent window `w > 0`: the policies of `takes_recent_window`, and TOVA,
+/// whose default is none (w = 1 is kvpress's TOVAPress rule: the token just added is never evicted). StreamingLLM
+/// and window derive theirs from the budget. O(1).
+constexpr bool accepts_recent_window(Policy p) { return takes_recent_window(p) || p == Policy::tova; }
 
 /// Canonical name of a policy ("keyformer", "h2o", "streaming", "window", "tova", "snapkv", "knorm", "keydiff").
 inline const char* policy_name(Policy p) {
@@ -192,11 +198,10 @@ namespace detail {
 /// `make_cache` for the mapping); `build` constructs an `X` from the view, the pool and
 /// `policies...` (the policies it is not given are default-constructed) and returns it as a
 /// `std::unique_ptr<Interface>`. Throws `std::invalid_argument` for `horizon == 0` with keyformer
-/// (`LinearTemperature`), a non-zero recent window with tova, bad SnapKV parameters
+/// (`LinearTemperature`), bad SnapKV parameters
 /// (`make_snapkv_score`), an unknown `p`, and whatever `build` throws.
 template <template <class, class, class> class C, class Interface, class Build>
-std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, const PolicyParams& params,
-                                       const char* who, Build&& build) {
+std::unique_ptr<Interface> make_policy(Policy p, const PolicyParams& params, const char* who, Build&& build) {
   using Types = PolicyTypes<C>;
   const bool keyformer_score =
       p == Policy::keyformer || (p == Policy::snapkv && params.snap_decode == SnapDecode::keyformer);
@@ -224,7 +229,6 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
       return build(TypeTag<typename Types::streaming_llm>{}, NoScore{}, ConstantTemperature(),
                    SinkRecentSelection{0});
     case Policy::tova:
-      require(config.recent.is_none(), who, ": TOVA has no recent window; set config.recent to 0");
       return build(TypeTag<typename Types::tova>{});
     case Policy::snapkv:
       if (params.snap_decode == SnapDecode::window)
@@ -246,8 +250,9 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
 /// Builds the policy `p` over the view, for engines choosing it at run time.
 ///  - keyformer: `Keyformer` with `LinearTemperature(tau_init, tau_end, horizon)` (`KeyformerMean` with
 ///    `mean_attention`);
-///  - h2o: `H2O` (`H2OMean` with `mean_attention`); tova: `TOVA` (requires `config.recent.is_none()`: `none()`, 0
-///    tokens or ratio 0; TOVA has no recent window);
+///  - h2o: `H2O` (`H2OMean` with `mean_attention`); tova: `TOVA` (the paper's rule keeps no recent window,
+///    `config.recent` none; a window w >= 1 keeps the w newest tokens whatever their attention, and w = 1 is
+///    kvpress's TOVAPress, which never evicts the token just added);
 ///  - streaming: `StreamingLLM` with `params.sinks`; window: `StreamingLLM` with 0 sinks;
 ///  - snapkv: `SnapKV` (decode h2o), `SnapKVWindow` (decode window) or `SnapKVKeyformer` (decode keyformer:
 ///    `LinearTemperature(tau_init, tau_end, horizon)`, noise as `gumbel_noise`) with `make_snapkv_score(params)`;
@@ -256,13 +261,13 @@ std::unique_ptr<Interface> make_policy(Policy p, const CacheConfig& config, cons
 /// Throws `std::invalid_argument` as the constructors do (`noise_scale` outside (0, 1]), for `noise_scale`
 /// other than 1 with a policy without Keyformer's score, for `mean_attention` with a policy other than h2o and
 /// keyformer, for `horizon == 0`
-/// with keyformer (or snapkv with keyformer decode), for a non-zero recent window with tova, and for bad SnapKV
+/// with keyformer (or snapkv with keyformer decode), and for bad SnapKV
 /// parameters (`snap_window` 0 or above a token budget, `snap_kernel` even or 0).
 template <class T>
 std::unique_ptr<CacheInterface> make_cache(Policy p, const CacheConfig& config, KVView<T> kv,
                                            const PolicyParams& params = PolicyParams()) {
   return detail::make_policy<Cache, CacheInterface>(
-      p, config, params, "kvevict::make_cache", [&](auto type, auto&&... policies) -> std::unique_ptr<CacheInterface> {
+      p, params, "kvevict::make_cache", [&](auto type, auto&&... policies) -> std::unique_ptr<CacheInterface> {
         using X = typename decltype(type)::type;
         return std::make_unique<X>(config, kv, std::forward<decltype(policies)>(policies)...);
       });

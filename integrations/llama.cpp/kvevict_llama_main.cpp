@@ -124,6 +124,10 @@ int main(int argc, char** argv) {
 
   return kvcli::run_tool("kvevict-llama", app, argc, argv, [&]() -> int {
     flags.validate();
+    // llama.cpp decodes a sequence's next token only right after the last position it holds, so TOVA here keeps the
+    // newest token: a recent window of 1 by default (kvpress's TOVAPress rule; the paper's w = 0 could evict the token
+    // just decoded and stop the run). A TOVA run that never evicts its newest token keeps the same sets either way.
+    if (flags.policy == "tova" && !flags.recent) flags.recent = kvcli::Amount{false, 0.0, 1, "1"};
     const bool full = flags.policy == "full";
     if (flags.policy == "snapkv")
       throw kvcli::UsageError("--policy", "snapkv scores the prompt with its last L queries in one shot; "
@@ -295,7 +299,7 @@ int main(int argc, char** argv) {
       params.gumbel_noise = true;
       config.budget = kvevict::Budget::tokens(r.k);
       config.recent = kvcli::recent_for(flags, r, flags.policy);
-      if (kvevict::takes_recent_window(policy) && r.w == 0)
+      if (kvevict::accepts_recent_window(policy) && r.w == 0)
         throw kvcli::UsageError(flags.recent ? flags.recent_flag
                                 : flags.budget_given ? flags.budget_flag
                                 : prompt_tokens_text.empty() ? (prompt_file.empty() ? "--prompt" : "--prompt-file")
@@ -312,10 +316,6 @@ int main(int argc, char** argv) {
                                 "k = " + std::to_string(r.k) + " holds only the " + std::to_string(r.sinks) +
                                     " attention sinks: llama.cpp decodes each new token right after the last "
                                     "position the sequence holds, so streaming needs k >= sinks + 1");
-      if (policy == kvevict::Policy::tova && r.k <= 2)  // no recent window: at k <= 2 TOVA drops the newest token
-        throw kvcli::UsageError(k_flag, "k = " + std::to_string(r.k) + ": TOVA keeps no recent window, and with k <= 2 "
-                                        "it evicts the token just decoded (the newest must stay for llama.cpp to "
-                                        "decode the next); give k >= 3");
       config.seed = flags.seed;
     }
     if (n_seq > 1) {

@@ -58,7 +58,8 @@ std::vector<Case> cases() {
       // ---- case 4: errors name the flag, not a library class ----
       {"GenRecentAboveBudget", G, kTiny + "--policy h2o --budget 10 --recent 20 --prompt-ids 1",
        2, {"--recent: w = 20 exceeds the budget k = 10", "--budget"}},
-      {"GenTovaWithRecent", G, kTiny + "--policy tova --recent 3 --prompt-ids 1", 2, {"--recent: tova has no recent window"}},
+      {"GenTovaRecentAboveBudget", G, kTiny + "--policy tova --budget 2 --recent 3 --prompt-ids 1", 2,
+       {"--recent: w = 3 exceeds the budget k = 2"}},
       {"GenBudgetZero", G, kTiny + "--policy h2o --budget 0 --prompt-ids 1", 2, {"--budget: must be >= 1 (got 0)"}},
       {"GenTemperatureNegative", G, kTiny + "--temperature -1 --prompt-ids 1", 2, {"--temperature: must be >= 0"}},
       {"GenTauInitZero", G, kTiny + "--policy keyformer --tau-init 0 --prompt-ids 1", 2, {"--tau-init: must be finite and > 0"}},

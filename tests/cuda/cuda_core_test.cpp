@@ -346,7 +346,7 @@ TEST(CudaCore, CheckPolicyNamesTheBadValue) {
   EXPECT_EQ(msg(3, 16, 0), "test: n_q_heads (4) must be a positive multiple of n_kv_heads (3)");
   EXPECT_EQ(msg(2, 4, 0), "test: capacity 4 slots is below 5 (k + 1: a step appends before it evicts)");
   p.score = kc::ScoreKind::tova;
-  EXPECT_EQ(msg(2, 16, 0), "test: TOVA has no recent window (w = 1)");
+  EXPECT_EQ(msg(2, 16, 0), "test: the CUDA kernels run TOVA without a recent window (w = 1; the CPU caches take one)");
   p.w = 0;
   p.page_unit = true;
   p.start_pages = 1;

@@ -71,7 +71,7 @@ CONSTRUCTOR_ERRORS = [
      "kvevict::SinkRecentSelection: recent window w = 1 with budget k = 3: StreamingLLM/window always keep the most "
      "recent k - sinks = 3 tokens; set the recent window to 0"),
     (("keyformer",), dict(OWNED, horizon=4, noise=1), TypeError, "noise must be True or False, got int 1"),
-    (("tova",), dict(OWNED, recent=2), ValueError, "kvevict::make_cache: TOVA has no recent window; set config.recent to 0"),
+    (("tova",), dict(OWNED, budget=2, recent=3), ValueError, "kvevict::RecentTopKSelection: recent window w = 3 exceeds budget k = 2"),
     (("keyformer",), dict(OWNED, horizon=4, seed=-1), ValueError, "seed must be >= 0 (got -1)"),
     (("keyformer",), dict(OWNED, horizon=4, seed=2**64), OverflowError,
      "seed = 18446744073709551616 does not fit in 64 bits"),
@@ -264,8 +264,8 @@ def test_replay_errors():
         kvevict.replay(x, 4, policy="window", budget=2, recent=1)
     with raises(ValueError, "recent: w = 3 exceeds the budget k = 2"):
         kvevict.replay(x, 4, budget=2, recent=3)
-    with raises(ValueError, "recent: tova has no recent window; it must be 0"):
-        kvevict.replay(x, 4, policy="tova", budget=2, recent=1)
+    with raises(ValueError, "recent: w = 3 exceeds the budget k = 2"):
+        kvevict.replay(x, 4, policy="tova", budget=2, recent=3)
     with raises(ValueError, "noise: 'trace' needs a gumbel array"):
         kvevict.replay(x, 3, noise="trace")
     with raises(ValueError, "noise: unknown value 'loud'"):

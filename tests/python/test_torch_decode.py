@@ -76,9 +76,9 @@ def test_command_line(model, build_dir):
                          text=True, env=env)
     assert bad.returncode == 2 and "--prompt-ids: expected comma-separated integers" in bad.stderr
     bad = subprocess.run([sys.executable, script, "--model", path, "--prompt-ids", "1", "--policy", "tova",
-                          "--budget", "4", "--recent", "2"], capture_output=True, text=True, env=env)
+                          "--budget", "2", "--recent", "3"], capture_output=True, text=True, env=env)
     assert bad.returncode == 1
-    assert "torch_decode.py: kvevict::make_cache: TOVA has no recent window; set config.recent to 0" in bad.stderr
+    assert "torch_decode.py: kvevict::RecentTopKSelection: recent window w = 3 exceeds budget k = 2" in bad.stderr
 
 
 def test_model_is_found_as_the_tools_find_it(shared_dir, monkeypatch, tmp_path, capsys):

@@ -124,7 +124,7 @@ std::vector<Case> cases() {
       {"BudgetAndBudgetRatio", good_json("--budget 1 --budget-ratio 0.5"), "--budget excludes --budget-ratio"},
       {"RecentRatioAboveOne", good_json("--recent-ratio 1.5"),
        "--recent-ratio: a fraction of the budget must be in [0, 1], i.e. [0%, 100%] (got 1.5)"},
-      {"TovaWithRecentWindow", good_json("--policy tova --recent 1"), "--recent: tova has no recent window"},
+      {"TovaRecentAboveBudget", good_json("--policy tova --budget 2 --recent 3"), "--recent: w = 3 exceeds the budget k = 2"},
       {"SinksAboveBudget", good_json("--policy streaming --budget 2 --sinks 3"),
        "--sinks: S = 3 exceeds the budget k = 2"},
       {"TauInitZero", good_json("--tau-init 0"), "--tau-init: must be finite and > 0"},

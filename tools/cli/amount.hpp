@@ -38,7 +38,7 @@ enum class AmountKind { budget, recent };
 /// The defaults every tool and the Python module use (docs/tools.md).
 namespace defaults {
 inline constexpr const char* kBudget = "50%";            ///< k = max(1, floor(0.5 P))
-inline constexpr const char* kRecent = "30%";            ///< keyformer, h2o, snapkv: w = floor(0.3 k) (tova 0)
+inline constexpr const char* kRecent = "30%";            ///< keyformer, h2o, snapkv: w = floor(0.3 k) (tova 0 unless --recent is given)
 inline constexpr std::size_t kSinks = 4;                 ///< StreamingLLM's attention sinks
 inline constexpr float kTauInit = 1.0f;                  ///< Keyformer's τ at prefill
 inline constexpr float kTauEnd = 2.0f;                   ///< Keyformer's τ after the last step

@@ -105,9 +105,6 @@ void EvictionFlags::validate() {
     const bool zero = recent->is_ratio ? recent->ratio == 0.0 : recent->tokens == 0;
     if (!evicts)
       throw UsageError(recent_flag, "--policy full keeps every token and has no recent window; drop " + recent_flag);
-    if (policy == "tova" && !zero)
-      throw UsageError(recent_flag, "tova has no recent window; it must be 0 (got " + recent->text + "); drop " +
-                                        recent_flag);
     if ((policy == "streaming" || policy == "window") && !zero)
       throw UsageError(recent_flag, "streaming and window keep the most recent k - sinks tokens (window: sinks = 0); "
                                     "their recent window is not set separately (" + for_policy + "): drop " +
@@ -286,7 +283,7 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
   auto* recent = app.add_option("--recent", flags.recent_text,
                                 "recent window w (keyformer, h2o, snapkv, knorm): tokens (8), or a fraction (0.3) or percent "
                                 "(30%) of k, at most 100%: w = floor(0.3 k), at least 1 when k >= 2; default 30%; "
-                                "tova: 0; streaming/window have none")
+                                "tova: none unless given (1 = kvpress's TOVAPress); streaming/window have none")
                      ->type_name("INT|FLOAT|N%");
   app.add_option("--recent-ratio", flags.recent_ratio_text, "same as --recent Q*100% (e.g. 0.3 = 30%)")
       ->type_name("FLOAT")

@@ -127,7 +127,7 @@ struct EvictionFlags {
   /// Checks every value and every combination that does not depend on the prompt length, and fills
   /// the validated fields. Throws `UsageError` naming the flag. Rules:
   ///  - a non-zero --recent with streaming/window (they keep the last k - sinks / k tokens: no separate
-  ///    window) or tova is an error; so is a non-default --sinks with a policy other than streaming,
+  ///    window) is an error (tova takes one: its default is none); so is a non-default --sinks with a policy other than streaming,
   ///    a non-default --tau-init/--tau-end with a policy other than keyformer, and a non-default --seed
   ///    with a policy other than keyformer in a tool without a sampler (an option is never
   ///    silently ignored; a value that changes nothing, 0 or the default, is accepted so that scripts can
@@ -189,7 +189,7 @@ struct Resolved {
 ///  - `--budget N%`: k = max(1, floor(N/100 * P)); the default budget 50% of P is raised to
 ///    sinks + 1 for streaming (so that at least one recent token is kept);
 ///  - `--recent N%`: w = floor(N/100 * k), at least 1 for keyformer/h2o when N > 0 and k >= 2;
-///    default 30% for keyformer/h2o, 0 for tova; streaming: w = k - sinks, window: w = k;
+///    default 30% for keyformer/h2o, 0 for tova (no floor of 1 for tova's ratio); streaming: w = k - sinks, window: w = k;
 ///  - snapkv: w as for h2o; L = --snap-window, or min(32, k) when it is not given;
 ///  - w > k, sinks > k for streaming, or L > k for snapkv, is an error naming the flags and the
 ///    resolved values.

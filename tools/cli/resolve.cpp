@@ -52,12 +52,12 @@ Resolved resolve(const EvictionFlags& f, std::size_t prompt_len, const std::stri
     r.w = r.k;
     return r;
   }
-  if (policy == "tova") return r;  // w = 0
-  // keyformer, h2o, snapkv, knorm, keydiff
+  if (policy == "tova" && !f.recent) return r;  // w = 0: the paper's TOVA keeps no recent window
+  // keyformer, h2o, snapkv, knorm, keydiff; tova with --recent (no floor: its score does not accumulate)
   const Amount recent = f.recent ? *f.recent : parse_amount(defaults::kRecent, "--recent", AmountKind::recent);
   if (recent.is_ratio) {
     r.w = static_cast<std::size_t>(std::floor(recent.ratio * static_cast<double>(r.k)));
-    if (recent.ratio > 0.0 && r.k >= 2) r.w = std::max<std::size_t>(r.w, 1);
+    if (recent.ratio > 0.0 && r.k >= 2 && policy != "tova") r.w = std::max<std::size_t>(r.w, 1);
   } else {
     r.w = recent.tokens;
   }
@@ -88,8 +88,9 @@ kvevict::PolicyParams policy_params(const EvictionFlags& f, const Resolved& r) {
 }
 
 kvevict::RecentWindow recent_for(const EvictionFlags& f, const Resolved& r, const std::string& policy) {
-  if (!is_eviction_policy(policy) || !kvevict::takes_recent_window(kvevict::parse_policy(policy)))
+  if (!is_eviction_policy(policy) || !kvevict::accepts_recent_window(kvevict::parse_policy(policy)))
     return kvevict::RecentWindow::tokens(0);
+  if (policy == "tova" && !f.recent) return kvevict::RecentWindow::tokens(0);
   const bool per_layer = f.layer_budgets.kind != kvevict::LayerBudgets::Kind::uniform;
   if (per_layer && (!f.recent || f.recent->is_ratio))
     return kvevict::RecentWindow::ratio(f.recent ? f.recent->ratio : 0.3);

@@ -42,7 +42,7 @@ struct EvictionSettings {
   kvevict::LayerBudgets layer_budgets;
   /// The prompt length, if known (0 = unknown): PyramidKV's short-prompt rule (no layer above it).
   std::size_t prompt_len = 0;
-  /// Recent window `w`: tokens, or a fraction of `k`. TOVA requires 0.
+  /// Recent window `w`: tokens, or a fraction of `k` (TOVA: none by default; it accepts one).
   kvevict::RecentWindow recent = kvevict::RecentWindow::ratio(0.3);
   /// `true`: every KV head of a block keeps the same tokens (contiguous layout).
   /// The paged layout always selects once per block (a page slot holds every KV

@@ -80,8 +80,6 @@ Plan make_plan(const Trace& trace, const Options& o) {
                                    "window is not set separately (it must be 0)");
   if (w > k)
     throw InputError(recent_field, "w = " + std::to_string(w) + " exceeds the budget k = " + std::to_string(k));
-  if (plan.policy == kvevict::Policy::tova && !plan.config.recent.is_none())
-    throw InputError(recent_field, "tova has no recent window; it must be 0");
   if (plan.policy == kvevict::Policy::streaming_llm && o.sinks > k)
     throw InputError("--sinks", "S = " + std::to_string(o.sinks) + " exceeds the budget k = " + std::to_string(k));
 

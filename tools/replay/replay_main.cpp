@@ -134,8 +134,9 @@ int main(int argc, char** argv) {
       // k, w, sinks resolved exactly as kvevict-generate and kvevict-quality do.
       const kvcli::Resolved r = kvcli::resolve(flags, trace.P());
       options.budget = r.k;
-      // snapkv decodes by H2O's rule with the recent window w, as in kvevict-generate.
-      options.recent = (flags.policy == "keyformer" || flags.policy == "h2o" || flags.policy == "snapkv") ? r.w : 0;
+      // snapkv decodes by H2O's rule with the recent window w, as in kvevict-generate; tova's is 0 unless given.
+      options.recent = (flags.policy == "keyformer" || flags.policy == "h2o" || flags.policy == "snapkv" ||
+                        flags.policy == "tova") ? r.w : 0;
       std::ios::sync_with_stdio(false);
       replay::replay(trace, options, std::cout);
       std::cout.flush();

@@ -296,7 +296,7 @@ inline void check_policy(const PolicyParams& p, std::uint32_t n_kv_heads, std::u
           ": unknown score kind ", static_cast<std::int32_t>(p.score));
   require(p.k >= 1, who, ": budget k must be >= 1 (got ", p.k, ")");
   require(p.w <= p.k, who, ": recent window w = ", p.w, " exceeds budget k = ", p.k);
-  require(p.score != ScoreKind::tova || p.w == 0, who, ": TOVA has no recent window (w = ", p.w, ")");
+  require(p.score != ScoreKind::tova || p.w == 0, who, ": the CUDA kernels run TOVA without a recent window (w = ", p.w, "; the CPU caches take one)");
   require(p.score != ScoreKind::none || p.w == 0, who,
           ": window/StreamingLLM keep the sinks + the most recent "
           "k - sinks tokens; set w = 0 (got ",

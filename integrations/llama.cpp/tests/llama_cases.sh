@@ -413,6 +413,35 @@ case "$case_name" in
     ;;
   summed_logits_keyformer) summed_logits keyformer ;;
   refuse_output_that_is_an_input) refuse_output_that_is_an_input ;;
+  tova_keeps_newest)
+    # The paper's TOVA (no recent window) evicts the token just decoded when its own attention is the lowest, and
+    # llama.cpp then cannot decode the next one: at k = 3 on stories260K the run stopped with exit 1. kvevict-llama
+    # gives TOVA a recent window of 1 (kvpress's TOVAPress rule). Each run ends; every kept set holds k positions,
+    # the newest among them; the sets are kvevict-replay's with --recent 1 byte for byte; and replay with the paper's
+    # --recent 0 on the same trace does evict a newest token at some step (the case meets the situation it fixes).
+    for k in 1 2 3; do
+      "$KVL" --model "$MODEL" --prompt-file "$TEXT" --prompt-tokens 200 --steps 48 --ignore-eos --threads 1 \
+        --policy tova --budget $k --kept-out "$w/kept.jsonl" --trace-out "$w/trace.npy" >"$w/ids.txt" \
+        2>"$w/summary.txt" || { cat "$w/summary.txt" >&2; fail "kvevict-llama failed at k = $k"; }
+      "$KVR" --logits "$w/trace.npy" --prompt-len 200 --q-heads-per-kv 40 --policy tova --budget $k --recent 1 \
+        >"$w/replay.jsonl"
+      cmp "$w/kept.jsonl" "$w/replay.jsonl" || fail "k = $k: kept sets differ from kvevict-replay's (--recent 1)"
+      "$KVR" --logits "$w/trace.npy" --prompt-len 200 --q-heads-per-kv 40 --policy tova --budget $k --recent 0 \
+        >"$w/paper.jsonl"
+      python3 - "$w/kept.jsonl" "$w/paper.jsonl" $k <<'PY'
+import json, sys
+kept = [json.loads(l) for l in open(sys.argv[1])]
+paper = [json.loads(l) for l in open(sys.argv[2])]
+k = int(sys.argv[3])
+assert len(kept) == 49, len(kept)
+for l in kept:
+    assert len(l["kept"][0]) == k and l["kept"][0][-1] == l["t"], l
+lost = [l["t"] for l in paper if l["t"] not in l["kept"][0]]
+assert lost, "the paper's rule never evicted the newest token here"
+print(f"k = {k}: the newest kept at all 49 steps; the paper's rule would have evicted it at t = {lost[:5]} ({len(lost)} steps)")
+PY
+    done
+    ;;
   refuse_newest_evicted)
     # Budgets where the policy would evict the token just decoded (llama.cpp decodes only right after the newest
     # position held): refused before any token, not found mid-run; and --print-tokens / --count-tokens combinations.
@@ -421,8 +450,8 @@ case "$case_name" in
       "${common[@]}" --policy streaming --budget 4
     refuses "kvevict-llama: --sinks: k = 3 holds only the 3 attention sinks: llama.cpp decodes each new token right after the last position the sequence holds, so streaming needs k >= sinks + 1" \
       "${common[@]}" --policy streaming --budget 3 --sinks 3 --parallel 2 --seq-stride 300
-    refuses "kvevict-llama: --budget: k = 2: TOVA keeps no recent window, and with k <= 2 it evicts the token just decoded (the newest must stay for llama.cpp to decode the next); give k >= 3" \
-      "${common[@]}" --policy tova --budget 2
+    refuses "kvevict-llama: --recent: w = 0 (k = 3): llama.cpp decodes each new token at the position right after the last one the sequence holds, so the newest token must be kept; give a recent window w >= 1 (--recent 1, or a ratio with k >= 2)" \
+      "${common[@]}" --policy tova --budget 3 --recent 0
     refuses "kvevict-llama: --print-tokens: prints the ids; --count-tokens prints their count (give one)" \
       --model "$MODEL" --prompt-file "$TEXT" --print-tokens --count-tokens
     refuses "kvevict-llama: --skip-tokens: selects tokens for a run; --print-tokens reports the whole text (drop it)" \
