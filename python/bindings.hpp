@@ -14,6 +14,8 @@ void bind_paged(pybind11::module_& m);
 void bind_replay(pybind11::module_& m);
 /// kvevict.QueryStatistics and kvevict.expected_attention_logits (expected_attention.cpp).
 void bind_expected_attention(pybind11::module_& m);
+/// kvevict.LayerLayout: global and sliding-window layers, and the budgets over the global ones (layer_layout_binding.cpp).
+void bind_layer_layout(pybind11::module_& m);
 
 }  // namespace kvpy
 

@@ -1,5 +1,5 @@
 // python/module.cpp — the module definition of `import kvevict`: its docstring, version, the C++ exception
-// translation, and one bind_* call per topic (cache, paged cache, replay, GGUF reader).
+// translation, and one bind_* call per topic (cache, paged cache, replay, layer layout, GGUF reader).
 // SPDX-License-Identifier: Apache-2.0
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
@@ -50,5 +50,6 @@ PYBIND11_MODULE(kvevict, m) {
   kvpy::bind_paged(m);  // after bind_cache: adds the PagedCache overload of attention_logits
   kvpy::bind_replay(m);
   kvpy::bind_expected_attention(m);  // after bind_cache: takes a Cache
+  kvpy::bind_layer_layout(m);
   bind_gguf(m);
 }

@@ -150,6 +150,8 @@ class KVEvictCache(Cache):
     record    keep, per layer, the logits each prefill / decode step was given and the kept positions
               (layers[i].records; for tests: memory n_q_heads * P^2 floats per layer).
 
+    Attributes: layout (kvevict.LayerLayout: the model's global and sliding-window layers, from
+    config.layer_types), global_layers (the layers kvevict evicts in).
     Methods: retained_positions(layer, kv_head), kept_length(layer), is_global(layer), close() (removes the
     model hooks; also done when the cache is garbage-collected).
     """
@@ -210,9 +212,11 @@ class KVEvictCache(Cache):
             tokens = parsed if isinstance(parsed, int) else 1
             kvevict.Cache(policy, n_q_heads=self.n_q_heads, n_kv_heads=self.n_kv_heads, capacity=tokens + 1,
                           head_dim=self.head_dim, budget=budget, **self.options)
-        layer_types = getattr(config, "layer_types", None) or []
-        self.global_layers = [i for i in range(self.n_layers)
-                              if config.model_type not in HYBRID_MODEL_TYPES or layer_types[i] == "full_attention"]
+        # The library's rule for a model with sliding-window layers (kvevict::LayerLayout): caches in the global
+        # layers only, the sliding ones keep transformers' window.
+        self.layout = (kvevict.LayerLayout.from_layer_types(config.layer_types, config.sliding_window)
+                       if config.model_type in HYBRID_MODEL_TYPES else kvevict.LayerLayout(["global"] * self.n_layers))
+        self.global_layers = self.layout.global_layers
         self._global = set(self.global_layers)
         ref = weakref.ref(self)
         super().__init__(layers=[KVEvictLayer(ref, i) if i in self._global

@@ -41,6 +41,8 @@ def test_the_layers_are_transformers_sliding_ones_and_kvevicts_global_ones(gemma
     cache = KVEvictCache(gemma3, policy="h2o", budget=0.5)
     assert cache.global_layers == GLOBAL
     assert [cache.is_global(i) for i in range(4)] == [False, True, False, True]
+    assert cache.layout.kinds == ["sliding", "global", "sliding", "global"]  # the library's kvevict.LayerLayout
+    assert cache.layout.window == gemma3.config.sliding_window
     assert [type(lay).__name__ for lay in cache.layers] == [
         "DynamicSlidingWindowLayer", "KVEvictLayer", "DynamicSlidingWindowLayer", "KVEvictLayer"]
     assert cache.is_sliding == [True, False, True, False]
