@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Quality on Gemma 3 270M (issue 55; docs/quality-gemma3.md): kvevict's rows and kvpress's presses on the same
 # Gemma 3 token ids (llama.cpp's tokenizer, a BOS per prompt), through transformers (KVEvictCache, kvpress 0.5.5):
-#   1. NLL: WINDOWS (default 3) windows of P = 2048 + BOS of the Python HOWTO documents, PREDICT (default 64) teacher-forced
+#   1. NLL: WINDOWS (default 3) windows of P = PROMPT (default 2048) + BOS of the Python HOWTO documents, PREDICT (default 64) teacher-forced
 #      predictions scored against the full cache, at r = 0.1, 0.2, 0.5; the prefill protocol (kvpress's own: the
 #      prompt compressed, the cache then grows) for every row, the step protocol (kvevict's: k at every step) for
-#      kvevict's rows; bench/quality/kvpress/side_by_side.py --family gemma3;
+#      kvevict's rows (STEP=0 skips it); the oracle bound (prefill; ORACLE=0 skips it); RATIOS (default
+#      "0.1 0.2 0.5"); bench/quality/kvpress/side_by_side.py --family gemma3;
+#      KVEVICT_ROWS / KVPRESS_ROWS replace the row lists; PROMPT other than 2048 writes to results/gemma3/pPROMPT/ and
+#      skips the needles;
 #   2. needles: NEEDLES (default 3) prompts per depth (10/50/90 %) of kvevict-quality's needle task
 #      (needle_prompts.py, 2048 tokens), answered greedily by the full cache and by each row at r = 0.1 and 0.2
 #      (retrieval.py --family gemma3; the question is inside the compressed prompt: query-aware).
@@ -15,17 +18,23 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=${PY:-$(bash scripts/get-hf-venv.sh)}
 kvl=${LLAMA_BIN:-$(pwd)/build-llama/kvevict-llama}
+prompt=${PROMPT:-2048}
 out=bench/quality/results/gemma3
+[ "$prompt" = 2048 ] || out=$out/p$prompt
 windows=${WINDOWS:-3} predict=${PREDICT:-64} needles=${NEEDLES:-3} threads=${THREADS:-2}
-sbs=(bench/quality/kvpress/side_by_side.py --family gemma3 --windows "$windows" --predict "$predict" --threads "$threads"
-     --llama-bin "$kvl")
-kvevict_rows=kvevict:keyformer,kvevict:h2o,kvevict:h2o+mean,kvevict:tova,kvevict:streaming,kvevict:snapkv
-kvpress_rows=kvpress:snapkv,kvpress:streaming_llm,kvpress:tova,kvpress:expected_attention,kvpress:keydiff,kvpress:knorm
-for r in 0.1 0.2 0.5; do
-  "$py" "${sbs[@]}" --ratio "$r" --protocols prefill --rows "$kvevict_rows,$kvpress_rows" --out "$out/r$r"
-  "$py" "${sbs[@]}" --ratio "$r" --protocols step --rows "$kvevict_rows" --out "$out/r$r"
+sbs=(bench/quality/kvpress/side_by_side.py --family gemma3 --windows "$windows" --prompt "$prompt" --predict "$predict"
+     --threads "$threads" --llama-bin "$kvl")
+# kvevict's SnapKV twice: its own settings (L = min(32, k), kernel 7, max pooling) and kvpress's SnapKVPress settings.
+kvevict_rows=${KVEVICT_ROWS:-kvevict:keyformer,kvevict:h2o,kvevict:h2o+mean,kvevict:tova,kvevict:streaming,kvevict:snapkv,kvevict:snapkv@window=64@kernel=5@pooling=avg}
+kvpress_rows=${KVPRESS_ROWS:-kvpress:snapkv,kvpress:streaming_llm,kvpress:tova,kvpress:expected_attention,kvpress:keydiff,kvpress:knorm}
+oracle=oracle:attention,  # the bound (the prompt positions the full cache's predictions attend most), prefill only
+[ "${ORACLE:-1}" = 1 ] || oracle=
+for r in ${RATIOS:-0.1 0.2 0.5}; do
+  "$py" "${sbs[@]}" --ratio "$r" --protocols prefill --rows "$oracle$kvevict_rows,$kvpress_rows" --out "$out/r$r"
+  [ "${STEP:-1}" = 0 ] || "$py" "${sbs[@]}" --ratio "$r" --protocols step --rows "$kvevict_rows" --out "$out/r$r"
   "$py" "${sbs[@]}" --ratio "$r" --summary --out "$out/r$r" >"$out/summary_r$r.md"
 done
+[ "$prompt" = 2048 ] || exit 0  # the needles are 2048-token prompts
 mkdir -p "$out/needles"
 [ -s "$out/needles/prompts.txt" ] || "$py" bench/quality/kvpress/needle_prompts.py --family gemma3 --per-depth 10 \
   --llama-bin "$kvl" --out "$out/needles/prompts.txt"

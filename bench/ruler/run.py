@@ -118,39 +118,24 @@ class Engine:
             cache.close()
 
     def _dynamic(self, press_name, ratio, compressed, appended, max_new):
-        from transformers import DynamicCache
+        """The full cache (press_name None) or kvpress's press at compression ratio `ratio`, through the retrieval
+        runner's kvpress_prefill / append_at; the cache is cropped back to the compressed context after each
+        question."""
+        import side_by_side as sbs
         torch, model = self.torch, self.model
-        cache = DynamicCache(config=model.config)
         P = len(compressed)
-        if press_name is None:
-            first = model(torch.tensor([compressed]), past_key_values=cache).logits[0, -1]
-        else:
-            import side_by_side as sbs
-            press = sbs.kvpress_press(press_name, ratio, hf_tokenizer=self.hf_tok)
-            old = model.config._attn_implementation
-            if press_name == "observed_attention":
-                model.config._attn_implementation = "eager"
-            try:
-                with press(model):
-                    first = model(torch.tensor([compressed]), past_key_values=cache).logits[0, -1]
-            finally:
-                model.config._attn_implementation = old
-        L = cache.layers[0].keys.shape[-2]
+        cache, first, L = sbs.kvpress_prefill(model, torch.tensor([compressed]), press_name, ratio,
+                                              hf_tokenizer=self.hf_tok)
+        if L is None:
+            raise ValueError(f"{press_name}: per-layer cache lengths differ; the RULER runner needs one length")
         kept = L - masked_per_head(model)
         answers = []
         for app in appended:
-            pos = P
-            logits = first
-            if app:
-                n = len(app)
-                logits = model(torch.tensor([app]), past_key_values=cache, position_ids=torch.arange(P, P + n)[None],
-                               cache_position=torch.arange(L, L + n)).logits[0, -1]
-                pos += n
-            state = dict(pos=pos, slot=cache.layers[0].keys.shape[-2])
+            logits = sbs.append_at(model, cache, torch.tensor([app]), P, L)[-1] if app else first
+            state = dict(pos=P + len(app), slot=L + len(app))
 
             def step(t):
-                out = model(torch.tensor([[t]]), past_key_values=cache, position_ids=torch.tensor([[state["pos"]]]),
-                            cache_position=torch.tensor([state["slot"]])).logits[0, -1]
+                out = sbs.append_at(model, cache, torch.tensor([[t]]), state["pos"], state["slot"])[-1]
                 state["pos"] += 1
                 state["slot"] += 1
                 return out

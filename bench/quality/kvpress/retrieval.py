@@ -71,29 +71,18 @@ def answer_kvpress(model, tokenizer, ids, name, ratio, answer_tokens, end_id, sp
     """kvpress's press compresses ids[:, :split] (default: all of it); the rest (the question, under the
     query-agnostic protocol) is appended uncompressed at its own positions, then the answer."""
     import torch
-    from transformers import DynamicCache
     P = ids.shape[1]
     C = P if split is None else split
-    impl = "eager" if name == "observed_attention" else model.config._attn_implementation
-    cache = DynamicCache(config=model.config)
-    with torch.no_grad(), sbs.with_attention(model, impl):
-        with sbs.kvpress_press(name, 1.0 - ratio, hf_tokenizer=hf_tokenizer)(model):
-            first = model(ids[:, :C], past_key_values=cache).logits[0, -1]
-        lengths = sbs.layer_lengths(cache)
-        L = lengths.pop() if len(lengths) == 1 else None
-        if L is None and C < P:
-            raise ValueError(f"{name}: per-layer cache lengths differ; the query-agnostic protocol needs one length")
-        if C < P:
-            first = model(ids[:, C:], past_key_values=cache, position_ids=torch.arange(C, P)[None],
-                          cache_position=torch.arange(L, L + P - C)).logits[0, -1]
-            L += P - C
+    cache, first, L = sbs.kvpress_prefill(model, ids[:, :C], name, 1.0 - ratio, hf_tokenizer=hf_tokenizer)
+    if L is None and C < P:
+        raise ValueError(f"{name}: per-layer cache lengths differ; the query-agnostic protocol needs one length")
+    if C < P:
+        first = sbs.append_at(model, cache, ids[:, C:], C, L)[-1]
+        L += P - C
 
-        def step(tid, i):
-            pos = torch.tensor([[P + i]])
-            cpos = torch.tensor([L + i]) if L is not None else torch.tensor([P + i])
-            return model(torch.tensor([[tid]]), past_key_values=cache, position_ids=pos,
-                         cache_position=cpos).logits[0, -1]
-        return greedy(model, tokenizer, first, step, answer_tokens, end_id)
+    def step(tid, i):  # layers of different lengths: slot = position, as kvpress's pipeline
+        return sbs.append_at(model, cache, torch.tensor([[tid]]), P + i, (P if L is None else L) + i)[-1]
+    return greedy(model, tokenizer, first, step, answer_tokens, end_id)
 
 
 def answer_kvevict(model, tokenizer, ids, name, ratio, answer_tokens, end_id, split=None, hf_tokenizer=None):

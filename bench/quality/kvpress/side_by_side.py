@@ -18,6 +18,10 @@ Protocols, each row at k = floor(r * P) tokens per layer and KV head (--ratio r,
            PrefillDecodingPress(press(compression_ratio=1 - r), DecodingPress(press(), compression_interval=1,
            target_size=k)), one token per forward; kvevict's policies through KVEvictCache(evict="step").
 
+The oracle bound (`--rows oracle:attention`, prefill protocol only): per global layer and KV head, the k prompt
+positions the full cache's scored predictions attend most (`run_oracle`), a bound no row that cannot see the future
+reaches in general.
+
 Rows: kvpress SnapKV, StreamingLLM, TOVA, ObservedAttention (eager attention), KeyDiff, ExpectedAttention,
 AdaKV(ExpectedAttention), PyramidKV, Knorm; kvevict keyformer (seed 1, as kvevict-quality's --seeds 1;
 horizon PREDICT), h2o, streaming (4 sinks), window, tova, snapkv; kvevict rows may take kvevict-quality's SnapKV
@@ -217,25 +221,44 @@ def layer_lengths(cache):
     return {layer.keys.shape[-2] for layer in cache.layers}
 
 
+def kvpress_prefill(model, ids, name, compression_ratio, hf_tokenizer=None):
+    """The prompt `ids` [1, C] prefilled into a DynamicCache and compressed by kvpress's press `name` at
+    `compression_ratio` (None: no press, the full cache; ObservedAttention runs with eager attention). Returns
+    (cache, the logits after the last id [V], L): L the slots every layer holds, None when the press left layers of
+    different lengths (PyramidKV). The retrieval and RULER runners answer from it with `append_at`."""
+    cache = DynamicCache(config=model.config)
+    impl = "eager" if name == "observed_attention" else model.config._attn_implementation
+    with torch.no_grad(), with_attention(model, impl):
+        if name is None:
+            logits = model(ids, past_key_values=cache).logits[0, -1]
+        else:
+            with kvpress_press(name, compression_ratio, hf_tokenizer=hf_tokenizer)(model):
+                logits = model(ids, past_key_values=cache).logits[0, -1]
+    lengths = layer_lengths(cache)
+    return cache, logits, (lengths.pop() if len(lengths) == 1 else None)
+
+
+def append_at(model, cache, ids, pos, slot):
+    """Feeds `ids` [1, n] to a kvpress-compressed cache at the original positions pos .. pos + n - 1 (RoPE) and the
+    cache's slots slot .. slot + n - 1 (the mask; with layers of different lengths, give slot = pos, as kvpress's own
+    pipeline does). Returns the logits of every fed id [n, V]."""
+    n = ids.shape[1]
+    with torch.no_grad():
+        return model(ids, past_key_values=cache, position_ids=torch.arange(pos, pos + n)[None],
+                     cache_position=torch.arange(slot, slot + n)).logits[0]
+
+
 def run_kvpress(model, ids, P, name, protocol, ratio, k):
     n = ids.shape[1] - 1 - P  # scored predictions
     impl = "eager" if name == "observed_attention" else model.config._attn_implementation
+    if protocol == "prefill":
+        cache, _, L = kvpress_prefill(model, ids[:, :P], name, 1.0 - ratio)
+        if L is not None:  # one forward: the mask over the slots (cache_position), RoPE at the positions
+            return append_at(model, cache, ids[:, P:-1], P, L)
+        # per-layer lengths differ (PyramidKV): one token at a time
+        return torch.stack([append_at(model, cache, ids[:, t:t + 1], t, t)[-1] for t in range(P, P + n)])
     cache = DynamicCache(config=model.config)
     with torch.no_grad(), with_attention(model, impl):
-        if protocol == "prefill":
-            press = kvpress_press(name, 1.0 - ratio)
-            with press(model):
-                model(ids[:, :P], past_key_values=cache)
-            lengths = layer_lengths(cache)
-            if len(lengths) == 1:  # one forward: the mask over the slots (cache_position), RoPE at the positions
-                L = lengths.pop()
-                return model(ids[:, P:-1], past_key_values=cache, position_ids=torch.arange(P, P + n)[None],
-                             cache_position=torch.arange(L, L + n)).logits[0]
-            rows = []  # per-layer lengths differ (PyramidKV): one token at a time
-            for t in range(P, P + n):
-                rows.append(model(ids[:, t:t + 1], past_key_values=cache, position_ids=torch.tensor([[t]]),
-                                  cache_position=torch.tensor([t])).logits[0, -1])
-            return torch.stack(rows)
         import kvpress
         press = kvpress.PrefillDecodingPress(
             prefilling_press=kvpress_press(name, 1.0 - ratio),
@@ -250,11 +273,55 @@ def run_kvpress(model, ids, P, name, protocol, ratio, k):
         return torch.stack(rows)
 
 
+def global_layers(model):
+    """The layers that attend every position (config.layer_types' "full_attention"; every layer when the config has
+    no layer_types): the only ones a row compresses."""
+    types = getattr(model.config, "layer_types", None)
+    return [l for l in range(model.config.num_hidden_layers) if types is None or types[l] == "full_attention"]
+
+
+def run_oracle(model, ids, P, k):
+    """The oracle bound of the prefill protocol: per global layer and KV head, the k prompt positions the full cache's
+    scored predictions attend most (the attention probabilities of the PREDICT query rows, summed over them and the
+    KV head's query heads: eager attention over the whole window, one forward), then the predictions scored from that
+    cache as a press's (`run_kvpress`). It knows the future, so no policy can reach it in general; it shows how much of
+    a row's loss is the choice of positions."""
+    n = ids.shape[1] - 1 - P
+    layers = global_layers(model)
+    with torch.no_grad():
+        with with_attention(model, "eager"):
+            att = model(ids[:, :-1], output_attentions=True).attentions
+        kv_heads = model.config.num_key_value_heads
+        keep = {}
+        for l in layers:
+            a = att[l][0, :, P:P + n, :P].sum(1)  # [n_q_heads, P]: the predictions' attention to the prompt
+            score = a.view(kv_heads, -1, P).sum(1)  # [n_kv_heads, P]
+            keep[l] = score.topk(k, dim=-1).indices.sort(-1).values
+        del att
+        cache = DynamicCache(config=model.config)
+        model(ids[:, :P], past_key_values=cache)
+        for l, idx in keep.items():
+            layer = cache.layers[l]
+            gather = idx[None, :, :, None].expand(1, kv_heads, k, layer.keys.shape[-1])
+            layer.keys = layer.keys.gather(2, gather).contiguous()
+            layer.values = layer.values.gather(2, gather).contiguous()
+        lengths = layer_lengths(cache)
+        if len(lengths) == 1:
+            L = lengths.pop()
+            return model(ids[:, P:-1], past_key_values=cache, position_ids=torch.arange(P, P + n)[None],
+                         cache_position=torch.arange(L, L + n)).logits[0]
+        return torch.stack([model(ids[:, t:t + 1], past_key_values=cache, position_ids=torch.tensor([[t]]),
+                                  cache_position=torch.tensor([t])).logits[0, -1] for t in range(P, P + n)])
+
+
 def kvevict_row(name):
     """A kvevict row's policy and options: `POLICY[+mean][+adakv][@KEY=VALUE]...`, kvevict-quality's row syntax:
-    `+mean` (keyformer, h2o: mean_attention=True), `+adakv` (head_budgets='adaptive'), `@recent=Q` (the recent window, a fraction of k: keyformer, h2o,
-    snapkv) and, for SnapKV, `@kernel=K` -> snap_kernel, `@decode=D` -> snap_decode; e.g. `h2o@recent=0`,
-    `h2o+mean@recent=0`, `snapkv@kernel=15@decode=keyformer`; kvzip `@layers=shared` (KVzip's model-wide budget).
+    `+mean` (keyformer, h2o: mean_attention=True), `+adakv` (head_budgets='adaptive'), `@recent=Q` (the recent window, a
+    fraction Q <= 1 of k, or an integer N > 1 of tokens: keyformer, h2o, snapkv, knorm, keydiff, tova) and, for SnapKV, `@kernel=K` -> snap_kernel, `@decode=D` -> snap_decode; e.g. `h2o@recent=0`,
+    `h2o+mean@recent=0`, `snapkv@kernel=15@decode=keyformer`; SnapKV's observation window `@window=L` -> snap_window
+    and pooling `@pooling=avg|max` -> snap_pooling (kvpress's SnapKVPress, whose observation window is also the kept
+    recent window: `snapkv@window=64@kernel=5@pooling=avg@recent=64`);
+    kvzip `@layers=shared` (KVzip's model-wide budget).
     """
     head, *keys = name.split("@")
     policy, *mods = head.split("+")
@@ -269,15 +336,20 @@ def kvevict_row(name):
                      "every scored policy +adakv)")
     for kv in keys:
         key, _, value = kv.partition("=")
-        if key == "recent" and value and policy in ("keyformer", "h2o", "snapkv", "knorm", "keydiff"):
+        if key == "recent" and value.isdigit() and int(value) > 1 and policy in ("keyformer", "h2o", "snapkv",
+                                                                                   "knorm", "keydiff", "tova"):
+            opts["recent"] = int(value)  # tokens
+        elif key == "recent" and value and policy in ("keyformer", "h2o", "snapkv", "knorm", "keydiff", "tova"):
             opts["recent"] = f"{float(value) * 100:g}%"
         elif policy == "kvzip" and key == "layers" and value in ("uniform", "shared"):
             opts["layers"] = value
-        elif policy == "snapkv" and key in ("kernel", "decode") and value:
-            opts["snap_kernel" if key == "kernel" else "snap_decode"] = int(value) if key == "kernel" else value
+        elif policy == "snapkv" and key in ("kernel", "window") and value.isdigit():
+            opts["snap_" + key] = int(value)
+        elif policy == "snapkv" and key in ("decode", "pooling") and value:
+            opts["snap_" + key] = value
         else:
             sys.exit(f"side_by_side.py: --rows kvevict:{name}: unknown key '@{kv}' (keyformer, h2o, snapkv, knorm, keydiff take "
-                     "@recent=Q; snapkv @kernel=K, @decode=D)")
+                     "@recent=Q|N; snapkv @kernel=K, @window=L, @pooling=avg|max, @decode=D)")
     return policy, opts
 
 
@@ -408,6 +480,13 @@ def main():
         print(summary(read_done(results), args.ratio,
                       quality_rows(args.quality_csv, args.ratio) if args.family == "smollm2" else {}))
         return
+    rows = [spec for spec in args.rows.split(",") if spec]  # an empty entry (a list joined with an empty one) is none
+    for spec in rows:
+        source, _, name = spec.partition(":")
+        if source not in ("kvpress", "kvevict", "oracle") or not name:
+            sys.exit(f"side_by_side.py: --rows: '{spec}' is not SOURCE:ROW with SOURCE kvpress, kvevict or oracle")
+        if source == "kvevict":
+            kvevict_row(name)  # exits naming a bad modifier or key
     torch.set_num_threads(args.threads)
     transformers.utils.logging.set_verbosity_error()
     fetch = ["bash", os.path.join(ROOT, "scripts/get-models.sh")] + (["gemma3-270m"] if args.family == "gemma3" else [])
@@ -448,7 +527,7 @@ def main():
             print(f"window {wi} ({doc}): full NLL {ref.nll:.6f} (kvevict-quality {quality.get(wi, float('nan')):.6f}), "
                   f"{time.time() - t0:.0f} s", file=sys.stderr, flush=True)
             for protocol in args.protocols.split(","):
-                for spec in args.rows.split(","):
+                for spec in rows:
                     source, name = spec.split(":")
                     if (str(wi), protocol, source, name) in done:
                         continue
@@ -456,7 +535,11 @@ def main():
                     row = dict(window=wi, document=doc, protocol=protocol, row=name, source=source, k=k,
                                full_nll=f"{ref.nll:.6f}", full_nll_quality=quality.get(wi, ""), error="")
                     try:
+                        if source == "oracle" and (name != "attention" or protocol != "prefill"):
+                            raise ValueError(f"the oracle row is oracle:attention, prefill protocol only (got "
+                                             f"{source}:{name}, {protocol})")
                         logits = (run_kvpress(model, ids, P, name, protocol, args.ratio, k) if source == "kvpress"
+                                  else run_oracle(model, ids, P, k) if source == "oracle"
                                   else run_kvevict(model, ids, P, name, protocol, args.ratio))
                         nll, kl, top1 = ref.score(logits)
                         row.update(nll=f"{nll:.6f}", delta_nll=f"{nll - ref.nll:.6f}", kl=f"{kl:.6f}", top1=f"{top1:.6f}")
