@@ -42,8 +42,9 @@ n_q_heads   query heads of the layer, a positive multiple g * n_kv_heads (GQA: q
 budget      k, tokens kept per KV head: an int (tokens), a float r (k = floor(r * P) at
             prefill) or a percentage string ('50%', the default).
 recent      w, the recent window always kept: an int (tokens), a float q (w = floor(q * k)) or
-            '30%' (the default for 'keyformer', 'h2o', 'snapkv', 'knorm' and 'keydiff'). Must resolve to <= k; must be 0
-            for 'tova', 'streaming' and 'window' (the last two keep the most recent k - sinks tokens).
+            '30%' (the default for 'keyformer', 'h2o', 'snapkv', 'knorm' and 'keydiff'). Must resolve to <= k. 'tova':
+            none by default (the paper's rule), any window when given (1: kvpress's TOVAPress, the newest token
+            never evicted); must be 0 for 'streaming' and 'window' (they keep the most recent k - sinks tokens).
 Storage     owned: n_kv_heads, capacity (slots per KV head; at least max(P, k + 1)), head_dim
             and dtype ('float32', the default, or 'float16'), zero-initialised; or wrapped: k and v,
             writeable C-contiguous arrays [n_kv_heads, capacity, head_dim] of one dtype (no copy; the

@@ -44,7 +44,7 @@ struct EquivalenceCase {
 
 void run_equivalence(const EquivalenceCase& c) {
   const std::size_t nkv = 2, g = 2, nq = nkv * g, d = 4, P = 37, k = 17, steps = 70;
-  const std::size_t w = kvevict::takes_recent_window(c.policy) ? 5 : 0;
+  const std::size_t w = kvevict::accepts_recent_window(c.policy) ? 5 : 0;  // TOVA too
   const std::size_t cap = P + steps;
   SCOPED_TRACE(std::string(kvevict::policy_name(c.policy)) + " " + kvevict::page_layout_name(c.layout) +
                " page_size " + std::to_string(c.page_size));

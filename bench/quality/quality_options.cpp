@@ -208,6 +208,9 @@ void QualityRun::check_files() const {
 
 kvcli::EvictionFlags QualityRun::flags_for(double ratio, const RowSpec* row) const {
   kvcli::EvictionFlags f = flags;
+  // The tool's --recent is the window of the policies that keep one by default; TOVA (and the expected-attention
+  // rows, which rank with TOVA) take a window only from their own @recent.
+  if (row != nullptr && row->policy == "tova") f.recent.reset();
   if (row != nullptr && row->pyramid) {
     f.layer_budgets = kvevict::LayerBudgets::make_pyramid();
     f.layer_budgets_label = "pyramid";
@@ -233,7 +236,9 @@ kvcli::EvictionFlags QualityRun::flags_for(double ratio, const RowSpec* row) con
 }
 
 kvcli::Resolved QualityRun::resolved_for(const std::string& policy, double ratio, const RowSpec* row) const {
-  return kvcli::resolve(flags_for(ratio, row), prompt, policy);
+  kvcli::EvictionFlags f = flags_for(ratio, row);
+  if (row == nullptr && policy == "tova") f.recent.reset();  // as flags_for: a TOVA window comes from @recent only
+  return kvcli::resolve(f, prompt, policy);
 }
 
 }  // namespace kvquality

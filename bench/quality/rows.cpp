@@ -35,7 +35,8 @@ std::string row_spec_help() {
          "+pyramid (PyramidKV per-layer budgets, beta 20), +adakv (AdaKV: the layer's k x KV heads shared among its KV "
          "heads by score, each keeping at least alpha (0.2) of k - w key tokens), +mean (h2o/keyformer: rank the accumulated score divided by "
          "the number of queries that scored each token, kvevict::H2OMean / KeyformerMean), "
-         "+boundedC (bounded prefill in chunks of C). KEY: @recent=Q (w = floor(Q k), keyformer/h2o/snapkv/knorm/keydiff/oracle), "
+         "+boundedC (bounded prefill in chunks of C). KEY: @recent=Q (w = floor(Q k), keyformer/h2o/snapkv/knorm/keydiff/oracle; tova: "
+         "none unless given, no floor of 1), "
          "@seeds=N (Keyformer with noise), @noise=S (Keyformer's noise scaled by S in (0, 1]), @kernel=K (snapkv pooling kernel, odd), @decode=h2o|window|keyformer "
          "(snapkv decode rule; keyformer: Gumbel noise and the tau schedule), @alpha=A (+adakv's floor, in [0, 1]). E.g. keyformer@recent=0.5,h2o+shared,"
          "keyformer+bounded32@seeds=3,snapkv@kernel=11@decode=keyformer,oracle";
@@ -126,8 +127,8 @@ RowSpec parse_row_spec(const std::string& text) {
     if (key == "recent") {
       if (row.recent) bad(text, "@recent given twice");
       if (row.policy != "keyformer" && row.policy != "h2o" && row.policy != "snapkv" && row.policy != "knorm" &&
-          row.policy != "keydiff" && !oracle)
-        bad(text, "@recent needs keyformer, keyformer-nonoise, h2o, snapkv, knorm, keydiff or oracle (" + base +
+          row.policy != "keydiff" && (row.policy != "tova" || row.expected) && !oracle)
+        bad(text, "@recent needs keyformer, keyformer-nonoise, h2o, snapkv, knorm, keydiff, tova or oracle (" + base +
                       " has no separate recent window)");
       char* end = nullptr;
       const double q = std::strtod(value.c_str(), &end);

@@ -22,7 +22,7 @@
 //                 scored it (kvevict::H2OMean / KeyformerMean; kvpress's ObservedAttention is h2o+mean@recent=0)
 //   +boundedC     the prompt prefilled in chunks of C tokens, cut to k after each (bounded prefill)
 //   @recent=Q     recent window w = floor(Q · k) (Q in [0, 1]) instead of --recent (keyformer, h2o, snapkv,
-//                 oracle)
+//                 knorm, keydiff, oracle; tova, whose window is otherwise none: --recent does not reach it)
 //   @seeds=N      Keyformer with noise (also snapkv@decode=keyformer): seeds 1..N instead of --seeds
 //   @noise=S      Keyformer's noise scaled by S in (0, 1] (kvevict::GumbelLogitScore::noise_scale; keyformer,
 //                 snapkv@decode=keyformer)

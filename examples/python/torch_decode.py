@@ -144,7 +144,7 @@ def generate(cfg, w, prompt, steps, policy, budget="50%", recent=None, sinks=4, 
              noise=True, seed=42):
     """Greedy ids after `prompt`, as kvevict-generate --temperature 0 produces them."""
     steps = min(steps, cfg["seq_len"] - len(prompt))
-    if recent is None:  # TOVA has no recent window; streaming and window keep the last k - sinks
+    if recent is None:  # TOVA keeps none by default; streaming and window keep the last k - sinks
         recent = 0 if policy in ("tova", "streaming", "window") else "30%"
     # One slot beyond the context, as the C++ engine: a decode step appends before it evicts.
     common = dict(n_q_heads=cfg["n_heads"], n_kv_heads=cfg["n_kv"], capacity=cfg["seq_len"] + 1,
@@ -213,8 +213,8 @@ def main(argv=None):
                     choices=["full", "keyformer", "h2o", "streaming", "window", "tova", "snapkv"])
     ap.add_argument("--budget", default="50%", help="tokens (64), or a fraction (0.5) or percent (50%%) of the prompt")
     ap.add_argument("--recent", default=None,
-                    help="tokens (8), or a fraction (0.3) or percent (30%%) of the budget; default 30%%, 0 for tova, "
-                         "streaming and window")
+                    help="tokens (8), or a fraction (0.3) or percent (30%%) of the budget; default 30%%; 0 for tova "
+                         "unless given (1: kvpress's TOVAPress); 0 for streaming and window")
     ap.add_argument("--sinks", type=int, default=4, help="StreamingLLM attention sinks")
     ap.add_argument("--tau-init", type=float, default=1.0, help="Keyformer temperature at prefill")
     ap.add_argument("--tau-end", type=float, default=2.0, help="Keyformer temperature after the last step")

@@ -299,6 +299,8 @@ int main(int argc, char** argv) {
       params.gumbel_noise = true;
       config.budget = kvevict::Budget::tokens(r.k);
       config.recent = kvcli::recent_for(flags, r, flags.policy);
+      // TOVA's ratio has no floor of 1, so only a token count helps it.
+      const std::string ratio_hint = policy == kvevict::Policy::tova ? "" : ", or a ratio with k >= 2";
       if (kvevict::accepts_recent_window(policy) && r.w == 0)
         throw kvcli::UsageError(flags.recent ? flags.recent_flag
                                 : flags.budget_given ? flags.budget_flag
@@ -307,7 +309,7 @@ int main(int argc, char** argv) {
                                 "w = 0 (k = " + std::to_string(r.k) + "): llama.cpp decodes each new token at the "
                                 "position right after the last one "
                                 "the sequence holds, so the newest token must be kept; give a recent window w >= 1 "
-                                "(--recent 1, or a ratio with k >= 2)");
+                                "(--recent 1" + ratio_hint + ")");
       const std::string k_flag = flags.budget_given ? flags.budget_flag
                                  : prompt_tokens_text.empty() ? (prompt_file.empty() ? "--prompt" : "--prompt-file")
                                                               : "--prompt-tokens";

@@ -114,6 +114,33 @@ TEST(CliQuality, RowSpecsRunEveryVariantAgainstOneReference) {
   EXPECT_NE(run.out.find("| oracle |"), std::string::npos) << run.out;
 }
 
+// The tool-wide --recent is the window of the policies that keep one by default; TOVA and the expected-attention rows
+// (ranked by TOVA) keep none unless their own @recent gives one.
+TEST(CliQuality, ToolRecentLeavesTovaWithoutAWindowUnlessItsRowGivesOne) {
+  if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
+  KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
+  const std::string out = Workspace::get().file("qtova");
+  fs::create_directories(out);
+  const ToolRun run = Workspace::get().run(
+      binary(Tool::quality),
+      expand(kSmall) + "--data " + shared() + "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 "
+                       "--window 64 --prompt 32 --threads 1 --recent 0.5 --policies h2o,tova,tova@recent=0.25,"
+                       "expected-attention --out " + out + "/q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string csv = slurp(out + "/q.csv");
+  // k = 16: h2o takes --recent 0.5 (w = 8); tova none; tova@recent=0.25 w = 4; expected-attention none.
+  for (const char* r : {"\nh2o,0.5,16,8,0,0,", "\ntova,0.5,16,0,0,0,", "\ntova@recent=0.25,0.5,16,4,0,0,",
+                        "\nexpected-attention,0.5,16,0,0,0,"})
+    EXPECT_NE(csv.find(r), std::string::npos) << r << "\n" << csv;
+  // The window changes TOVA's numbers (columns after the window index).
+  auto numbers = [&](const std::string& prefix) {
+    const std::size_t at = csv.find("\n" + prefix);
+    const std::string r = csv.substr(at + 1, csv.find('\n', at + 1) - at - 1);
+    return r.substr(r.find(",0,0,") + 5);
+  };
+  EXPECT_NE(numbers("tova,"), numbers("tova@recent=0.25,"));
+}
+
 // --layer-budgets applies to the whole sweep and labels every row; the snapkv row states its parameters.
 TEST(CliQuality, LayerBudgetsLabelTheRowsAndSnapKVStatesItsParameters) {
   if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";

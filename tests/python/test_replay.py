@@ -38,6 +38,7 @@ CASES = [
     ("streaming", "streaming", 7, 0, dict(sinks=3)),
     ("window", "window", 5, 0, {}),
     ("tova", "tova", 7, 0, {}),
+    ("tova-recent", "tova", 7, 1, {}),  # kvpress's TOVAPress rule: the newest token stays
 ]
 
 

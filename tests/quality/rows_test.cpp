@@ -53,6 +53,7 @@ TEST(QualityRows, SpecsParseIntoTheirVariants) {
   EXPECT_TRUE(ea.expected);
   EXPECT_EQ(ea.policy, "tova");
   EXPECT_FALSE(ea.adakv || parse_row_spec("tova").expected);
+  EXPECT_EQ(*parse_row_spec("tova@recent=0.25").recent, 0.25);  // TOVA takes a window from its row only
   EXPECT_TRUE(parse_row_spec("expected-attention+adakv").adakv);
   const auto p = parse_row_spec("keyformer+pyramid@seeds=3");
   EXPECT_TRUE(p.pyramid);

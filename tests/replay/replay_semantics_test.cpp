@@ -158,6 +158,32 @@ TEST(ReplaySemantics, TovaTwoStepsKeepsTopOfTheCurrentRowAndBreaksTiesForTheOlde
   expect_line(lines[2], 5, 1, {{0, 1, 5}}, {{0.5, 0.125, 0.25}});
 }
 
+TEST(ReplaySemantics, TovaWithARecentWindowOfOneKeepsTheNewestToken) {
+  //   prefill, last prompt row {0:2, 1:1, 2:1} / 4, k = 2. w = 0: 0, then 1 and 2 tie and the older stays -> [0, 1];
+  //     w = 1 (--recent 1, kvpress's TOVAPress): 2 is the window, 0 the top of the rest     -> [0, 2]
+  //   t = 3, row {0:2, 1:1, 2:1, 3:1} / 4 over what each holds: w = 0 sees {0, 1, 3}, 1 and 3 tie and the newest (3)
+  //     goes -> [0, 1]; w = 1 sees {0, 2, 3}, keeps 3 and the top of {0, 2}              -> [0, 3]
+  rtest::TempDir dir;
+  replay::Trace tr = rtest::make_trace(1, 4, 3);
+  for (std::size_t t = 0; t < 2; ++t)
+    for (std::size_t j = 0; j <= t; ++j) rtest::set_entry(tr, 0, t, j, 0.0f);  // not read by TOVA
+  rtest::set_row(tr, 0, 2, {{0, 2}, {1, 1}, {2, 1}});
+  rtest::set_row(tr, 0, 3, {{0, 2}, {1, 1}, {2, 1}, {3, 1}});
+  const auto file = rtest::save_json(dir, "t.json", tr);
+  const auto paper = rtest::run_replay(dir, file + " --policy tova --budget 2");
+  const auto kvpress = rtest::run_replay(dir, file + " --policy tova --budget 2 --recent 1");
+  ASSERT_EQ(paper.exit_code, 0) << paper.err;
+  ASSERT_EQ(kvpress.exit_code, 0) << kvpress.err;
+  const auto p = paper.lines(), q = kvpress.lines();
+  ASSERT_EQ(p.size(), 2u);
+  ASSERT_EQ(q.size(), 2u);
+  expect_line(p[0], 2, 1, {{0, 1}}, {{0.5, 0.25}});
+  expect_line(p[1], 3, 1, {{0, 1}}, {{0.5, 0.25}});
+  expect_line(q[0], 2, 1, {{0, 2}}, {{0.5, 0.25}});
+  expect_line(q[1], 3, 1, {{0, 3}}, {{0.5, 0.25}});
+  EXPECT_NE(kvpress.err.find("[tova k=2 w=1 sinks=0]"), std::string::npos) << kvpress.err;
+}
+
 TEST(ReplaySemantics, StreamingAndWindowTwoSteps) {
   rtest::TempDir dir;
   const auto file = rtest::save_json(dir, "t.json", two_step_trace(1.0, 1.0));

@@ -283,7 +283,7 @@ void add_eviction_options(CLI::App& app, EvictionFlags& flags, const ToolSpec& s
   auto* recent = app.add_option("--recent", flags.recent_text,
                                 "recent window w (keyformer, h2o, snapkv, knorm): tokens (8), or a fraction (0.3) or percent "
                                 "(30%) of k, at most 100%: w = floor(0.3 k), at least 1 when k >= 2; default 30%; "
-                                "tova: none unless given (1 = kvpress's TOVAPress); streaming/window have none")
+                                "tova: none unless given (1 = kvpress's TOVAPress; kvevict-llama's default); streaming/window have none")
                      ->type_name("INT|FLOAT|N%");
   app.add_option("--recent-ratio", flags.recent_ratio_text, "same as --recent Q*100% (e.g. 0.3 = 30%)")
       ->type_name("FLOAT")

@@ -202,9 +202,10 @@ Resolved resolve(const EvictionFlags& flags, std::size_t prompt_len, const std::
 /// SnapKV parameters (`snap_window = r.snap_window`). The tool sets `horizon` and `gumbel_noise`.
 kvevict::PolicyParams policy_params(const EvictionFlags& flags, const Resolved& r);
 
-/// The recent window to give a cache of `policy`: `tokens(r.w)` for keyformer, h2o and snapkv, else 0;
-/// with non-uniform --layer-budgets and a percentage --recent (or the default 30%), the ratio itself,
-/// so that each layer resolves it against its own budget.
+/// The recent window to give a cache of `policy`: `tokens(r.w)` for keyformer, h2o, snapkv, knorm and keydiff,
+/// and for tova when --recent was given (else 0: the paper's TOVA keeps none); 0 for streaming and window (their
+/// window is k - sinks); with non-uniform --layer-budgets and a percentage --recent (or the default 30%; tova: a
+/// given one), the ratio itself, so that each layer resolves it against its own budget.
 kvevict::RecentWindow recent_for(const EvictionFlags& flags, const Resolved& r, const std::string& policy);
 
 /// The --layer-budgets schedule for `policy`: as parsed, except that PyramidKV keeps SnapKV's

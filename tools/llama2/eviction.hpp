@@ -99,8 +99,8 @@ std::vector<std::size_t> layer_budget_tokens(const EvictionSettings& settings, s
 /// `n_q_heads == 0`, or `bounded_prefill` without `prefill_chunk` or with
 /// "full", snapkv with `prefill_chunk != 0`, a non-uniform schedule without `n_layers` or with a ratio
 /// budget; the factory itself throws
-/// what `kvevict::make_cache` throws (e.g. keyformer with `params.horizon == 0`, tova with a recent
-/// window, a token recent window above a layer's budget, snapkv with `snap_window` above it).
+/// what `kvevict::make_cache` throws (e.g. keyformer with `params.horizon == 0`, a token recent window
+/// above a layer's budget, snapkv with `snap_window` above it).
 CacheFactory make_cache_factory(const EvictionSettings& settings, std::size_t n_q_heads, std::size_t n_layers = 0);
 
 /// The paged counterpart of `make_cache_factory` (an empty factory for

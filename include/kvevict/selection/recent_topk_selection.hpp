@@ -1,5 +1,5 @@
 // selection/recent_topk_selection.hpp — keep the recent window plus the top
-// `k − w` scores (Keyformer, H2O; TOVA with w = 0).
+// `k − w` scores (Keyformer, H2O; TOVA, with w = 0 by default).
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
@@ -16,7 +16,7 @@ namespace kvevict {
 
 /// Selection policy: the recent window `w` plus the `k − w` key tokens with the
 /// highest scores among the other candidates (Keyformer §3.3 / Algorithm 1,
-/// H2O §4; TOVA is the `w = 0` case). The rule is `select_keep`. Implements the
+/// H2O §4; TOVA is the `w = 0` case, and `w = 1` kvpress's TOVAPress). The rule is `select_keep`. Implements the
 /// selection-policy contract of `kvevict/concepts.hpp`.
 struct RecentTopKSelection {
   /// Checks the resolved `(k, w)`. Throws `std::invalid_argument` if `w > k`.

@@ -143,6 +143,7 @@ independent_logits() {  # policy
     || fail "kvevict-llama's logits differ from kvevict-generate's"
   local gen=()
   [ "$policy" = keyformer ] && gen=(--gen-steps $T)
+  [ "$policy" = tova ] && gen=(--recent 1)  # kvevict-llama's TOVA keeps the newest token (w = 1)
   "$KVR" --logits "$w/spliced.npy" --prompt-len $P --q-heads-per-kv $(( L * 8 )) --policy "$policy" --budget 64 \
     "${gen[@]}" >"$w/replay.jsonl"
   "$CHECK_TRACE" kept "$w/kept.jsonl" "$w/replay.jsonl" \
@@ -301,7 +302,7 @@ case "$case_name" in
     ;;
   k256_keyformer) k256 keyformer ;;
   k256_h2o) k256 h2o ;;
-  k256_tova) k256 tova ;;
+  k256_tova) k256 tova --recent 1 ;;  # kvevict-llama's default for TOVA, given to the replay too
   k256_streaming) k256 streaming ;;
   k256_window) k256 window ;;
   knorm_stories260K) knorm "$MODEL" "$TEXT" off ;;
@@ -450,7 +451,7 @@ PY
       "${common[@]}" --policy streaming --budget 4
     refuses "kvevict-llama: --sinks: k = 3 holds only the 3 attention sinks: llama.cpp decodes each new token right after the last position the sequence holds, so streaming needs k >= sinks + 1" \
       "${common[@]}" --policy streaming --budget 3 --sinks 3 --parallel 2 --seq-stride 300
-    refuses "kvevict-llama: --recent: w = 0 (k = 3): llama.cpp decodes each new token at the position right after the last one the sequence holds, so the newest token must be kept; give a recent window w >= 1 (--recent 1, or a ratio with k >= 2)" \
+    refuses "kvevict-llama: --recent: w = 0 (k = 3): llama.cpp decodes each new token at the position right after the last one the sequence holds, so the newest token must be kept; give a recent window w >= 1 (--recent 1)" \
       "${common[@]}" --policy tova --budget 3 --recent 0
     refuses "kvevict-llama: --print-tokens: prints the ids; --count-tokens prints their count (give one)" \
       --model "$MODEL" --prompt-file "$TEXT" --print-tokens --count-tokens
