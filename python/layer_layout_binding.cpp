@@ -48,7 +48,7 @@ LayerLayout layout_of(const std::vector<std::string>& kinds, std::size_t window,
 }
 
 constexpr const char* kLayerLayout =
-    "LayerLayout(kinds, window=0): the attention of each layer of a model, the rule kvevict builds a model with\n"
+    "LayerLayout(kinds, *, window=0): the attention of each layer of a model, the rule kvevict builds a model with\n"
     "sliding-window layers by (Gemma 2/3, Cohere 2, gpt-oss, ...): a 'global' layer (full attention) gets a kvevict\n"
     "cache evicted under the budget; a 'sliding' layer keeps the engine's own window cache of `window` positions and\n"
     "is never scored. Budgets count the global layers only: a ratio is of the context, and per-layer budgets\n"
@@ -57,12 +57,12 @@ constexpr const char* kLayerLayout =
     "some layer slides (0 and ignored when none does). Raises ValueError naming the argument and value.";
 
 constexpr const char* kPlan =
-    "plan(k, prompt_len=0, layer_budgets='uniform') -> list[int]: each layer's budget in tokens per KV head for a\n"
+    "plan(k, *, prompt_len=0, layer_budgets='uniform') -> list[int]: each layer's budget in tokens per KV head for a\n"
     "budget k per global layer: the global layers get layer_budgets(schedule, n_global, k, prompt_len) in their\n"
     "order ('uniform': k each; 'pyramid' or 'pyramid:BETA': PyramidKV over the global layers alone, mean k; a\n"
     "comma-separated list of weights), the sliding layers 0 (no kvevict cache). The KV kvevict bounds is then\n"
     "n_global * k positions per KV head. Raises ValueError for k < 1, a bad schedule, or a layout without a global\n"
-    "layer. O(n_layers log n_layers).";
+    "layer. O(n_layers log n_layers + n_layers log k).";
 
 }  // namespace
 
@@ -71,20 +71,20 @@ void bind_layer_layout(py::module_& m) {
       .def(py::init([](const std::vector<std::string>& kinds, std::size_t window) {
              return layout_of(kinds, window, "global", "sliding", "kvevict.LayerLayout", "kinds");
            }),
-           py::arg("kinds"), py::arg("window") = 0)
+           py::arg("kinds"), py::kw_only(), py::arg("window") = 0)
       .def_static(
           "from_layer_types",
           [](const std::vector<std::string>& layer_types, std::size_t window) {
             return layout_of(layer_types, window, "full_attention", "sliding_attention",
                              "kvevict.LayerLayout.from_layer_types", "layer_types");
           },
-          py::arg("layer_types"), py::arg("window") = 0,
-          "from_layer_types(layer_types, window=0): the layout of transformers' config.layer_types\n"
+          py::arg("layer_types"), py::kw_only(), py::arg("window") = 0,
+          "from_layer_types(layer_types, *, window=0): the layout of transformers' config.layer_types\n"
           "('full_attention' -> global, 'sliding_attention' -> sliding; anything else raises ValueError naming the\n"
           "layer) with config.sliding_window as `window`.")
       .def_static("periodic", &LayerLayout::periodic, py::arg("n_layers"), py::arg("period"), py::arg("window"),
-                  py::arg("global_first") = false,
-                  "periodic(n_layers, period, window, global_first=False): a global layer every `period` layers, as\n"
+                  py::kw_only(), py::arg("global_first") = false,
+                  "periodic(n_layers, period, window, *, global_first=False): a global layer every `period` layers, as\n"
                   "llama.cpp's set_swa_pattern lays Gemma 3 out (period 6: layers 5, 11, 17 of 18); global_first:\n"
                   "the first of each period instead of the last. Raises ValueError for n_layers 0, period 0, or\n"
                   "window 0 with some layer sliding.")
@@ -111,7 +111,7 @@ void bind_layer_layout(py::module_& m) {
               out.push_back(p.budget);
             return out;
           },
-          py::arg("k"), py::arg("prompt_len") = 0, py::arg("layer_budgets") = "uniform", kPlan)
+          py::arg("k"), py::kw_only(), py::arg("prompt_len") = 0, py::arg("layer_budgets") = "uniform", kPlan)
       .def("__repr__", [](const LayerLayout& l) {
         std::string s = "kvevict.LayerLayout(" + std::to_string(l.size()) + " layers, global ";
         const std::vector<std::size_t> g = l.global_layers();

@@ -214,7 +214,8 @@ class KVEvictCache(Cache):
                           head_dim=self.head_dim, budget=budget, **self.options)
         # The library's rule for a model with sliding-window layers (kvevict::LayerLayout): caches in the global
         # layers only, the sliding ones keep transformers' window.
-        self.layout = (kvevict.LayerLayout.from_layer_types(config.layer_types, config.sliding_window)
+        self.layout = (kvevict.LayerLayout.from_layer_types(config.layer_types,
+                                                             window=config.sliding_window)
                        if config.model_type in HYBRID_MODEL_TYPES else kvevict.LayerLayout(["global"] * self.n_layers))
         self.global_layers = self.layout.global_layers
         self._global = set(self.global_layers)
