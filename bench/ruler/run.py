@@ -118,8 +118,8 @@ class Engine:
             cache.close()
 
     def _dynamic(self, press_name, ratio, compressed, appended, max_new):
-        """The full cache (press_name None) or kvpress's press at compression ratio `ratio`, through the retrieval
-        runner's kvpress_prefill / append_at; the cache is cropped back to the compressed context after each
+        """The full cache (press_name None) or kvpress's press at compression ratio `ratio`, through
+        side_by_side.py's kvpress_prefill / append_at (ObservedAttention eager for the prefill only, as before); the cache is cropped back to the compressed context after each
         question."""
         import side_by_side as sbs
         torch, model = self.torch, self.model
@@ -127,7 +127,8 @@ class Engine:
         cache, first, L = sbs.kvpress_prefill(model, torch.tensor([compressed]), press_name, ratio,
                                               hf_tokenizer=self.hf_tok)
         if L is None:
-            raise ValueError(f"{press_name}: per-layer cache lengths differ; the RULER runner needs one length")
+            raise ValueError(f"{press_name}: per-layer cache lengths differ (or the model has sliding-window layers); "
+                             "the RULER runner needs one length")
         kept = L - masked_per_head(model)
         answers = []
         for app in appended:
@@ -249,7 +250,7 @@ def main():
     for r in previous:
         if r["source"] == "full" and not r["error"]:
             full_scores.setdefault((r["task"], r["seed"], r["protocol"]), []).append(float(r["score"]))
-    new_file = not os.path.isfile(results)
+    new_file = not os.path.isfile(results) or os.path.getsize(results) == 0  # a run killed before its first line
     versions = (f"kvpress {importlib.metadata.version('kvpress')}, transformers {transformers.__version__}, "
                 f"torch {torch.__version__}, kvevict {kvevict.__version__}")
     print(f"ruler: {versions}; {len(tasks)} task(s) x {args.samples} sample(s) at {args.length} tokens", file=sys.stderr,

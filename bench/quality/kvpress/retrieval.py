@@ -73,16 +73,18 @@ def answer_kvpress(model, tokenizer, ids, name, ratio, answer_tokens, end_id, sp
     import torch
     P = ids.shape[1]
     C = P if split is None else split
-    cache, first, L = sbs.kvpress_prefill(model, ids[:, :C], name, 1.0 - ratio, hf_tokenizer=hf_tokenizer)
-    if L is None and C < P:
-        raise ValueError(f"{name}: per-layer cache lengths differ; the query-agnostic protocol needs one length")
-    if C < P:
-        first = sbs.append_at(model, cache, ids[:, C:], C, L)[-1]
-        L += P - C
+    impl = "eager" if name == "observed_attention" else model.config._attn_implementation
+    with sbs.with_attention(model, impl):  # ObservedAttention: eager for the answer too
+        cache, first, L = sbs.kvpress_prefill(model, ids[:, :C], name, 1.0 - ratio, hf_tokenizer=hf_tokenizer)
+        if L is None and C < P:
+            raise ValueError(f"{name}: per-layer cache lengths differ; the query-agnostic protocol needs one length")
+        if C < P:
+            first = sbs.append_at(model, cache, ids[:, C:], C, L)[-1]
+            L += P - C
 
-    def step(tid, i):  # layers of different lengths: slot = position, as kvpress's pipeline
-        return sbs.append_at(model, cache, torch.tensor([[tid]]), P + i, (P if L is None else L) + i)[-1]
-    return greedy(model, tokenizer, first, step, answer_tokens, end_id)
+        def step(tid, i):  # layers of different lengths: slot = position, as kvpress's pipeline
+            return sbs.append_at(model, cache, torch.tensor([[tid]]), P + i, (P if L is None else L) + i)[-1]
+        return greedy(model, tokenizer, first, step, answer_tokens, end_id)
 
 
 def answer_kvevict(model, tokenizer, ids, name, ratio, answer_tokens, end_id, split=None, hf_tokenizer=None):
@@ -214,7 +216,7 @@ def main():
     prompts = [p for group in zip(*by_depth.values()) for p in group]
     os.makedirs(args.out, exist_ok=True)
     done = {(r["prompt"], float(r["ratio"]), r["source"], r["row"]) for r in sbs.read_done(results)}
-    new_file = not os.path.isfile(results)
+    new_file = not os.path.isfile(results) or os.path.getsize(results) == 0  # a run killed before its first line
     print(f"retrieval: {len(prompts)} prompts of {len(prompts[0][3])} tokens, end id {end_id}, protocol "
           f"{args.protocol}" + (f" (the question's {len(prompts[0][3]) - split[prompts[0][0]]} tokens appended after "
                                 "the rest is compressed)" if split else ""), file=sys.stderr, flush=True)
