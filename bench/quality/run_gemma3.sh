@@ -24,8 +24,10 @@ out=bench/quality/results/gemma3
 windows=${WINDOWS:-3} predict=${PREDICT:-64} needles=${NEEDLES:-3} threads=${THREADS:-2}
 sbs=(bench/quality/kvpress/side_by_side.py --family gemma3 --windows "$windows" --prompt "$prompt" --predict "$predict"
      --threads "$threads" --llama-bin "$kvl")
-# kvevict's SnapKV twice: its own settings (L = min(32, k), kernel 7, max pooling) and kvpress's SnapKVPress settings.
-kvevict_rows=${KVEVICT_ROWS:-kvevict:keyformer,kvevict:h2o,kvevict:h2o+mean,kvevict:tova,kvevict:streaming,kvevict:snapkv,kvevict:snapkv@window=64@kernel=5@pooling=avg}
+# kvevict's SnapKV three times: its own settings (L = min(32, k), kernel 7, max pooling, w = 30 % of k), kvpress's
+# SnapKVPress settings (a 64-query window kept whole, kernel 5, mean pooling), and those with kvevict's w = 30 % of k.
+snap=kvevict:snapkv@window=64@kernel=5@pooling=avg
+kvevict_rows=${KVEVICT_ROWS:-kvevict:keyformer,kvevict:h2o,kvevict:h2o+mean,kvevict:tova,kvevict:streaming,kvevict:snapkv,$snap@recent=64t,$snap}
 kvpress_rows=${KVPRESS_ROWS:-kvpress:snapkv,kvpress:streaming_llm,kvpress:tova,kvpress:expected_attention,kvpress:keydiff,kvpress:knorm}
 oracle=oracle:attention,  # the bound (the prompt positions the full cache's predictions attend most), prefill only
 [ "${ORACLE:-1}" = 1 ] || oracle=
