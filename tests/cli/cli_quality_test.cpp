@@ -78,22 +78,32 @@ TEST(CliQuality, RetrievalAnswersWithBatchedAndChunkedRows) {
 
 // Row specs: every variant is its own row, in the order asked, with its own k, w and seeds;
 // the ablations change the numbers; the oracle runs beside the policies against the same reference.
+// kvevict-quality on one 64-token window of TinyStories at ratio 0.5 (k = 16 of a 32-token prompt) with `flags`,
+// its files under Workspace's `folder`/q*.
+ToolRun run_rows(const std::string& folder, const std::string& flags) {
+  const std::string out = Workspace::get().file(folder);
+  fs::create_directories(out);
+  return Workspace::get().run(
+      binary(Tool::quality),
+      expand(kSmall) + "--data " + shared() + "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 "
+                       "--window 64 --prompt 32 --threads 1 " + flags + " --out " + out + "/q");
+}
+
+// The line of `csv` that starts with `prefix` (empty if none).
+std::string csv_row(const std::string& csv, const std::string& prefix) {
+  const std::size_t at = csv.find("\n" + prefix);
+  return at == std::string::npos ? std::string() : csv.substr(at + 1, csv.find('\n', at + 1) - at - 1);
+}
+
 TEST(CliQuality, RowSpecsRunEveryVariantAgainstOneReference) {
   if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
   KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
   const std::string out = Workspace::get().file("qrows");
-  fs::create_directories(out);
-  const ToolRun run = Workspace::get().run(
-      binary(Tool::quality),
-      expand(kSmall) + "--data " + shared() + "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 "
-                       "--window 64 --prompt 32 --threads 1 --policies h2o,h2o+shared,h2o+reindexed,h2o+bounded8,"
-                       "keyformer@recent=0.5@seeds=2,h2o+pyramid,oracle --out " + out + "/q");
+  const ToolRun run = run_rows("qrows", "--policies h2o,h2o+shared,h2o+reindexed,h2o+bounded8,"
+                                        "keyformer@recent=0.5@seeds=2,h2o+pyramid,oracle");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string csv = slurp(out + "/q.csv");
-  auto row = [&](const std::string& prefix) {
-    const std::size_t at = csv.find("\n" + prefix);
-    return at == std::string::npos ? std::string() : csv.substr(at + 1, csv.find('\n', at + 1) - at - 1);
-  };
+  auto row = [&](const std::string& prefix) { return csv_row(csv, prefix); };
   // k = 16; w = floor(0.3 * 16) = 4, with @recent=0.5 floor(0.5 * 16) = 8; the oracle's w is h2o's.
   for (const char* r : {"h2o,0.5,16,4,0,0,", "h2o+shared,0.5,16,4,0,0,", "h2o+reindexed,0.5,16,4,0,0,",
                         "h2o+bounded8,0.5,16,4,0,0,", "keyformer@recent=0.5@seeds=2,0.5,16,8,1,0,",
@@ -120,12 +130,7 @@ TEST(CliQuality, ToolRecentLeavesTovaWithoutAWindowUnlessItsRowGivesOne) {
   if (*binary(Tool::quality) == '\0') GTEST_SKIP() << "kvevict-quality is not built (KVEVICT_BUILD_BENCH=OFF)";
   KVEVICT_REQUIRE_SHARED_FILE(shared() + "/data/tinystories-val/tinystories_val.txt");
   const std::string out = Workspace::get().file("qtova");
-  fs::create_directories(out);
-  const ToolRun run = Workspace::get().run(
-      binary(Tool::quality),
-      expand(kSmall) + "--data " + shared() + "/data/tinystories-val/tinystories_val.txt --windows 1 --ratios 0.5 "
-                       "--window 64 --prompt 32 --threads 1 --recent 0.5 --policies h2o,tova,tova@recent=0.25,"
-                       "expected-attention --out " + out + "/q");
+  const ToolRun run = run_rows("qtova", "--recent 0.5 --policies h2o,tova,tova@recent=0.25,expected-attention");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string csv = slurp(out + "/q.csv");
   // k = 16: h2o takes --recent 0.5 (w = 8); tova none; tova@recent=0.25 w = 4; expected-attention none.
@@ -134,8 +139,7 @@ TEST(CliQuality, ToolRecentLeavesTovaWithoutAWindowUnlessItsRowGivesOne) {
     EXPECT_NE(csv.find(r), std::string::npos) << r << "\n" << csv;
   // The window changes TOVA's numbers (columns after the window index).
   auto numbers = [&](const std::string& prefix) {
-    const std::size_t at = csv.find("\n" + prefix);
-    const std::string r = csv.substr(at + 1, csv.find('\n', at + 1) - at - 1);
+    const std::string r = csv_row(csv, prefix);
     return r.substr(r.find(",0,0,") + 5);
   };
   EXPECT_NE(numbers("tova,"), numbers("tova@recent=0.25,"));
