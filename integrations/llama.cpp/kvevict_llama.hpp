@@ -371,9 +371,8 @@ class Evictor {
   }
 
   // llama.cpp decodes a sequence's next token only at the position after the last one it holds
-  // (llama_memory_seq_pos_max + 1): the newest position must stay. A recent window w >= 1 keeps it (the tool
-  // refuses w = 0, and gives TOVA w = 1); a caller of this class with w = 0 could drop it, and then nothing is
-  // dropped and the run stops with this error.
+  // (llama_memory_seq_pos_max + 1): the newest position must stay: w >= 1 keeps it (the tool refuses w = 0, gives
+  // TOVA w = 1); a caller with w = 0 could drop it, and then nothing is dropped and the run stops with this error.
   void require_newest_kept() const {
     const std::vector<std::int64_t> kept = cache_->retained_positions(0);
     if (!kept.empty() && static_cast<std::size_t>(kept.back()) + 1 == next_) return;
