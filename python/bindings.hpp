@@ -16,6 +16,8 @@ void bind_replay(pybind11::module_& m);
 void bind_expected_attention(pybind11::module_& m);
 /// kvevict.LayerLayout: global and sliding-window layers, and the budgets over the global ones (layer_layout_binding.cpp).
 void bind_layer_layout(pybind11::module_& m);
+/// kvevict.causal_attention: the prompt's attention and H2O's column sums in one pass (attention_binding.cpp).
+void bind_attention(pybind11::module_& m);
 
 }  // namespace kvpy
 

@@ -187,6 +187,21 @@ constexpr const char* kSetExecutor =
     "for a cache without parallel scoring; the cache is then unchanged. Allocates the per-task row scratch "
     "(O(min(workers, n_q_heads) * capacity)).";
 constexpr const char* kExecutor = "The kvevict.ThreadPool set by set_executor, or None.";
+constexpr const char* kCausalAttention =
+    "causal_attention(q, k, v, *, scale=None, first=0, sums=False, pool=None) -> (out, sums): the prompt's causal "
+    "attention softmax(scale * q k^T + causal mask) v per query head (GQA: query head h reads KV head "
+    "h // (n_q_heads // n_kv_heads)), and with sums=True each key's probability summed over the queries, H2O's prompt "
+    "score (Zhang et al. 2023, section 4), as Cache.prefill_from_attention takes it - in one fused pass "
+    "(FlashAttention's online softmax, a block of 32 queries at a time), never materialising the P x P logits. "
+    "q [n_q_heads, P, head_dim], k and v [n_kv_heads, P, head_dim]: float32 arrays or CPU tensors, any strides "
+    "with the last axis contiguous (transformers' query / key / value of one sequence, no copy). scale: the "
+    "logits' factor (default 1 / sqrt(head_dim)); first: tokens before it are left padding (no query attends them, "
+    "their output rows are 0, their queries add nothing to the sums); pool: a kvevict.ThreadPool (None: the "
+    "calling thread). Returns out [P, n_q_heads, head_dim] (transformers' attention output layout) and sums "
+    "[n_q_heads, P] float32 (None unless sums=True). Work: n_q_heads * P^2 * head_dim multiply-adds; memory "
+    "n_kv_heads * P * head_dim floats plus 32 * g * P per worker. Runs without the GIL. TypeError / ValueError "
+    "naming the argument: arrays of another dtype, rank, shape or stride, head_dim not a multiple of 16, "
+    "n_q_heads not a multiple of n_kv_heads, first >= P, a scale not positive and finite.";
 constexpr const char* kThreadPool =
     "ThreadPool(workers): workers - 1 threads plus the calling one, for Cache.set_executor. The threads start now "
     "and stop when the pool is deleted (after the last cache using it). After a call its threads spin for 20000 "

@@ -51,5 +51,6 @@ PYBIND11_MODULE(kvevict, m) {
   kvpy::bind_replay(m);
   kvpy::bind_expected_attention(m);  // after bind_cache: takes a Cache
   kvpy::bind_layer_layout(m);
+  kvpy::bind_attention(m);
   bind_gguf(m);
 }

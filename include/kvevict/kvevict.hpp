@@ -37,6 +37,7 @@
 #pragma once
 
 #include "kvevict/attention/attention_logits.hpp"
+#include "kvevict/attention/causal_attention.hpp"
 #include "kvevict/attention/paged_attention_logits.hpp"
 #include "kvevict/attention/qk_chunk_logits.hpp"
 #include "kvevict/attention/rope.hpp"

@@ -21,6 +21,8 @@ import threading
 
 import torch
 from transformers import AttentionInterface
+
+import kvevict
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 NAME = "kvevict_prompt"
@@ -93,6 +95,10 @@ def prompt_attention(module, query, key, value, attention_mask, dropout=0.0, sca
                          f"{P} queries)")
     scale = float(scaling if scaling is not None else d ** -0.5)
     summing = layer.sums_in_attention()  # H2O: the probabilities summed here; else each chunk scored by the caches
+    if summing and d % 16 == 0 and query.dtype == key.dtype == value.dtype == torch.float32:
+        firsts = _left_padding(attention_mask, B, P)
+        if firsts is not None:  # the fused kernel: output and column sums in one pass, no P x P block
+            return _fused_h2o(layer, query, key, value, firsts, scale)
     if summing:
         sums = torch.zeros(B, h, g, P, dtype=torch.float32)  # per query head: probabilities summed over its queries
         real = layer.real_queries()  # [B, P] float (1: a real token, 0: left padding), or None: all real
@@ -140,6 +146,59 @@ def prompt_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     else:
         layer.prompt_scored()
     return out.view(B, H, P, d).transpose(1, 2).contiguous(), None
+
+
+def _fused_h2o(layer, query, key, value, firsts, scale):
+    """H2O's prompt through kvevict.causal_attention (attention/causal_attention.hpp): per sequence, the causal
+    attention over its real tokens (first = its left padding) and each key's probabilities summed over the
+    queries, on the KVEvictCache's attention pool (torch's thread count); returns transformers' (output [B, P, n_q, d], None)."""
+    B, H, P, d = query.shape
+    pool = layer._owner().attention_pool()
+    sums = torch.empty(B, H, P, dtype=torch.float32)
+    outs = []
+    for b in range(B):
+        o, s = kvevict.causal_attention(query[b], key[b], value[b], scale=scale, first=firsts[b], sums=True, pool=pool)
+        outs.append(torch.from_numpy(o))
+        sums[b] = torch.from_numpy(s)
+    layer.take_attention_sums(sums)
+    return (outs[0].unsqueeze(0) if B == 1 else torch.stack(outs)), None
+
+
+_MASK_SEEN = [None, None]  # (the last mask checked by _left_padding: its identity, and what it gave)
+
+
+def _left_padding(mask, B, P):
+    """Each sequence's left padding when `mask` is None (causal, no padding: all 0) or exactly the causal mask
+    over left-padded prompts that transformers builds (bool, True attends, or additive float; [B, 1, P, P]):
+    every real query i >= p0 attends the keys [p0, i] and no other (a padded query's row is not read). None for
+    any other mask (the chunked path then runs it as given). The answer for the forward's mask object is kept,
+    so the layers after the first do not check it again."""
+    if mask is None:
+        return [0] * B
+    if mask.dim() != 4 or tuple(mask.shape) != (B, 1, P, P):
+        return None
+    key = (mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), mask.dtype, mask._version)
+    if _MASK_SEEN[0] == key:
+        return _MASK_SEEN[1]
+    visible = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    cols = torch.arange(P)
+    firsts = []
+    for b in range(B):
+        last = visible[b, 0, P - 1]
+        p0 = int(torch.argmax(last.to(torch.uint8))) if bool(last.any()) else P
+        if p0 >= P:
+            firsts = None
+            break
+        for r0 in range(p0, P, 512):  # rows p0.. in blocks: expected [p0, i] per row, memory 512 x P
+            rows = torch.arange(r0, min(P, r0 + 512)).unsqueeze(1)
+            if not torch.equal(visible[b, 0, r0:r0 + 512], (cols >= p0) & (cols <= rows)):
+                firsts = None
+                break
+        if firsts is None:
+            break
+        firsts.append(p0)
+    _MASK_SEEN[0], _MASK_SEEN[1] = key, firsts
+    return firsts
 
 
 _UPPER = {}

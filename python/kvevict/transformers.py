@@ -165,6 +165,7 @@ class KVEvictCache(Cache):
             raise ValueError(f"KVEvictCache: threads must be in [1, 1024] (got {threads!r})")
         self.threads = int(threads) if threads is not None else None
         self._pool = None  # made at the first prompt that scores its chunks (scoring_pool)
+        self._attention_pool = None  # made at the first prompt whose attention runs in kvevict (attention_pool)
         if policy not in POLICIES:
             raise ValueError(f"KVEvictCache: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
         if evict not in _EVICT:
@@ -247,6 +248,17 @@ class KVEvictCache(Cache):
         if self._pool is None or self._pool.workers != n:
             self._pool = kvevict.ThreadPool(n)
         return self._pool
+
+    def attention_pool(self):
+        """The kvevict.ThreadPool the prompt's fused attention (kvevict.causal_attention, H2O) runs on: the work
+        torch's own threads would do in SDPA, so torch.get_num_threads() workers whatever `threads` says (made
+        again if that changes); None for one thread."""
+        n = min(torch.get_num_threads(), 1024)
+        if n <= 1:
+            return None
+        if self._attention_pool is None or self._attention_pool.workers != n:
+            self._attention_pool = kvevict.ThreadPool(n)
+        return self._attention_pool
 
     @staticmethod
     def _expected_attention_options(config, options):

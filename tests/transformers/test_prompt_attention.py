@@ -234,3 +234,59 @@ def test_one_kv_head_and_a_scale_not_a_power_of_two(monkeypatch, extra, policy, 
         for j in range(fast.n_kv_heads):
             assert fast.retained_positions(layer, j) == ref.retained_positions(layer, j), (layer, j)
     _padded_batch_equals_alone(model, policy, options)
+
+
+def _kernel_calls(monkeypatch):
+    """The `first` of every kvevict.causal_attention call (H2O's fused prompt attention)."""
+    import kvevict
+    calls, real = [], kvevict.causal_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("first", 0))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(kvevict, "causal_attention", spy)
+    return calls
+
+
+@pytest.mark.parametrize("hidden, fused", [(64, True), (96, False)], ids=["head-dim-16", "head-dim-24"])
+def test_h2o_prompt_runs_the_fused_kernel_where_head_dim_allows(monkeypatch, hidden, fused):
+    """H2O's prompt attention is kvevict.causal_attention (output and column sums in one pass) when head_dim is a
+    multiple of 16, once per layer and sequence with the sequence's left padding as `first`; otherwise the
+    chunked torch path. The outputs equal DynamicCache's either way (the tests above)."""
+    model = tiny_model("llama", seed=13, hidden_size=hidden)
+    calls = _kernel_calls(monkeypatch)
+    with torch.no_grad():
+        model(prompt(40), past_key_values=KVEvictCache(model, policy="h2o", budget=0.5))
+    assert calls == ([0, 0] if fused else [])
+    calls.clear()
+    ids = torch.cat([torch.zeros(1, 7, dtype=torch.long), prompt(33)], dim=1).repeat(2, 1)
+    ids[1, 7:] = prompt(33, seed=9)
+    mask = torch.ones_like(ids)
+    mask[0, :7] = 0
+    with torch.no_grad():
+        model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+              past_key_values=KVEvictCache(model, policy="h2o", budget=0.5))
+    assert calls == ([7, 0, 7, 0] if fused else [])
+
+
+def test_left_padding_reads_only_causal_left_padded_masks():
+    """_left_padding: None is causal without padding; transformers' left-padded causal mask (bool, or additive
+    float) gives each sequence's padding; any other mask (a hole, a query seeing a later token, padding that is
+    not on the left, another shape) gives None, and the chunked path runs it as given."""
+    P = 6
+    causal = torch.ones(P, P, dtype=torch.bool).tril()
+    pads = torch.tensor([0, 2])
+    cols = torch.arange(P)
+    mask = (causal & (cols >= pads.view(2, 1, 1))).unsqueeze(1)  # [2, 1, P, P]
+    assert pa._left_padding(None, 2, P) == [0, 0]
+    assert pa._left_padding(mask, 2, P) == [0, 2]
+    additive = torch.zeros(2, 1, P, P).masked_fill_(~mask, torch.finfo(torch.float32).min)
+    assert pa._left_padding(additive, 2, P) == [0, 2]
+    for edit in (lambda m: m[0, 0, 4].__setitem__(2, False),   # a hole in a real row
+                 lambda m: m[1, 0, 3].__setitem__(5, True),    # a query sees a later token
+                 lambda m: m[1, 0, :, 4].fill_(False)):        # padding inside the prompt
+        m = mask.clone()
+        edit(m)
+        assert pa._left_padding(m, 2, P) is None
+    assert pa._left_padding(mask[:, :, :, :P - 1], 2, P) is None
+    assert pa._left_padding(torch.zeros(2, 1, P, P, dtype=torch.bool), 2, P) is None  # no real token

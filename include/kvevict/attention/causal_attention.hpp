@@ -1,0 +1,199 @@
+// attention/causal_attention.hpp — the prompt's causal attention in one fused pass that also gives H2O's
+// prompt score (each key's attention probabilities summed over the queries), so that an engine scores the
+// prompt from the attention it computes anyway instead of a second Q Kᵀ.
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kvevict/core/dispatch.hpp"
+#include "kvevict/core/executor.hpp"
+#include "kvevict/detail/attention_tiles.hpp"
+
+namespace kvevict {
+
+/// The operands of `causal_attention`, all float32. A head's row `i` of X sits at
+/// `X + head · X_head_stride + i · X_row_stride` with its `head_dim` elements contiguous, so the usual
+/// layouts are strides: `[head][P][d]` (head stride P·d, row stride d) and `[P][head][d]`
+/// (head stride d, row stride n_heads·d), views of larger buffers included.
+struct CausalAttentionArgs {
+  const float* q = nullptr;  ///< the prompt's queries, n_q_heads heads of P rows
+  std::size_t q_head_stride = 0, q_row_stride = 0;
+  const float* k = nullptr;  ///< keys, n_kv_heads heads of P rows
+  std::size_t k_head_stride = 0, k_row_stride = 0;
+  const float* v = nullptr;  ///< values, n_kv_heads heads of P rows
+  std::size_t v_head_stride = 0, v_row_stride = 0;
+  float* out = nullptr;  ///< the attention's output, n_q_heads heads of P rows (written)
+  std::size_t out_head_stride = 0, out_row_stride = 0;
+  /// Optional `[n_q_heads][P]` (row stride P): written with `sums[h][c] = Σ_{i ≥ c} p_h(i, c)`, the
+  /// probability query i of head h gives key c, summed over the queries — H2O's prompt score
+  /// (Zhang et al. 2023, §4; `Cache::prefill_from_attention` takes it). Null: not computed.
+  float* sums = nullptr;
+  std::size_t n_q_heads = 0, n_kv_heads = 0, head_dim = 0;
+  std::size_t prompt_len = 0;  ///< P
+  /// The first real token: tokens before it are left padding, which no query attends; their own output
+  /// rows are 0 and their queries add nothing to `sums`. 0 for an unpadded prompt.
+  std::size_t first = 0;
+  float scale = 0.0f;  ///< the logits are scale · q·k (usually 1/√head_dim)
+};
+
+/// Queries per block of `causal_attention` (a task's unit of work, with its KV head's group).
+inline constexpr std::size_t kCausalQueryBlock = 32;
+
+namespace detail {
+inline void causal_block_dispatch(const tiles::BlockArgs& a);
+}  // namespace detail
+
+/// `out = softmax(scale · Q Kᵀ + causal mask) V` per query head (GQA: query head h reads KV head
+/// h / (n_q_heads / n_kv_heads)), and optionally `sums` (see `CausalAttentionArgs`), without materialising
+/// the P × P logits: a block of 32 queries of a KV head's group at a time, its keys in tiles of 256 with an
+/// online softmax (FlashAttention's, Dao et al. 2022, Alg. 1) whose exps stay in a `[g·32][P]` scratch
+/// until the block's row sums are known, then the column sums.
+///
+/// Work: `n_q_heads · P² · head_dim` multiply-adds (twice half the square: Q Kᵀ and P V over the causal
+/// triangle); memory: `n_kv_heads · P · head_dim` floats for K in panels plus, per task,
+/// `g · 32 · (P + 2·head_dim)` floats, and `n_kv_heads · workers · g · P` floats of partial sums.
+/// Parallel over `executor` (tasks: KV head × a stripe of query blocks, every `workers()`-th block, so that
+/// the causal triangle's cost is shared evenly); the sums of the stripes are added afterwards in stripe
+/// order, so the result depends on `workers()` (to float rounding) but not on scheduling. Paths
+/// (core/dispatch.hpp) agree to float rounding (FMA on AVX2 / AVX-512), not bit for bit.
+///
+/// Throws `std::invalid_argument` naming the argument and its value — a null pointer, `n_kv_heads == 0`,
+/// `n_q_heads` not a multiple of it, `head_dim` not a positive multiple of 16, `prompt_len == 0`,
+/// `first >= prompt_len`, a row stride below `head_dim`, a non-finite or non-positive `scale` — before
+/// anything is written; `std::bad_alloc` for the scratch.
+template <class Executor = SerialExecutor>
+void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Executor{}) {
+  auto bad = [](const std::string& what) { throw std::invalid_argument("causal_attention: " + what); };
+  if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.out == nullptr)
+    bad(std::string(a.q == nullptr ? "q" : a.k == nullptr ? "k" : a.v == nullptr ? "v" : "out") + " is null");
+  if (a.n_kv_heads == 0 || a.n_q_heads == 0 || a.n_q_heads % a.n_kv_heads != 0)
+    bad("n_q_heads (" + std::to_string(a.n_q_heads) + ") must be a positive multiple of n_kv_heads (" +
+        std::to_string(a.n_kv_heads) + ")");
+  if (a.head_dim == 0 || a.head_dim % 16 != 0)
+    bad("head_dim must be a positive multiple of 16 (got " + std::to_string(a.head_dim) + ")");
+  if (a.prompt_len == 0) bad("prompt_len must be at least 1 (got 0)");
+  if (a.first >= a.prompt_len)
+    bad("first (" + std::to_string(a.first) + ") must be below prompt_len (" + std::to_string(a.prompt_len) +
+        "): a prompt needs a real token");
+  const std::size_t strides[] = {a.q_row_stride, a.k_row_stride, a.v_row_stride, a.out_row_stride};
+  const char* names[] = {"q_row_stride", "k_row_stride", "v_row_stride", "out_row_stride"};
+  for (int i = 0; i < 4; ++i)
+    if (strides[i] < a.head_dim)
+      bad(std::string(names[i]) + " (" + std::to_string(strides[i]) + ") is below head_dim (" +
+          std::to_string(a.head_dim) + ")");
+  if (!(a.scale > 0.0f) || !std::isfinite(a.scale)) bad("scale must be positive and finite (got " + std::to_string(a.scale) + ")");
+
+  using detail::tiles::kPanel;
+  const std::size_t P = a.prompt_len, d = a.head_dim, h = a.n_kv_heads, g = a.n_q_heads / h;
+  const std::size_t C = kCausalQueryBlock, R = g * C;
+  const std::size_t P_pad = (P + kPanel - 1) / kPanel * kPanel;
+  const std::size_t s_row = P_pad + kPanel;
+  const std::size_t n_tiles = (P_pad + detail::tiles::kKeyTile - 1) / detail::tiles::kKeyTile + 1;
+  const std::size_t stripes = std::max<std::size_t>(1, executor.workers());
+  const std::size_t n_blocks = (P - a.first + C - 1) / C;
+  const std::size_t tasks = h * std::min(stripes, n_blocks);
+  const std::size_t per_task = R * d + R * s_row + R * d + 2 * R + R * n_tiles;
+  std::vector<float> kp(h * P_pad * d, 0.0f);
+  std::vector<float> scratch(tasks * per_task);
+  std::vector<float> partial(a.sums != nullptr ? tasks * g * P : 0, 0.0f);
+  const std::size_t n_stripes = tasks / h;
+
+  // K in panels, [head][P_pad / kPanel][d][kPanel] (the padding stays 0).
+  executor.parallel_for(h, [&](std::size_t j) {
+    const float* kh = a.k + j * a.k_head_stride;
+    float* dst = kp.data() + j * P_pad * d;
+    for (std::size_t c = 0; c < P; ++c) {
+      const float* row = kh + c * a.k_row_stride;
+      float* panel = dst + (c / kPanel) * d * kPanel + c % kPanel;
+      for (std::size_t x = 0; x < d; ++x) panel[x * kPanel] = row[x];
+    }
+  });
+  // Padding rows: zero output.
+  for (std::size_t hq = 0; hq < a.n_q_heads; ++hq)
+    for (std::size_t i = 0; i < a.first; ++i)
+      std::memset(a.out + hq * a.out_head_stride + i * a.out_row_stride, 0, d * sizeof(float));
+
+  executor.parallel_for(tasks, [&](std::size_t task) {
+    const std::size_t j = task / n_stripes, w = task % n_stripes;
+    float* base = scratch.data() + task * per_task;
+    detail::tiles::BlockArgs b{};
+    float* qs = base;
+    b.qs = qs;
+    b.kp = kp.data() + j * P_pad * d;
+    b.v = a.v + j * a.v_head_stride;
+    b.v_row = a.v_row_stride;
+    b.d = d;
+    b.g = g;
+    b.first = a.first;
+    b.s = base + R * d;
+    b.s_row = s_row;
+    b.o = b.s + R * s_row;
+    b.m = b.o + R * d;
+    b.l = b.m + R;
+    b.mt = b.l + R;
+    b.sums = a.sums != nullptr ? partial.data() + task * g * P : nullptr;
+    b.sums_row = P;
+    for (std::size_t blk = w; blk < n_blocks; blk += n_stripes) {
+      b.c0 = a.first + blk * C;
+      b.C = std::min(C, P - b.c0);
+      for (std::size_t t = 0; t < g; ++t) {
+        const float* qh = a.q + (j * g + t) * a.q_head_stride;
+        for (std::size_t q = 0; q < b.C; ++q) {
+          const float* src = qh + (b.c0 + q) * a.q_row_stride;
+          float* dst = qs + (t * b.C + q) * d;
+          for (std::size_t x = 0; x < d; ++x) dst[x] = src[x] * a.scale;
+        }
+      }
+      detail::causal_block_dispatch(b);
+      for (std::size_t t = 0; t < g; ++t) {
+        float* oh = a.out + (j * g + t) * a.out_head_stride;
+        for (std::size_t q = 0; q < b.C; ++q) {
+          const std::size_t r = t * b.C + q;
+          const float inv = b.l[r] > 0.0f ? 1.0f / b.l[r] : 0.0f;
+          float* dst = oh + (b.c0 + q) * a.out_row_stride;
+          for (std::size_t x = 0; x < d; ++x) dst[x] = b.o[r * d + x] * inv;
+        }
+      }
+    }
+  });
+  if (a.sums == nullptr) return;
+  for (std::size_t j = 0; j < h; ++j)
+    for (std::size_t t = 0; t < g; ++t) {
+      float* dst = a.sums + (j * g + t) * P;
+      std::memcpy(dst, partial.data() + (j * n_stripes) * g * P + t * P, P * sizeof(float));
+      for (std::size_t w = 1; w < n_stripes; ++w) {
+        const float* src = partial.data() + (j * n_stripes + w) * g * P + t * P;
+        for (std::size_t c = 0; c < P; ++c) dst[c] += src[c];
+      }
+    }
+}
+
+namespace detail {
+#if defined(KVEVICT_X86_DISPATCH)
+inline void causal_block_baseline(const tiles::BlockArgs& a) { tiles::attention_block_body<4>(a); }
+KVEVICT_TARGET_AVX2 KVEVICT_CONTRACT_FN inline void causal_block_avx2(const tiles::BlockArgs& a) { tiles::attention_block_body<8>(a); }
+KVEVICT_TARGET_AVX512 KVEVICT_CONTRACT_FN inline void causal_block_avx512(const tiles::BlockArgs& a) {
+  tiles::attention_block_body<16>(a);
+}
+/// One query block on the path `active_isa()` chose.
+inline void causal_block_dispatch(const tiles::BlockArgs& a) {
+  switch (active_isa()) {
+    case Isa::kAvx512: return causal_block_avx512(a);
+    case Isa::kAvx2: return causal_block_avx2(a);
+    default: return causal_block_baseline(a);
+  }
+}
+#else
+inline void causal_block_dispatch(const tiles::BlockArgs& a) { tiles::attention_block_body<4>(a); }
+#endif
+}  // namespace detail
+
+}  // namespace kvevict

@@ -1,0 +1,108 @@
+// python/attention_binding.cpp — kvevict.causal_attention: the prompt's causal attention with H2O's column sums
+// (attention/causal_attention.hpp) on strided float32 arrays, e.g. transformers' query / key / value tensors.
+// SPDX-License-Identifier: Apache-2.0
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "bindings.hpp"
+#include "conversions.hpp"
+#include "docstrings.hpp"
+#include "executor_pool.hpp"
+
+namespace kvpy {
+
+namespace {
+
+/// A strided view's element strides, checked: a 3-D native float32 array whose last axis is contiguous and
+/// whose other strides are whole, non-negative numbers of elements; ValueError naming `name` otherwise.
+struct Strided3 {
+  py::array a;
+  std::size_t heads, rows, dim, head_stride, row_stride;
+};
+
+Strided3 strided3(py::handle obj, const std::string& name, const std::string& what) {
+  const std::string expected = "a float32 array of shape " + what + " with its last axis contiguous";
+  py::array a = as_array(obj, name, expected);
+  if (!has_elem(a, Elem::float32) || a.ndim() != 3)
+    throw py::value_error(name + " must be " + expected + ", got a " + dtype_text(a) + " array of shape " +
+                          array_shape(a));
+  const py::ssize_t s0 = a.strides(0), s1 = a.strides(1), s2 = a.strides(2);
+  if ((s2 != 4 && a.shape(2) > 1) || s0 < 0 || s1 < 0 || s0 % 4 != 0 || s1 % 4 != 0)
+    throw py::value_error(name + " must be " + expected + ", got byte strides [" + std::to_string(s0) + ", " +
+                          std::to_string(s1) + ", " + std::to_string(s2) + "]");
+  return {a, static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
+          static_cast<std::size_t>(a.shape(2)), static_cast<std::size_t>(s0 / 4), static_cast<std::size_t>(s1 / 4)};
+}
+
+py::tuple causal_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle scale_obj,
+                           py::handle first_obj, py::handle sums_obj, py::handle pool_obj) {
+  const Strided3 q = strided3(q_obj, "q", "[n_q_heads, P, head_dim]");
+  const Strided3 k = strided3(k_obj, "k", "[n_kv_heads, P, head_dim]");
+  const Strided3 v = strided3(v_obj, "v", "[n_kv_heads, P, head_dim]");
+  const auto shape = [](const Strided3& s) {
+    return "[" + std::to_string(s.heads) + ", " + std::to_string(s.rows) + ", " + std::to_string(s.dim) + "]";
+  };
+  if (k.rows != q.rows || k.dim != q.dim || v.heads != k.heads || v.rows != k.rows || v.dim != k.dim)
+    throw py::value_error("causal_attention: k and v must be [n_kv_heads, P, head_dim] with q's P and head_dim (q " +
+                          shape(q) + ", k " + shape(k) + ", v " + shape(v) + ")");
+  const std::size_t first = to_size(first_obj, "first");
+  const bool want_sums = to_bool(sums_obj, "sums");
+  double scale = 1.0 / std::sqrt(static_cast<double>(q.dim == 0 ? 1 : q.dim));
+  if (!scale_obj.is_none()) scale = to_double(scale_obj, "scale");
+  PyThreadPool* pool = nullptr;
+  if (!pool_obj.is_none()) {
+    if (!py::isinstance<PyThreadPool>(pool_obj))
+      throw py::type_error("causal_attention: pool must be a kvevict.ThreadPool or None (got " + type_name(pool_obj) +
+                           ")");
+    pool = &pool_obj.cast<PyThreadPool&>();
+  }
+  py::array_t<float> out({static_cast<py::ssize_t>(q.rows), static_cast<py::ssize_t>(q.heads),
+                          static_cast<py::ssize_t>(q.dim)});
+  py::array_t<float> sums;
+  if (want_sums) sums = py::array_t<float>({static_cast<py::ssize_t>(q.heads), static_cast<py::ssize_t>(q.rows)});
+  kvevict::CausalAttentionArgs a;
+  a.q = static_cast<const float*>(q.a.data());
+  a.q_head_stride = q.head_stride;
+  a.q_row_stride = q.row_stride;
+  a.k = static_cast<const float*>(k.a.data());
+  a.k_head_stride = k.head_stride;
+  a.k_row_stride = k.row_stride;
+  a.v = static_cast<const float*>(v.a.data());
+  a.v_head_stride = v.head_stride;
+  a.v_row_stride = v.row_stride;
+  a.out = out.mutable_data();
+  a.out_head_stride = q.dim;
+  a.out_row_stride = q.heads * q.dim;
+  a.sums = want_sums ? sums.mutable_data() : nullptr;
+  a.n_q_heads = q.heads;
+  a.n_kv_heads = k.heads;
+  a.head_dim = q.dim;
+  a.prompt_len = q.rows;
+  a.first = first;
+  a.scale = static_cast<float>(scale);
+  if (!(std::isfinite(scale) && scale > 0.0 && static_cast<double>(a.scale) > 0.0 && std::isfinite(a.scale)))
+    throw py::value_error("causal_attention: scale must be a positive finite float32 (got " + text(scale_obj) + ")");
+  {
+    py::gil_scoped_release release;
+    if (pool != nullptr)
+      kvevict::causal_attention(a, *pool);
+    else
+      kvevict::causal_attention(a);
+  }
+  return py::make_tuple(out, want_sums ? py::object(sums) : py::object(py::none()));
+}
+
+}  // namespace
+
+void bind_attention(py::module_& m) {
+  m.def("causal_attention", &causal_attention, doc::kCausalAttention, py::arg("q"), py::arg("k"), py::arg("v"),
+        py::kw_only(), py::arg("scale") = py::none(), py::arg("first") = 0, py::arg("sums") = false,
+        py::arg("pool") = py::none());
+}
+
+}  // namespace kvpy
