@@ -93,6 +93,76 @@ TEST_P(AttentionPrefill, KeepsWhatPrefillKeepsFromTheLogits) {
   }
 }
 
+/// Keyformer's reference: sums[q][c] = Σ_r softmax((x[q][r][0..r] + ζ) / τ)[c] in double, ζ of query head q, row r,
+/// slot c as `spec` says the cache draws it.
+std::vector<float> gumbel_sums(const std::vector<float>& x, std::size_t nq, std::size_t P, const kvevict::PromptSums& spec) {
+  std::vector<double> acc(nq * P, 0.0);
+  std::vector<float> zeta(P);
+  std::vector<double> y(P);
+  for (std::size_t q = 0; q < nq; ++q)
+    for (std::size_t r = 0; r < P; ++r) {
+      kvevict::fill_gumbel_row(kvevict::gumbel_row_key(spec.seed, q, r), 0, zeta.data(), r + 1);
+      double m = -INFINITY, z = 0.0;
+      for (std::size_t c = 0; c <= r; ++c) {
+        y[c] = (static_cast<double>(x[(q * P + r) * P + c]) + (spec.noise ? spec.noise_scale * zeta[c] : 0.0)) / spec.tau;
+        m = std::max(m, y[c]);
+      }
+      for (std::size_t c = 0; c <= r; ++c) z += std::exp(y[c] - m);
+      for (std::size_t c = 0; c <= r; ++c) acc[q * P + c] += std::exp(y[c] - m) / z;
+    }
+  return std::vector<float>(acc.begin(), acc.end());
+}
+
+TEST_P(AttentionPrefill, KeyformerKeepsWhatPrefillKeepsFromTheLogits) {
+  const Shape s = GetParam();
+  for (unsigned seed = 1; seed <= 5; ++seed) {
+    const auto x = random_logits(s.nq, s.P, seed);
+    Layer a(kvevict::Policy::keyformer, s.nq, s.nkv, s.k, s.w, s.P),
+        b(kvevict::Policy::keyformer, s.nq, s.nkv, s.k, s.w, s.P);
+    const kvevict::PromptSums spec = b.cache->prompt_sums();
+    ASSERT_EQ(spec.kind, kvevict::PromptSums::Kind::gumbel);
+    EXPECT_TRUE(spec.noise);
+    EXPECT_EQ(spec.noise_scale, 1.0f);
+    EXPECT_EQ(spec.tau, 1.0f);  // the linear schedule's τ_init
+    const auto sums = gumbel_sums(x, s.nq, s.P, spec);
+    a.cache->prefill(x.data(), s.P);
+    b.cache->prefill_from_attention(sums.data(), s.P);
+    for (std::size_t j = 0; j < s.nkv; ++j) {
+      ASSERT_EQ(a.kept(j), b.kept(j)) << "seed " << seed << ", KV head " << j;
+      const float *sa = a.cache->scores(j), *sb = b.cache->scores(j);
+      for (std::size_t i = 0; i < a.cache->length(j); ++i) EXPECT_NEAR(sa[i], sb[i], 1e-5f * std::max(1.0f, sa[i]));
+    }
+    EXPECT_EQ(b.cache->temperature(), a.cache->temperature());
+  }
+}
+
+TEST(AttentionPrefill, PromptSumsFollowTheSeedAndTheSchedule) {
+  kvevict::KVBuffer<float> store(1, 8, kD);
+  kvevict::CacheConfig cfg;
+  cfg.n_q_heads = 2;
+  cfg.budget = kvevict::Budget::tokens(4);
+  cfg.seed = 1234;
+  kvevict::PolicyParams params;
+  params.horizon = 8;
+  params.tau_init = 1.25f;
+  params.gumbel_noise = false;
+  params.noise_scale = 0.5f;
+  auto kf = kvevict::make_cache(kvevict::Policy::keyformer, cfg, store.view(), params);
+  kvevict::PromptSums spec = kf->prompt_sums();
+  EXPECT_EQ(spec.kind, kvevict::PromptSums::Kind::gumbel);
+  EXPECT_EQ(spec.seed, 1234u);
+  EXPECT_EQ(spec.tau, 1.25f);
+  EXPECT_FALSE(spec.noise);
+  EXPECT_EQ(spec.noise_scale, 0.5f);
+  kf->reset(99);
+  EXPECT_EQ(kf->prompt_sums().seed, 99u);
+  params = kvevict::PolicyParams{};
+  EXPECT_EQ(kvevict::make_cache(kvevict::Policy::h2o, cfg, store.view(), params)->prompt_sums().kind,
+            kvevict::PromptSums::Kind::attention);
+  EXPECT_EQ(kvevict::make_cache(kvevict::Policy::tova, cfg, store.view(), params)->prompt_sums().kind,
+            kvevict::PromptSums::Kind::none);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionPrefill,
                          ::testing::Values(Shape{1, 1, 12, 5, 0}, Shape{4, 2, 24, 7, 2}, Shape{6, 2, 40, 9, 3},
                                            Shape{3, 3, 9, 9, 1}, Shape{2, 1, 6, 10, 0}));
@@ -137,11 +207,12 @@ TEST(AttentionPrefill, RefusesAndLeavesTheCacheUnchanged) {
   EXPECT_EQ(message_of(*l.cache, sums.data(), 4),
             "kvevict::Cache::prefill_from_attention: already prefilled; call reset() for a new sequence");
 
-  Layer kf(kvevict::Policy::keyformer, 2, 1, 2, 0, 4);
-  EXPECT_EQ(message_of(*kf.cache, sums.data(), 4),
+  Layer tova(kvevict::Policy::tova, 2, 1, 2, 0, 4);
+  EXPECT_EQ(message_of(*tova.cache, sums.data(), 4),
             "kvevict::Cache::prefill_from_attention: needs H2O's score (AccumulatedAttentionScore: the attention each "
-            "token received); this cache scores the prompt otherwise: use prefill");
-  EXPECT_FALSE(kf.cache->budget_resolved());
+            "token received) or Keyformer's (GumbelLogitScore); this cache scores the prompt otherwise: use prefill");
+  EXPECT_FALSE(tova.cache->budget_resolved());
+  EXPECT_EQ(tova.cache->prompt_sums().kind, kvevict::PromptSums::Kind::none);
 }
 
 }  // namespace

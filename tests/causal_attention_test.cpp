@@ -246,3 +246,106 @@ TEST(CausalAttention, RefusesBadArgumentsAndWritesNothing) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CausalAttention, NoisySumsCutAsKeyformersPrefillOfTheLogits) {
+  // Keyformer's prompt score from the fused pass (noisy_sums with the cache's PromptSums) cuts the prompt as the
+  // cache's own prefill of the materialised logits (the same q, k; rounding apart), with and without noise, on
+  // every path, serially and on 2 workers; H2O's sums likewise.
+  IsaGuard guard;
+  kvtools::ThreadPool two(2);
+  const std::size_t nq = 4, nkv = 2, d = 32, P = 120, k = 30;
+  for (auto isa : paths()) {
+    kvevict::set_isa(isa);
+    for (int variant = 0; variant < 3; ++variant) {
+      const Problem p(nq, nkv, d, P, 0, 3.0f, 40 + static_cast<unsigned>(variant), 0);
+      kvevict::KVBuffer<float> sa(nkv, P + 1, d), sb(nkv, P + 1, d);
+      kvevict::CacheConfig cfg;
+      cfg.n_q_heads = nq;
+      cfg.budget = kvevict::Budget::tokens(k);
+      cfg.recent = kvevict::RecentWindow::tokens(6);
+      cfg.seed = 17 + static_cast<unsigned>(variant);
+      kvevict::PolicyParams params;
+      params.horizon = 8;
+      params.tau_init = variant == 1 ? 1.5f : 1.0f;
+      params.gumbel_noise = variant != 2;
+      const auto policy = variant == 2 ? kvevict::Policy::h2o : kvevict::Policy::keyformer;
+      auto a = kvevict::make_cache(policy, cfg, sa.view(), params);
+      auto b = kvevict::make_cache(policy, cfg, sb.view(), params);
+      std::vector<float> krow(nkv * d), vrow(nkv * d);
+      for (std::size_t c = 0; c < P; ++c) {
+        for (std::size_t j = 0; j < nkv; ++j)
+          for (std::size_t x = 0; x < d; ++x) {
+            krow[j * d + x] = p.kv(j, c, x);
+            vrow[j * d + x] = p.vv(j, c, x);
+          }
+        sa.view().append(static_cast<std::int64_t>(c), krow.data(), vrow.data());
+        sb.view().append(static_cast<std::int64_t>(c), krow.data(), vrow.data());
+      }
+      std::vector<float> logits(nq * P * P, -INFINITY);
+      for (std::size_t h = 0; h < nq; ++h)
+        for (std::size_t i = 0; i < P; ++i)
+          for (std::size_t c = 0; c <= i; ++c) {
+            double s = 0.0;
+            for (std::size_t x = 0; x < d; ++x) s += static_cast<double>(p.qv(h, i, x)) * p.kv(h / (nq / nkv), c, x);
+            logits[(h * P + i) * P + c] = static_cast<float>(s * p.scale);
+          }
+      a->prefill(logits.data(), P);
+      const kvevict::PromptSums spec = b->prompt_sums();
+      std::vector<float> out(nq * P * d), sums(nq * P);
+      auto args = p.args(out.data(), nullptr);
+      if (spec.kind == kvevict::PromptSums::Kind::gumbel) {
+        args.noisy_sums = sums.data();
+        args.noise_seed = spec.seed;
+        args.tau = spec.tau;
+        args.noise = spec.noise;
+        args.noise_scale = spec.noise_scale;
+      } else {
+        args.sums = sums.data();
+      }
+      if (variant == 1)
+        kvevict::causal_attention(args, two);
+      else
+        kvevict::causal_attention(args);
+      b->prefill_from_attention(sums.data(), P);
+      for (std::size_t j = 0; j < nkv; ++j)
+        EXPECT_EQ(a->retained_positions(j), b->retained_positions(j))
+            << kvevict::isa_name(isa) << " variant " << variant << " KV head " << j;
+      EXPECT_EQ(a->temperature(), b->temperature());
+    }
+  }
+}
+
+TEST(CausalAttention, RefusesBadNoisyOptions) {
+  const Problem p(2, 1, 16, 10, 0, 1.0f, 4);
+  std::vector<float> out(2 * 10 * 16), noisy(2 * 10, 5.0f);
+  auto a = p.args(out.data(), nullptr);
+  a.noisy_sums = noisy.data();
+  a.tau = 0.0f;
+  EXPECT_THROW(
+      {
+        try {
+          kvevict::causal_attention(a);
+        } catch (const std::invalid_argument& e) {
+          EXPECT_EQ(std::string(e.what()), "causal_attention: tau must be finite and >= FLT_MIN (got 0.000000)");
+          throw;
+        }
+      },
+      std::invalid_argument);
+  a.tau = 1.0f;
+  a.noise_scale = 1.5f;
+  EXPECT_THROW(
+      {
+        try {
+          kvevict::causal_attention(a);
+        } catch (const std::invalid_argument& e) {
+          EXPECT_EQ(std::string(e.what()), "causal_attention: noise_scale must be in (0, 1] (got 1.500000)");
+          throw;
+        }
+      },
+      std::invalid_argument);
+  EXPECT_TRUE(std::all_of(noisy.begin(), noisy.end(), [](float x) { return x == 5.0f; }));
+}
+
+}  // namespace

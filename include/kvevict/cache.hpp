@@ -287,10 +287,28 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
 
   /// H2O's prefill (§4) from attention an engine computed anyway: `sums[h][c]` = Σ_r softmax(x[h][r][0..r])[c],
   /// query head h's attention probabilities summed over the prompt's rows (`[q_head][P]`), not the `[q_head][P][P]`
-  /// logits; then as `prefill`. Equals `prefill(x, P)` up to float addition order. detail/attention_prefill.hpp
-  /// says its cost and errors (a score other than H2O's, sums not finite and >= 0, and as `prefill`).
+  /// logits; then as `prefill`. Keyformer's likewise, from its noisy tempered probabilities (`prompt_sums`).
+  /// Equals `prefill(x, P)` up to float addition order. detail/attention_prefill.hpp says its cost and errors (a
+  /// score other than H2O's or Keyformer's, sums not finite and >= 0, and as `prefill`).
   void prefill_from_attention(const float* sums, std::size_t prompt_len) override {
     detail::prefill_cache_from_attention(*this, sums, prompt_len);
+  }
+  /// The sums `prefill_from_attention` takes (`PromptSums`): `attention` for H2O; `gumbel` for Keyformer
+  /// (`GumbelLogitScore`, not its mean-attention variant) with the cache's seed, τ₀ = the temperature at step 0,
+  /// noise scale and noise switch; `none` otherwise. Throws `std::invalid_argument` when τ₀ is not finite and
+  /// >= FLT_MIN (as `prefill` would). O(1).
+  PromptSums prompt_sums() const override {
+    PromptSums spec;
+    if constexpr (std::is_same<Score, AccumulatedAttentionScore>::value) {
+      spec.kind = PromptSums::Kind::attention;
+    } else if constexpr (std::is_same<Score, GumbelLogitScore>::value) {
+      spec.kind = PromptSums::Kind::gumbel;
+      spec.seed = config_.seed;
+      spec.tau = this->checked_tau(0, "prompt_sums");
+      spec.noise_scale = this->score_policy().noise_scale;
+      spec.noise = this->score_policy().gumbel_noise;
+    }
+    return spec;
   }
 
   /// One decode step (Keyformer Algorithm 1, generation phase; H2O §4; TOVA).

@@ -12,6 +12,22 @@
 
 namespace kvevict {
 
+/// The prompt score `Cache::prefill_from_attention` takes, per query head and slot, summed over the prompt's
+/// queries (`kvevict::causal_attention` computes either kind beside the attention's output):
+///  - `attention` — H2O (`AccumulatedAttentionScore`): the attention probabilities `softmax(x)`;
+///  - `gumbel` — Keyformer (`GumbelLogitScore`): `softmax((x + noise_scale · ζ) / tau)` (Adnan et al. 2024,
+///    Eq. 7 at τ₀ = `tau`), ζ of query head h, prompt row r, slot c drawn with `seed` as the cache draws it
+///    (`fill_gumbel_row(gumbel_row_key(seed, h, r), c, ...)`), or 0 when `noise` is false;
+///  - `none` — the cache takes no sums (`prefill_from_attention` refuses).
+struct PromptSums {
+  enum class Kind { none, attention, gumbel };
+  Kind kind = Kind::none;
+  std::uint64_t seed = 0;    ///< `gumbel`: the noise seed (the cache's latest)
+  float tau = 1.0f;          ///< `gumbel`: τ₀, the prompt's temperature
+  float noise_scale = 1.0f;  ///< `gumbel`: s in (0, 1]
+  bool noise = false;        ///< `gumbel`: whether ζ is drawn
+};
+
 /// Runtime interface of an evicting KV cache for one layer, implemented by
 /// every `Cache<Score, Temperature, Selection>`. Engines that pick the policy
 /// at run time (see `make_cache`) hold a `std::unique_ptr<CacheInterface>`;
@@ -42,8 +58,12 @@ class CacheInterface {
   virtual void prefill_chunk(ChunkRows& /*rows*/, std::size_t /*chunk_len*/, std::size_t /*n*/) {
     throw std::logic_error("kvevict::CacheInterface::prefill_chunk: this cache has no chunked prefill");
   }
-  /// H2O's prefill from the column sums of the prompt's attention probabilities `[q_head][P]` (see
-  /// `Cache::prefill_from_attention`). The default (a cache without it, e.g. `PagedCache`) throws `std::logic_error`.
+  /// What `prefill_from_attention` takes as this cache's prompt score (`PromptSums`). The default (a cache
+  /// without it) is `PromptSums::Kind::none`.
+  virtual PromptSums prompt_sums() const { return {}; }
+  /// The prefill from the prompt's score summed over its queries, `[q_head][P]` (H2O's attention probabilities,
+  /// Keyformer's noisy ones: `prompt_sums`; see `Cache::prefill_from_attention`). The default (a cache without
+  /// it, e.g. `PagedCache`) throws `std::logic_error`.
   virtual void prefill_from_attention(const float* /*sums*/, std::size_t /*prompt_len*/) {
     throw std::logic_error("kvevict::CacheInterface::prefill_from_attention: this cache has no prefill from attention");
   }

@@ -36,6 +36,16 @@ struct CausalAttentionArgs {
   /// probability query i of head h gives key c, summed over the queries — H2O's prompt score
   /// (Zhang et al. 2023, §4; `Cache::prefill_from_attention` takes it). Null: not computed.
   float* sums = nullptr;
+  /// Optional `[n_q_heads][P]`: written with Keyformer's prompt score (Adnan et al. 2024, Eq. 7 at the prompt),
+  /// `noisy_sums[h][c] = Σ_{i ≥ c} softmax((x_h(i) + s·ζ_h(i)) / τ)[c]` over the real queries i, ζ_h(i)[c] the
+  /// Gumbel noise of query head h, prompt row `i − first`, slot `c − first` drawn as a kvevict cache with seed
+  /// `noise_seed` draws it (`gumbel_row_key`, `fill_gumbel_row`), so that `Cache::prefill_from_attention` of a
+  /// Keyformer cache with that seed and τ₀ = `tau` cuts as its `prefill` would. Null: not computed.
+  float* noisy_sums = nullptr;
+  std::uint64_t noise_seed = 0;  ///< the noise seed of `noisy_sums`
+  float tau = 1.0f;              ///< τ of `noisy_sums`, finite and >= FLT_MIN
+  float noise_scale = 1.0f;      ///< s of `noisy_sums`, in (0, 1]
+  bool noise = true;             ///< false: ζ = 0 (Keyformer's noise-free ablation)
   std::size_t n_q_heads = 0, n_kv_heads = 0, head_dim = 0;
   std::size_t prompt_len = 0;  ///< P
   /// The first real token: tokens before it are left padding, which no query attends; their own output
@@ -47,6 +57,7 @@ struct CausalAttentionArgs {
 /// Queries per block of `causal_attention` (a task's unit of work, with its KV head's group).
 inline constexpr std::size_t kCausalQueryBlock = 32;
 
+#if defined(KVEVICT_VEC16)
 namespace detail {
 inline void causal_block_dispatch(const tiles::BlockArgs& a);
 }  // namespace detail
@@ -59,7 +70,8 @@ inline void causal_block_dispatch(const tiles::BlockArgs& a);
 ///
 /// Work: `n_q_heads · P² · head_dim` multiply-adds (twice half the square: Q Kᵀ and P V over the causal
 /// triangle); memory: `n_kv_heads · P · head_dim` floats for K in panels plus, per task,
-/// `g · 32 · (P + 2·head_dim)` floats, and `n_kv_heads · workers · g · P` floats of partial sums.
+/// `g · 32 · (P + 2·head_dim)` floats (twice P with `noisy_sums`), and `n_kv_heads · workers · g · P` floats of
+/// partial sums per sums asked for. `noisy_sums` adds a noise draw and an exp per logit (Keyformer's own cost).
 /// Parallel over `executor` (tasks: KV head × a stripe of query blocks, every `workers()`-th block, so that
 /// the causal triangle's cost is shared evenly); the sums of the stripes are added afterwards in stripe
 /// order, so the result depends on `workers()` (to float rounding) but not on scheduling. Paths
@@ -68,7 +80,8 @@ inline void causal_block_dispatch(const tiles::BlockArgs& a);
 /// Throws `std::invalid_argument` naming the argument and its value — a null pointer, `n_kv_heads == 0`,
 /// `n_q_heads` not a multiple of it, `head_dim` not a positive multiple of 16, `prompt_len == 0`,
 /// `first >= prompt_len`, a row stride below `head_dim`, a non-finite or non-positive `scale` — before
-/// anything is written; `std::bad_alloc` for the scratch.
+/// anything is written; with `noisy_sums`, also a `tau` not finite and >= FLT_MIN or a `noise_scale` outside (0, 1];
+/// `std::bad_alloc` for the scratch.
 template <class Executor = SerialExecutor>
 void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Executor{}) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("causal_attention: " + what); };
@@ -90,6 +103,12 @@ void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Execut
       bad(std::string(names[i]) + " (" + std::to_string(strides[i]) + ") is below head_dim (" +
           std::to_string(a.head_dim) + ")");
   if (!(a.scale > 0.0f) || !std::isfinite(a.scale)) bad("scale must be positive and finite (got " + std::to_string(a.scale) + ")");
+  if (a.noisy_sums != nullptr) {
+    if (!(a.tau >= std::numeric_limits<float>::min()) || !std::isfinite(a.tau))
+      bad("tau must be finite and >= FLT_MIN (got " + std::to_string(a.tau) + ")");
+    if (!(a.noise_scale > 0.0f && a.noise_scale <= 1.0f))
+      bad("noise_scale must be in (0, 1] (got " + std::to_string(a.noise_scale) + ")");
+  }
 
   using detail::tiles::kPanel;
   const std::size_t P = a.prompt_len, d = a.head_dim, h = a.n_kv_heads, g = a.n_q_heads / h;
@@ -100,10 +119,13 @@ void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Execut
   const std::size_t stripes = std::max<std::size_t>(1, executor.workers());
   const std::size_t n_blocks = (P - a.first + C - 1) / C;
   const std::size_t tasks = h * std::min(stripes, n_blocks);
-  const std::size_t per_task = R * d + R * s_row + R * d + 2 * R + R * n_tiles;
+  const bool noisy = a.noisy_sums != nullptr;
+  const std::size_t per_task =
+      R * d + R * s_row + R * d + 2 * R + R * n_tiles + (noisy ? R * s_row + 2 * R + R * n_tiles : 0);
   std::vector<float> kp(h * P_pad * d, 0.0f);
   std::vector<float> scratch(tasks * per_task);
   std::vector<float> partial(a.sums != nullptr ? tasks * g * P : 0, 0.0f);
+  std::vector<float> partial2(noisy ? tasks * g * P : 0, 0.0f);
   const std::size_t n_stripes = tasks / h;
 
   // K in panels, [head][P_pad / kPanel][d][kPanel] (the padding stays 0).
@@ -141,6 +163,16 @@ void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Execut
     b.mt = b.l + R;
     b.sums = a.sums != nullptr ? partial.data() + task * g * P : nullptr;
     b.sums_row = P;
+    b.noisy = noisy ? partial2.data() + task * g * P : nullptr;
+    b.s2 = b.mt + R * n_tiles;
+    b.m2 = b.s2 + (noisy ? R * s_row : 0);
+    b.l2 = b.m2 + R;
+    b.mt2 = b.l2 + R;
+    b.seed = a.noise_seed;
+    b.head0 = j * g;
+    b.inv_tau = 1.0f / a.tau;
+    b.noise_scale = a.noise_scale;
+    b.noise = a.noise;
     for (std::size_t blk = w; blk < n_blocks; blk += n_stripes) {
       b.c0 = a.first + blk * C;
       b.C = std::min(C, P - b.c0);
@@ -164,16 +196,20 @@ void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Execut
       }
     }
   });
-  if (a.sums == nullptr) return;
-  for (std::size_t j = 0; j < h; ++j)
-    for (std::size_t t = 0; t < g; ++t) {
-      float* dst = a.sums + (j * g + t) * P;
-      std::memcpy(dst, partial.data() + (j * n_stripes) * g * P + t * P, P * sizeof(float));
-      for (std::size_t w = 1; w < n_stripes; ++w) {
-        const float* src = partial.data() + (j * n_stripes + w) * g * P + t * P;
-        for (std::size_t c = 0; c < P; ++c) dst[c] += src[c];
+  // The stripes' partial sums, added in stripe order.
+  auto reduce = [&](const std::vector<float>& parts, float* out) {
+    for (std::size_t j = 0; j < h; ++j)
+      for (std::size_t t = 0; t < g; ++t) {
+        float* dst = out + (j * g + t) * P;
+        std::memcpy(dst, parts.data() + (j * n_stripes) * g * P + t * P, P * sizeof(float));
+        for (std::size_t w = 1; w < n_stripes; ++w) {
+          const float* src = parts.data() + (j * n_stripes + w) * g * P + t * P;
+          for (std::size_t c = 0; c < P; ++c) dst[c] += src[c];
+        }
       }
-    }
+  };
+  if (a.sums != nullptr) reduce(partial, a.sums);
+  if (noisy) reduce(partial2, a.noisy_sums);
 }
 
 namespace detail {
@@ -195,5 +231,20 @@ inline void causal_block_dispatch(const tiles::BlockArgs& a) {
 inline void causal_block_dispatch(const tiles::BlockArgs& a) { tiles::attention_block_body<4>(a); }
 #endif
 }  // namespace detail
+
+#else  // no vector extensions (nvcc, MSVC): the kernel's tiles are written on them
+
+namespace detail {
+template <class>
+inline constexpr bool kNoVectorExtensions = false;
+}  // namespace detail
+/// Not available in this translation unit: a call fails to compile, naming why.
+template <class Executor = SerialExecutor>
+void causal_attention(const CausalAttentionArgs&, Executor&& = Executor{}) {
+  static_assert(detail::kNoVectorExtensions<Executor>,
+                "kvevict::causal_attention needs g++ or clang++ host code (GCC vector extensions): call it from a "
+                "C++ translation unit, not one compiled by nvcc or MSVC");
+}
+#endif  // KVEVICT_VEC16
 
 }  // namespace kvevict

@@ -1,5 +1,6 @@
-// detail/attention_prefill.hpp — Cache::prefill_from_attention: H2O's prompt scores taken from the column sums of the
-// attention probabilities an engine's attention kernel computed, instead of a second pass over the prompt's logits.
+// detail/attention_prefill.hpp — Cache::prefill_from_attention: H2O's (or Keyformer's) prompt scores taken from the
+// column sums of the attention probabilities an engine's attention kernel computed (Keyformer: its noisy tempered
+// ones, `PromptSums`), instead of a second pass over the prompt's logits.
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
@@ -16,12 +17,13 @@ namespace kvevict {
 namespace detail {
 
 /// The body of `Cache::prefill_from_attention(sums, P)`: `sums` `[q_head][P]` row-major, `sums[h][c]` the attention
-/// probability query head h's prompt rows gave slot c, summed over the rows; they become the query heads'
+/// probability query head h's prompt rows gave slot c, summed over the rows (Keyformer: `softmax((x + s·ζ) / τ₀)`
+/// with the cache's ζ, `Cache::prompt_sums`); they become the query heads'
 /// accumulators, KV head j's scores their sum over j's group (q_head order, as `prefill` folds them), then
 /// `selection.prefill_keep`'s tokens are kept, compacted in position order. O(n_q_heads · P) reads and copies, then
 /// the cut (O(n_kv_heads · P · head_dim)); allocates nothing. Every check runs before any state changes; throws
-/// `std::invalid_argument` "kvevict::Cache::prefill_from_attention: …" for a score other than H2O's
-/// (`AccumulatedAttentionScore`), a second prefill, a chunked prefill in progress, a view that does not hold exactly
+/// `std::invalid_argument` "kvevict::Cache::prefill_from_attention: …" for a score other than H2O's or Keyformer's
+/// (`AccumulatedAttentionScore`, `GumbelLogitScore`), a second prefill, a chunked prefill in progress, a view that does not hold exactly
 /// `P` prompt tokens (as `prefill`), a budget `resolve_budget` refuses, a null `sums`, or a value that is not finite
 /// and >= 0; `std::logic_error` on a moved-from cache or an open per-head step.
 template <class C>
@@ -30,8 +32,9 @@ void prefill_cache_from_attention(C& cache, const float* sums, std::size_t P) {
   const char* who = "kvevict::Cache::prefill_from_attention";
   cache.live("prefill_from_attention");
   cache.no_open_step("prefill_from_attention");
-  require(std::is_same<Score, AccumulatedAttentionScore>::value, who, ": needs H2O's score (AccumulatedAttentionScore: ",
-          "the attention each token received); this cache scores the prompt otherwise: use prefill");
+  require(std::is_same<Score, AccumulatedAttentionScore>::value || std::is_same<Score, GumbelLogitScore>::value, who,
+          ": needs H2O's score (AccumulatedAttentionScore: the attention each token received) or Keyformer's "
+          "(GumbelLogitScore); this cache scores the prompt otherwise: use prefill");
   require(!cache.prefilled_, who, ": already prefilled; call reset() for a new sequence");
   require(!cache.chunking_, who, ": a chunked prefill is in progress; call finish_prefill()");
   check_prompt_view(cache.kv(), P);
@@ -46,7 +49,9 @@ void prefill_cache_from_attention(C& cache, const float* sums, std::size_t P) {
       require(std::isfinite(v) && v >= 0.0f, who, ": sums[", h, "][", c, "] = ", v, " (must be finite and >= 0: a ",
               "sum of attention probabilities)");
     }
-  static_assert(!std::is_same<Score, AccumulatedAttentionScore>::value || !has_selection_scores<Score>,
+  static_assert((!std::is_same<Score, AccumulatedAttentionScore>::value &&
+                 !std::is_same<Score, GumbelLogitScore>::value) ||
+                    !has_selection_scores<Score>,
                 "prefill_from_attention loads the sums after its checks: a score with "
                 "selection_scores would need scorer_.check_selection on them first");
   // ---- nothing below can throw ----

@@ -15,6 +15,7 @@
 
 #include "kvevict/core/dispatch.hpp"
 #include "kvevict/detail/vec16_math.hpp"
+#include "kvevict/score/gumbel.hpp"
 
 #if defined(KVEVICT_VEC16)
 #if defined(__clang__)
@@ -53,6 +54,18 @@ struct BlockArgs {
   float* mt;            ///< scratch [R][n_tiles]: each tile's max when its exps were taken
   float* sums;          ///< [g][sums_row] or null: += each key's probability summed over the block's queries
   std::size_t sums_row;
+  /// Keyformer's track (null `noisy`: none): [g][sums_row] += softmax((x + s·ζ) / τ) summed over the block's
+  /// queries, ζ of query head `head0 + t`, row `i − first`, slot `c − first` (gumbel_row_key, gumbel_zeta).
+  float* noisy;
+  float* s2;            ///< scratch [R][s_row]: its exps
+  float* m2;            ///< scratch [R]
+  float* l2;            ///< scratch [R]
+  float* mt2;           ///< scratch [R][n_tiles]
+  std::uint64_t seed;   ///< the noise seed
+  std::size_t head0;    ///< the group's first query head
+  float inv_tau;        ///< 1 / τ
+  float noise_scale;    ///< s in (0, 1]
+  bool noise;           ///< false: ζ = 0 (Keyformer without noise)
 };
 
 /// `acc += a · b`, lane-wise: one FMA where the path has it (the dispatched functions allow contraction:
@@ -154,13 +167,134 @@ KVEVICT_VEC_INLINE void pv_rows(const BlockArgs& a, std::size_t n_rows, const fl
     for (std::size_t r = 0; r < n_rows; ++r) pv_tile<W, 1, 1>(e + r * a.s_row, a.s_row, v + x, a.v_row, n, a.o + r * a.d + x, a.d);
 }
 
+/// One tile of a row, in place: `row[lo, hi)` (values y) becomes exp((y − m') · inv_tau) for the row's new max
+/// m' = max(m, max y), the rest of `[0, span)` 0; l becomes l · α + Σ, and α = exp((m − m') · inv_tau) is
+/// returned (1 when the max did not grow, 0 for the row's first visible tile), for what was summed with m.
+template <int W>
+KVEVICT_VEC_INLINE float tile_row_exp(float* row, std::size_t lo, std::size_t hi, std::size_t span, float inv_tau,
+                                      float& m, float& l) {
+  using F = typename v16::V<W>::F;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  if (hi <= lo) {
+    std::memset(row, 0, span * sizeof(float));
+    return 1.0f;
+  }
+  float mx = ninf;
+  {
+    F mv = F{} + ninf;
+    std::size_t c = lo;
+    for (; c + W <= hi; c += W) {
+      F x;
+      v16::load(x, row + c);
+      mv = x > mv ? x : mv;
+    }
+    for (int i = 0; i < W; ++i) mx = std::max(mx, mv[i]);
+    for (; c < hi; ++c) mx = std::max(mx, row[c]);
+  }
+  const float m_new = std::max(m, mx);
+  const float alpha = m == ninf ? 0.0f : (m_new > m ? std::exp((m - m_new) * inv_tau) : 1.0f);
+  m = m_new;
+  std::memset(row, 0, lo * sizeof(float));
+  const F mv = F{} + m_new, tv = F{} + inv_tau;
+  F acc = F{};
+  std::size_t c = lo;
+  for (; c + W <= hi; c += W) {
+    F x;
+    v16::load(x, row + c);
+    x = (x - mv) * tv;
+    v16::exp_nonpositive<W>(x);
+    acc = acc + x;
+    v16::store(row + c, x);
+  }
+  if (c < hi) {
+    F x;
+    v16::load_part(x, row + c, hi - c, ninf);
+    x = (x - mv) * tv;
+    v16::exp_nonpositive<W>(x);
+    typename v16::V<W>::I keep{};
+    for (int i = 0; i < W; ++i) keep[i] = c + static_cast<std::size_t>(i) < hi ? -1 : 0;
+    x = (F)((typename v16::V<W>::I)x & keep);
+    acc = acc + x;
+    v16::store_part(row + c, x, hi - c);
+  }
+  float sum = 0.0f;
+  for (int i = 0; i < W; ++i) sum += acc[i];
+  l = l * alpha + sum;
+  std::memset(row + hi, 0, (span - hi) * sizeof(float));
+  return alpha;
+}
+
+/// sums[t][c] += Σ_q exp((mt − m) · inv_tau) / l · e[(t, q)][c] over the block's tiles: each row's exps as the
+/// probabilities its final max and sum make them.
+template <int W>
+KVEVICT_VEC_INLINE void column_sums(const BlockArgs& a, const float* e, const float* m, const float* l,
+                                    const float* mt, float inv_tau, float* sums, std::size_t k0, std::size_t end,
+                                    std::size_t n_tiles) {
+  using F = typename v16::V<W>::F;
+  for (std::size_t t = 0; t < n_tiles; ++t) {
+    const std::size_t c_lo = k0 + t * kKeyTile, c_hi = std::min(end, c_lo + kKeyTile);
+    const std::size_t n = c_hi - c_lo;
+    for (std::size_t h = 0; h < a.g; ++h) {
+      float* out = sums + h * a.sums_row + c_lo;
+      for (std::size_t q = 0; q < a.C; ++q) {
+        const std::size_t r = h * a.C + q;
+        if (l[r] == 0.0f) continue;
+        const float w = std::exp((mt[r * n_tiles + t] - m[r]) * inv_tau) / l[r];
+        if (w == 0.0f) continue;
+        const F wv = F{} + w;
+        const float* row = e + r * a.s_row + (c_lo - k0);
+        std::size_t c = 0;
+        for (; c + W <= n; c += W) {
+          F x, y;
+          v16::load(x, row + c);
+          v16::load(y, out + c);
+          fmadd(y, wv, x);
+          v16::store(out + c, y);
+        }
+        for (; c < n; ++c) out[c] += w * row[c];
+      }
+    }
+  }
+}
+
+/// The tile's rows as Keyformer's values y = x + s·ζ into `a.s2` (ζ drawn per row key and slot), visible part.
+template <int W>
+KVEVICT_VEC_INLINE void noisy_values(const BlockArgs& a, const float* st, float* s2t, std::size_t c_lo,
+                                     std::size_t lo, std::size_t hi, std::size_t r) {
+  using F = typename v16::V<W>::F;
+  const std::size_t t = r / a.C, q = r % a.C;
+  const std::uint64_t key = gumbel_row_key(a.seed, a.head0 + t, a.c0 + q - a.first);
+  const auto klo = static_cast<std::uint32_t>(key), khi = static_cast<std::uint32_t>(key >> 32);
+  const F sv = F{} + a.noise_scale;
+  if (!a.noise) {
+    std::memcpy(s2t + lo, st + lo, (hi - lo) * sizeof(float));
+    return;
+  }
+  const bool scaled = a.noise_scale != 1.0f;
+  std::size_t c = lo;
+  for (; c + W <= hi; c += W) {
+    F x, z;
+    v16::load(x, st + c);
+    v16::gumbel_zeta<W>(z, klo, khi, static_cast<std::uint32_t>(c_lo + c - a.first));
+    x = scaled ? x + sv * z : x + z;
+    v16::store(s2t + c, x);
+  }
+  if (c < hi) {
+    F x, z;
+    v16::load_part(x, st + c, hi - c, 0.0f);
+    v16::gumbel_zeta<W>(z, klo, khi, static_cast<std::uint32_t>(c_lo + c - a.first));
+    x = scaled ? x + sv * z : x + z;
+    v16::store_part(s2t + c, x, hi - c);
+  }
+}
+
 /// One query block: o[r] = Σ_c exp(s_rc − m_r) V_c (unnormalised), l[r] = Σ_c exp(s_rc − m_r), m[r] the row max,
-/// over the visible keys [first, c0 + q] of row (t, q); with sums, sums[t][c] += Σ_q p_(t,q),c. The keys go in
-/// tiles of kKeyTile (online softmax: a new max rescales o and l; each tile's exps are kept with the max they
-/// used, mt, and the column sums weight them exp(mt − m) / l at the end). O(R · n · d) time, n = c0 + C − first.
+/// over the visible keys [first, c0 + q] of row (t, q); with sums, sums[t][c] += Σ_q p_(t,q),c; with noisy, the
+/// same for Keyformer's softmax((x + s·ζ) / τ). The keys go in tiles of kKeyTile (online softmax: a new max
+/// rescales o and l; each tile's exps are kept with the max they used, mt, and the column sums weight them
+/// exp(mt − m) / l at the end). O(R · n · d) time, n = c0 + C − first.
 template <int W>
 KVEVICT_VEC_INLINE void attention_block_body(const BlockArgs& a) {
-  using F = typename v16::V<W>::F;
   const std::size_t R = a.g * a.C, d = a.d;
   const float ninf = -std::numeric_limits<float>::infinity();
   const std::size_t k0 = a.first / kPanel * kPanel;  // the first panel holding a visible key
@@ -169,6 +303,10 @@ KVEVICT_VEC_INLINE void attention_block_body(const BlockArgs& a) {
   for (std::size_t r = 0; r < R; ++r) {
     a.m[r] = ninf;
     a.l[r] = 0.0f;
+    if (a.noisy != nullptr) {
+      a.m2[r] = ninf;
+      a.l2[r] = 0.0f;
+    }
   }
   std::memset(a.o, 0, R * d * sizeof(float));
   for (std::size_t t = 0; t < n_tiles; ++t) {
@@ -183,78 +321,22 @@ KVEVICT_VEC_INLINE void attention_block_body(const BlockArgs& a) {
       // Visible: [max(first, c_lo), min(c0 + q + 1, c_hi)); the rest of the tile's span is 0 after the exps.
       const std::size_t lo = std::max(a.first, c_lo) - c_lo;
       const std::size_t hi_abs = std::min(a.c0 + q + 1, c_hi);
-      const std::size_t hi = hi_abs > c_lo ? hi_abs - c_lo : 0;
-      float mx = ninf;
-      for (std::size_t c = lo; c < hi; ++c) mx = std::max(mx, row[c]);
-      const float m_new = std::max(a.m[r], mx);
-      a.mt[r * n_tiles + t] = m_new;
-      if (hi <= lo) {
-        std::memset(row, 0, span * sizeof(float));
-        continue;
+      const std::size_t hi = std::max(lo, hi_abs > c_lo ? hi_abs - c_lo : 0);
+      if (a.noisy != nullptr) {
+        float* row2 = a.s2 + (c_lo - k0) + r * a.s_row;
+        noisy_values<W>(a, row, row2, c_lo, lo, hi, r);
+        tile_row_exp<W>(row2, lo, hi, span, a.inv_tau, a.m2[r], a.l2[r]);
+        a.mt2[r * n_tiles + t] = a.m2[r];
       }
-      if (m_new > a.m[r] && a.m[r] != ninf) {  // a larger max: what was summed so far shrinks by exp(m − m_new)
-        float alpha = a.m[r] - m_new;
-        alpha = std::exp(alpha);
-        a.l[r] *= alpha;
+      const float alpha = tile_row_exp<W>(row, lo, hi, span, 1.0f, a.m[r], a.l[r]);
+      a.mt[r * n_tiles + t] = a.m[r];
+      if (alpha != 1.0f)  // a larger max: what was summed so far shrinks by exp(m − m_new)
         for (std::size_t x = 0; x < d; ++x) a.o[r * d + x] *= alpha;
-      }
-      a.m[r] = m_new;
-      std::memset(row, 0, lo * sizeof(float));
-      const F mv = F{} + m_new;
-      F acc = F{};
-      std::size_t c = lo;
-      for (; c + W <= hi; c += W) {
-        F x;
-        v16::load(x, row + c);
-        x = x - mv;
-        v16::exp_nonpositive<W>(x);
-        acc = acc + x;
-        v16::store(row + c, x);
-      }
-      if (c < hi) {
-        F x;
-        v16::load_part(x, row + c, hi - c, ninf);
-        x = x - mv;
-        v16::exp_nonpositive<W>(x);
-        typename v16::V<W>::I keep{};
-        for (int i = 0; i < W; ++i) keep[i] = c + static_cast<std::size_t>(i) < hi ? -1 : 0;
-        x = (F)((typename v16::V<W>::I)x & keep);
-        acc = acc + x;
-        v16::store_part(row + c, x, hi - c);
-      }
-      float sum = 0.0f;
-      for (int i = 0; i < W; ++i) sum += acc[i];
-      a.l[r] += sum;
-      std::memset(row + hi, 0, (span - hi) * sizeof(float));
     }
     pv_rows<W>(a, R, st, a.v + c_lo * a.v_row, c_hi - c_lo);
   }
-  if (a.sums == nullptr) return;
-  // Column sums: sums[t][c] += Σ_q exp(mt − m) / l · e, tile by tile.
-  for (std::size_t t = 0; t < n_tiles; ++t) {
-    const std::size_t c_lo = k0 + t * kKeyTile, c_hi = std::min(end, c_lo + kKeyTile);
-    const std::size_t n = c_hi - c_lo;
-    for (std::size_t h = 0; h < a.g; ++h) {
-      float* out = a.sums + h * a.sums_row + c_lo;
-      for (std::size_t q = 0; q < a.C; ++q) {
-        const std::size_t r = h * a.C + q;
-        if (a.l[r] == 0.0f) continue;
-        float w = a.mt[r * n_tiles + t] - a.m[r];
-        w = std::exp(w);
-        const F wv = F{} + w / a.l[r];
-        const float* row = a.s + r * a.s_row + (c_lo - k0);
-        std::size_t c = 0;
-        for (; c + W <= n; c += W) {
-          F x, y;
-          v16::load(x, row + c);
-          v16::load(y, out + c);
-          fmadd(y, wv, x);
-          v16::store(out + c, y);
-        }
-        for (; c < n; ++c) out[c] += w / a.l[r] * row[c];
-      }
-    }
-  }
+  if (a.sums != nullptr) column_sums<W>(a, a.s, a.m, a.l, a.mt, 1.0f, a.sums, k0, end, n_tiles);
+  if (a.noisy != nullptr) column_sums<W>(a, a.s2, a.m2, a.l2, a.mt2, a.inv_tau, a.noisy, k0, end, n_tiles);
 }
 
 }  // namespace tiles
