@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "cache.hpp"
 #include "conversions.hpp"
 #include "docstrings.hpp"
 #include "executor_pool.hpp"
@@ -40,7 +41,7 @@ Strided3 strided3(py::handle obj, const std::string& name, const std::string& wh
 }
 
 py::tuple causal_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle scale_obj,
-                           py::handle first_obj, py::handle sums_obj, py::handle pool_obj) {
+                           py::handle first_obj, py::handle sums_obj, py::handle sums_for_obj, py::handle pool_obj) {
   const Strided3 q = strided3(q_obj, "q", "[n_q_heads, P, head_dim]");
   const Strided3 k = strided3(k_obj, "k", "[n_kv_heads, P, head_dim]");
   const Strided3 v = strided3(v_obj, "v", "[n_kv_heads, P, head_dim]");
@@ -51,7 +52,21 @@ py::tuple causal_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj,
     throw py::value_error("causal_attention: k and v must be [n_kv_heads, P, head_dim] with q's P and head_dim (q " +
                           shape(q) + ", k " + shape(k) + ", v " + shape(v) + ")");
   const std::size_t first = to_size(first_obj, "first");
-  const bool want_sums = to_bool(sums_obj, "sums");
+  bool want_sums = to_bool(sums_obj, "sums");
+  kvevict::PromptSums spec;  // sums_for's
+  if (!sums_for_obj.is_none()) {
+    if (!py::isinstance<PyCache>(sums_for_obj))
+      throw py::type_error("causal_attention: sums_for must be a kvevict.Cache or None (got " +
+                           type_name(sums_for_obj) + ")");
+    if (want_sums) throw py::value_error("causal_attention: give sums=True or sums_for, not both");
+    PyCache& cache = sums_for_obj.cast<PyCache&>();
+    spec = cache.prompt_sums();
+    if (spec.kind == kvevict::PromptSums::Kind::none)
+      throw py::value_error("causal_attention: sums_for: a '" + cache.policy() +
+                            "' cache takes no prompt sums (prefill_from_attention: h2o and keyformer)");
+    want_sums = true;
+  }
+  const bool noisy = spec.kind == kvevict::PromptSums::Kind::gumbel;
   double scale = 1.0 / std::sqrt(static_cast<double>(q.dim == 0 ? 1 : q.dim));
   if (!scale_obj.is_none()) scale = to_double(scale_obj, "scale");
   PyThreadPool* pool = nullptr;
@@ -78,7 +93,14 @@ py::tuple causal_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj,
   a.out = out.mutable_data();
   a.out_head_stride = q.dim;
   a.out_row_stride = q.heads * q.dim;
-  a.sums = want_sums ? sums.mutable_data() : nullptr;
+  a.sums = want_sums && !noisy ? sums.mutable_data() : nullptr;
+  if (noisy) {
+    a.noisy_sums = sums.mutable_data();
+    a.noise_seed = spec.seed;
+    a.tau = spec.tau;
+    a.noise_scale = spec.noise_scale;
+    a.noise = spec.noise;
+  }
   a.n_q_heads = q.heads;
   a.n_kv_heads = k.heads;
   a.head_dim = q.dim;
@@ -102,7 +124,7 @@ py::tuple causal_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj,
 void bind_attention(py::module_& m) {
   m.def("causal_attention", &causal_attention, doc::kCausalAttention, py::arg("q"), py::arg("k"), py::arg("v"),
         py::kw_only(), py::arg("scale") = py::none(), py::arg("first") = 0, py::arg("sums") = false,
-        py::arg("pool") = py::none());
+        py::arg("sums_for") = py::none(), py::arg("pool") = py::none());
 }
 
 }  // namespace kvpy

@@ -502,6 +502,20 @@ float PyCache::temperature() {
   GilFreeLock lock(mutex_);
   return cache_->temperature();
 }
+kvevict::PromptSums PyCache::prompt_sums() {
+  std::string message;
+  kvevict::PromptSums spec;
+  {
+    GilFreeLock lock(mutex_);
+    try {
+      spec = cache_->prompt_sums();
+    } catch (const std::invalid_argument& e) {
+      message = e.what();
+    }
+  }
+  if (!message.empty()) throw py::value_error(message);
+  return spec;
+}
 
 std::string PyCache::describe() {
   std::ostringstream os;

@@ -78,6 +78,9 @@ class PyCache {
   std::size_t recent_window();
   std::size_t step();
   float temperature();
+  /// What prefill_from_attention takes (kvevict::Cache::prompt_sums), under the lock; ValueError for a τ₀ the
+  /// library refuses.
+  kvevict::PromptSums prompt_sums();
 
   /// The longest KV head's length, under the cache's mutex (taken here, the GIL released while waiting).
   std::size_t longest_length();

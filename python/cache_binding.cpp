@@ -104,7 +104,23 @@ void bind_cache_methods(Class& c) {
       .def_property_readonly("executor", &PyCache::executor, doc::kExecutor)
       .def_property_readonly("k", [](PyCache& self) { return self.storage(true); }, doc::kK)
       .def_property_readonly("v", [](PyCache& self) { return self.storage(false); }, doc::kV)
-      .def_property_readonly("lengths", &PyCache::lengths, "Live slots per KV head, a list of n_kv_heads ints.");
+      .def_property_readonly("lengths", &PyCache::lengths, "Live slots per KV head, a list of n_kv_heads ints.")
+      .def_property_readonly(
+          "prompt_sums",
+          [](PyCache& self) {
+            const kvevict::PromptSums spec = self.prompt_sums();
+            py::dict d;
+            using Kind = kvevict::PromptSums::Kind;
+            d["kind"] = spec.kind == Kind::attention ? "attention" : spec.kind == Kind::gumbel ? "gumbel" : "none";
+            if (spec.kind == Kind::gumbel) {
+              d["seed"] = spec.seed;
+              d["tau"] = spec.tau;
+              d["noise_scale"] = spec.noise_scale;
+              d["noise"] = spec.noise;
+            }
+            return d;
+          },
+          doc::kPromptSums);
   bind_policy_properties<PyCache>(c);
   c.def_property_readonly("n_kv_heads", &PyCache::n_kv_heads, "KV heads.")
       .def_property_readonly("n_q_heads", &PyCache::n_q_heads, "Query heads.")

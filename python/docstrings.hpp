@@ -187,8 +187,15 @@ constexpr const char* kSetExecutor =
     "for a cache without parallel scoring; the cache is then unchanged. Allocates the per-task row scratch "
     "(O(min(workers, n_q_heads) * capacity)).";
 constexpr const char* kExecutor = "The kvevict.ThreadPool set by set_executor, or None.";
+constexpr const char* kPromptSums =
+    "What prefill_from_attention takes as this cache's prompt score, a dict: {'kind': 'attention'} for h2o (the "
+    "attention probabilities summed over the prompt's queries), {'kind': 'gumbel', 'seed', 'tau', 'noise_scale', "
+    "'noise'} for keyformer (softmax((x + noise_scale * zeta) / tau) summed over the queries, zeta drawn with the "
+    "cache's seed), {'kind': 'none'} for the other policies (prefill_from_attention refuses). "
+    "kvevict.causal_attention(..., sums_for=cache) computes them. ValueError for a tau the schedule makes invalid.";
 constexpr const char* kCausalAttention =
-    "causal_attention(q, k, v, *, scale=None, first=0, sums=False, pool=None) -> (out, sums): the prompt's causal "
+    "causal_attention(q, k, v, *, scale=None, first=0, sums=False, sums_for=None, pool=None) -> (out, sums): the "
+    "prompt's causal "
     "attention softmax(scale * q k^T + causal mask) v per query head (GQA: query head h reads KV head "
     "h // (n_q_heads // n_kv_heads)), and with sums=True each key's probability summed over the queries, H2O's prompt "
     "score (Zhang et al. 2023, section 4), as Cache.prefill_from_attention takes it - in one fused pass "
@@ -198,7 +205,10 @@ constexpr const char* kCausalAttention =
     "logits' factor (default 1 / sqrt(head_dim)); first: tokens before it are left padding (no query attends them, "
     "their output rows are 0, their queries add nothing to the sums); pool: a kvevict.ThreadPool (None: the "
     "calling thread). Returns out [P, n_q_heads, head_dim] (transformers' attention output layout) and sums "
-    "[n_q_heads, P] float32 (None unless sums=True). Work: n_q_heads * P^2 * head_dim multiply-adds; memory "
+    "[n_q_heads, P] float32 (None unless sums=True or sums_for). sums_for=cache (a kvevict.Cache whose policy takes "
+    "prompt sums: Cache.prompt_sums) gives instead the sums that cache's prefill_from_attention takes: h2o's as "
+    "sums=True, keyformer's softmax((x + s * zeta) / tau0) with its seed, tau0 and noise (a noise draw and an exp "
+    "more per logit); ValueError for another policy or with sums=True as well. Work: n_q_heads * P^2 * head_dim multiply-adds; memory "
     "n_kv_heads * P * head_dim floats plus 32 * g * P per worker. Runs without the GIL. TypeError / ValueError "
     "naming the argument: arrays of another dtype, rank, shape or stride, head_dim not a multiple of 16, "
     "n_q_heads not a multiple of n_kv_heads, first >= P, a scale not positive and finite.";

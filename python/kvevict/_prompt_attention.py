@@ -95,10 +95,11 @@ def prompt_attention(module, query, key, value, attention_mask, dropout=0.0, sca
                          f"{P} queries)")
     scale = float(scaling if scaling is not None else d ** -0.5)
     summing = layer.sums_in_attention()  # H2O: the probabilities summed here; else each chunk scored by the caches
-    if summing and d % 16 == 0 and query.dtype == key.dtype == value.dtype == torch.float32:
+    fused = layer.fused_sums()
+    if fused and d % 16 == 0 and query.dtype == key.dtype == value.dtype == torch.float32:
         firsts = _left_padding(attention_mask, B, P)
         if firsts is not None:  # the fused kernel: output and column sums in one pass, no P x P block
-            return _fused_h2o(layer, query, key, value, firsts, scale)
+            return _fused(layer, fused, query, key, value, firsts, scale)
     if summing:
         sums = torch.zeros(B, h, g, P, dtype=torch.float32)  # per query head: probabilities summed over its queries
         real = layer.real_queries()  # [B, P] float (1: a real token, 0: left padding), or None: all real
@@ -148,16 +149,21 @@ def prompt_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     return out.view(B, H, P, d).transpose(1, 2).contiguous(), None
 
 
-def _fused_h2o(layer, query, key, value, firsts, scale):
-    """H2O's prompt through kvevict.causal_attention (attention/causal_attention.hpp): per sequence, the causal
-    attention over its real tokens (first = its left padding) and each key's probabilities summed over the
-    queries, on the KVEvictCache's attention pool (torch's thread count); returns transformers' (output [B, P, n_q, d], None)."""
+def _fused(layer, policy, query, key, value, firsts, scale):
+    """The prompt through kvevict.causal_attention (attention/causal_attention.hpp): per sequence, the causal
+    attention over its real tokens (first = its left padding) and each key's score summed over the queries, on
+    the KVEvictCache's attention pool (torch's thread count): H2O's probabilities, or Keyformer's
+    softmax((x + zeta) / tau0) with the noise of the sequence's own cache (sums_for: Cache.prompt_sums). The cut
+    prefills from those sums. Returns transformers' (output [B, P, n_q, d], None)."""
     B, H, P, d = query.shape
     pool = layer._owner().attention_pool()
+    if policy == "keyformer":
+        layer.open_for_sums()
     sums = torch.empty(B, H, P, dtype=torch.float32)
     outs = []
     for b in range(B):
-        o, s = kvevict.causal_attention(query[b], key[b], value[b], scale=scale, first=firsts[b], sums=True, pool=pool)
+        kw = dict(sums_for=layer.kvs[b]) if policy == "keyformer" else dict(sums=True)
+        o, s = kvevict.causal_attention(query[b], key[b], value[b], scale=scale, first=firsts[b], pool=pool, **kw)
         outs.append(torch.from_numpy(o))
         sums[b] = torch.from_numpy(s)
     layer.take_attention_sums(sums)

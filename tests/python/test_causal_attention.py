@@ -73,6 +73,53 @@ def test_sums_cut_the_prompt_as_prefill_of_the_logits():
         np.testing.assert_allclose(np.sort(caches[0].scores(j)), np.sort(caches[1].scores(j)), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("options", [dict(), dict(tau_init=1.5, seed=11), dict(noise=False),
+                                     dict(tau_init=2.0, noise=False, seed=3)])
+def test_sums_for_a_keyformer_cache_cut_as_its_prefill(options):
+    """sums_for=cache: Keyformer's softmax((x + s * zeta) / tau0) with the cache's seed, tau0 and noise switch, summed
+    over the queries; prefill_from_attention of those cuts as prefill of the materialised logits."""
+    nq, nkv, d, P = 6, 2, 32, 70
+    q, k, v = problem(nq, nkv, d, P, seed=4, spread=3.0)
+    scale = d ** -0.5
+    caches = [kvevict.Cache("keyformer", n_q_heads=nq, n_kv_heads=nkv, capacity=P + 1, head_dim=d, budget=20,
+                            recent=4, horizon=8, **options) for _ in range(2)]
+    for c in caches:
+        for p in range(P):
+            c.append(p, np.ascontiguousarray(k[:, p]), np.ascontiguousarray(v[:, p]))
+    spec = caches[0].prompt_sums
+    assert spec == dict(kind="gumbel", seed=options.get("seed", 42), tau=options.get("tau_init", 1.0),
+                        noise_scale=options.get("noise_scale", 1.0), noise=options.get("noise", True))
+    out, sums = kvevict.causal_attention(q, k, v, scale=scale, sums_for=caches[0], pool=kvevict.ThreadPool(2))
+    plain, _ = kvevict.causal_attention(q, k, v, scale=scale)
+    assert np.array_equal(out, plain)  # the output does not depend on the sums asked for
+    x = np.einsum("hid,hcd->hic", q.astype(np.float64), np.repeat(k, nq // nkv, axis=0)) * scale
+    x = np.where(np.tril(np.ones((P, P), bool)), x, -np.inf).astype(np.float32)
+    caches[0].prefill_from_attention(sums)
+    caches[1].prefill(np.ascontiguousarray(x))
+    for j in range(nkv):
+        assert caches[0].retained_positions(j) == caches[1].retained_positions(j)
+        np.testing.assert_allclose(np.sort(caches[0].scores(j)), np.sort(caches[1].scores(j)), rtol=1e-4, atol=1e-5)
+    assert caches[0].temperature == caches[1].temperature
+
+
+def test_prompt_sums_of_each_policy():
+    def cache(policy, **kw):
+        return kvevict.Cache(policy, n_q_heads=2, n_kv_heads=1, capacity=8, head_dim=16, **kw)
+    assert cache("h2o").prompt_sums == dict(kind="attention")
+    assert cache("tova").prompt_sums == dict(kind="none")
+    assert cache("keyformer", horizon=4, mean_attention=True).prompt_sums == dict(kind="none")
+    q, k, v = problem(2, 1, 16, 5)
+    with pytest.raises(ValueError, match=r"causal_attention: sums_for: a 'tova' cache takes no prompt sums"):
+        kvevict.causal_attention(q, k, v, sums_for=cache("tova"))
+    with pytest.raises(ValueError, match=r"give sums=True or sums_for, not both"):
+        kvevict.causal_attention(q, k, v, sums=True, sums_for=cache("h2o"))
+    with pytest.raises(TypeError, match=r"sums_for must be a kvevict.Cache or None \(got int\)"):
+        kvevict.causal_attention(q, k, v, sums_for=1)
+    a, sa = kvevict.causal_attention(q, k, v, sums_for=cache("h2o"))
+    b, sb = kvevict.causal_attention(q, k, v, sums=True)
+    assert np.array_equal(a, b) and np.array_equal(sa, sb)
+
+
 @pytest.mark.parametrize("change, err, msg", [
     (dict(q=np.zeros((2, 5, 16), dtype=np.float64)), ValueError, r"q must be a float32 array of shape \[n_q_heads"),
     (dict(k=np.zeros((1, 5), dtype=np.float32)), ValueError, r"k must be a float32 array of shape \[n_kv_heads"),

@@ -83,11 +83,11 @@ def test_refusals_leave_the_cache_able_to_prefill():
     assert cache.lengths == [11, 11]
     with pytest.raises(ValueError, match="already prefilled"):
         cache.prefill_from_attention(np.ones((H_Q, 11), np.float32))
-    kf, rows = filled("keyformer", horizon=4)
+    tova, rows = filled("tova")
     for p in range(P):
-        kf.append(p, rows[p, 0], rows[p, 1])
-    with pytest.raises(ValueError, match=r"needs H2O's score \(AccumulatedAttentionScore"):
-        kf.prefill_from_attention(np.ones((H_Q, P), np.float32))
+        tova.append(p, rows[p, 0], rows[p, 1])
+    with pytest.raises(ValueError, match=r"needs H2O's score \(AccumulatedAttentionScore.* or Keyformer's"):
+        tova.prefill_from_attention(np.ones((H_Q, P), np.float32))
     snap, rows = filled("snapkv")
     for p in range(P):
         snap.append(p, rows[p, 0], rows[p, 1])

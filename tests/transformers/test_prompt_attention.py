@@ -122,10 +122,13 @@ def test_only_chunked_scores_without_record_replace_the_attention(monkeypatch, p
     assert all(type(m.self_attn.config) is not pa._ConfigView for m in model.model.layers)
 
 
-@pytest.mark.parametrize("policy, inside", [("h2o", "take_attention_sums"), ("keyformer", "score_chunk")])
+@pytest.mark.parametrize("policy, inside", [("h2o", "take_attention_sums"), ("keyformer", "open_for_sums"),
+                                            ("keyformer-mean", "score_chunk")])
 def test_config_is_the_models_again_after_a_forward_that_raised(monkeypatch, policy, inside):
     from kvevict._layer import KVEvictLayer
-    options = dict(horizon=4) if policy == "keyformer" else {}
+    options = dict(horizon=4) if policy.startswith("keyformer") else {}
+    if policy == "keyformer-mean":  # its chunks are scored by the caches (no fused sums)
+        policy, options = "keyformer", dict(horizon=4, mean_attention=True)
     model = tiny_model("llama", seed=11)
     with torch.no_grad():
         want = model(prompt(30), past_key_values=DynamicCache()).logits
@@ -170,7 +173,8 @@ def test_another_threads_swapped_config_runs_the_models_attention():
 
 def test_threads_change_nothing(monkeypatch):
     """The prompt's rows scored on 1, 2 or 3 workers (the caches on the KVEvictCache's pool while the prompt is
-    scored, serial after the cut): the same kept positions and logits, bit for bit."""
+    scored, serial after the cut): the same kept positions and logits, bit for bit. (Keyformer with
+    mean_attention: its chunks go to the caches; plain Keyformer's prompt takes the fused kernel's sums.)"""
     from kvevict._layer import KVEvictLayer
     model = tiny_model("llama", seed=11)
     ids = prompt(pa.CHUNK + 20)
@@ -184,7 +188,7 @@ def test_threads_change_nothing(monkeypatch):
     runs = []
     for threads in (1, 2, 3):
         executors.clear()
-        cache = KVEvictCache(model, policy="keyformer", budget=0.4, horizon=T, threads=threads)
+        cache = KVEvictCache(model, policy="keyformer", budget=0.4, horizon=T, threads=threads, mean_attention=True)
         runs.append((greedy_loop(model, ids, cache, T), [cache.retained_positions(lay, j) for lay in range(2)
                                                           for j in range(cache.n_kv_heads)]))
         pool = cache.scoring_pool()
@@ -248,15 +252,20 @@ def _kernel_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("hidden, fused", [(64, True), (96, False)], ids=["head-dim-16", "head-dim-24"])
-def test_h2o_prompt_runs_the_fused_kernel_where_head_dim_allows(monkeypatch, hidden, fused):
-    """H2O's prompt attention is kvevict.causal_attention (output and column sums in one pass) when head_dim is a
-    multiple of 16, once per layer and sequence with the sequence's left padding as `first`; otherwise the
-    chunked torch path. The outputs equal DynamicCache's either way (the tests above)."""
+@pytest.mark.parametrize("policy, options", [("h2o", {}), ("keyformer", dict(horizon=T)),
+                                             ("keyformer", dict(horizon=T, mean_attention=True))],
+                         ids=["h2o", "keyformer", "keyformer-mean"])
+@pytest.mark.parametrize("hidden", [64, 96], ids=["head-dim-16", "head-dim-24"])
+def test_prompt_runs_the_fused_kernel_where_it_applies(monkeypatch, hidden, policy, options):
+    """H2O's and Keyformer's prompt attention is kvevict.causal_attention (the output and the prompt's score summed
+    over the queries in one pass; Keyformer's from its caches' prompt_sums) when head_dim is a multiple of 16, once
+    per layer and sequence with the sequence's left padding as `first`; otherwise, and with mean_attention, the
+    chunked torch path. The outputs and kept sets are the same either way (the tests above)."""
+    fused = hidden == 64 and not options.get("mean_attention")
     model = tiny_model("llama", seed=13, hidden_size=hidden)
     calls = _kernel_calls(monkeypatch)
     with torch.no_grad():
-        model(prompt(40), past_key_values=KVEvictCache(model, policy="h2o", budget=0.5))
+        model(prompt(40), past_key_values=KVEvictCache(model, policy=policy, budget=0.5, **options))
     assert calls == ([0, 0] if fused else [])
     calls.clear()
     ids = torch.cat([torch.zeros(1, 7, dtype=torch.long), prompt(33)], dim=1).repeat(2, 1)
@@ -265,7 +274,7 @@ def test_h2o_prompt_runs_the_fused_kernel_where_head_dim_allows(monkeypatch, hid
     mask[0, :7] = 0
     with torch.no_grad():
         model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-              past_key_values=KVEvictCache(model, policy="h2o", budget=0.5))
+              past_key_values=KVEvictCache(model, policy=policy, budget=0.5, **options))
     assert calls == ([7, 0, 7, 0] if fused else [])
 
 
