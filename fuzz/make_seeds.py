@@ -8,6 +8,7 @@ harness's choices in call order and reverses them. Keep it in step with the harn
 
 The writers live in fuzz/seeds/ (encoder.py: the Encoder and `write`; one module per target).
 """
+from seeds.causal_attention import causal_attention_seeds
 from seeds.cache_ops import cache_ops_issue37_seeds, cache_ops_issue51_seeds, cache_ops_seeds
 from seeds.helpers import helpers_seeds
 from seeds.llama2 import llama2_seeds, tokenizer_seeds
@@ -28,3 +29,4 @@ if __name__ == "__main__":
     tokenizer_seeds()
     helpers_seeds()
     trace_json_duplicate_seeds()
+    causal_attention_seeds()
