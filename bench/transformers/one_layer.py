@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The prompt's forward through one transformer layer, where attention is most of the cost: KVEvictCache's
-prompt attention (kvevict/_prompt_attention.py: chunked torch attention, H2O's column sums, Keyformer's chunks
-scored by the caches on 1 or N workers) against DynamicCache with SDPA's fused kernel, side by side in one run.
+prompt attention (kvevict/_prompt_attention.py: H2O's and Keyformer's through the fused kvevict.causal_attention
+with their prompt sums, TOVA's chunked torch attention with each chunk scored by the caches) against
+DynamicCache with SDPA's fused kernel, side by side in one run.
 
 SmolLM2-135M-Instruct (saved by costs.py under --work, or converted from the GGUF as costs.py does) cut to its
 first layer (config.num_hidden_layers = 1), float32, sdpa; a prompt of --prompt random token ids; one forward of
@@ -30,8 +31,8 @@ from kvevict.transformers import KVEvictCache
 VARIANTS = {  # name: KVEvictCache's arguments (None: DynamicCache)
     "DynamicCache (SDPA)": None,
     "KVEvictCache h2o 20%": dict(policy="h2o", budget=0.2),
-    "KVEvictCache keyformer 20%, 1 worker": dict(policy="keyformer", budget=0.2, horizon=16, threads=1),
-    "KVEvictCache keyformer 20%, N workers": dict(policy="keyformer", budget=0.2, horizon=16),
+    "KVEvictCache keyformer 20%": dict(policy="keyformer", budget=0.2, horizon=16),
+    "KVEvictCache tova 20% (chunked)": dict(policy="tova", budget=0.2),
 }
 
 
