@@ -164,10 +164,10 @@ void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Execut
     b.sums = a.sums != nullptr ? partial.data() + task * g * P : nullptr;
     b.sums_row = P;
     b.noisy = noisy ? partial2.data() + task * g * P : nullptr;
-    b.s2 = b.mt + R * n_tiles;
-    b.m2 = b.s2 + (noisy ? R * s_row : 0);
-    b.l2 = b.m2 + R;
-    b.mt2 = b.l2 + R;
+    b.s2 = noisy ? b.mt + R * n_tiles : nullptr;  // Keyformer's track after the plain one's, when asked for
+    b.m2 = noisy ? b.s2 + R * s_row : nullptr;
+    b.l2 = noisy ? b.m2 + R : nullptr;
+    b.mt2 = noisy ? b.l2 + R : nullptr;
     b.seed = a.noise_seed;
     b.head0 = j * g;
     b.inv_tau = 1.0f / a.tau;
