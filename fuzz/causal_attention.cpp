@@ -2,7 +2,7 @@
 // Keyformer's prompt sums, on drawn shapes, strides, padding, options and values.
 // SPDX-License-Identifier: Apache-2.0
 //
-// Input bytes draw n_q_heads 0–6, n_kv_heads 0–3, head_dim 0–48, P 0–70, first 0–P + 1, row and head strides
+// Input bytes draw n_q_heads 0–6, n_kv_heads 0–3, head_dim 0–48, P 0–70 (one input in 16: 0–600), first 0–P + 1, row and head strides
 // (padded, exact or below head_dim; [head][P][d] or [P][head][d]), scale and the noisy options from normal and
 // hostile values (0, negative, 1e-300 as float, ±inf, NaN), which sums are asked for, the executor (serial, 2 or
 // 3 workers) and every input element (normal, large, ±inf, NaN). The storage is sized exactly for what the
@@ -57,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t nkv = in.ConsumeIntegralInRange<std::size_t>(0, 3);
   const std::size_t d = in.ConsumeIntegralInRange<int>(0, 4) == 0 ? in.ConsumeIntegralInRange<std::size_t>(0, 48)
                                                                   : 16 * in.ConsumeIntegralInRange<std::size_t>(1, 3);
-  const std::size_t P = in.ConsumeIntegralInRange<std::size_t>(0, 70);
+  // Mostly within one 256-key tile; one input in 16 past two of them (the online softmax rescales).
+  const std::size_t P = in.ConsumeIntegralInRange<std::size_t>(0, in.ConsumeIntegralInRange<int>(0, 15) == 0 ? 600 : 70);
   const std::size_t first = in.ConsumeIntegralInRange<std::size_t>(0, P + 1);
   const bool wild = in.ConsumeBool();
   // Row strides: d + pad, or below d; q and out may be [P][head][d].
@@ -71,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t out_row = row_stride(out_rows_outer ? std::max<std::size_t>(nq, 1) : 1);
   const std::size_t q_head = q_rows_outer ? d : P * q_row, out_head = out_rows_outer ? d : P * out_row;
   auto extent = [&](std::size_t heads, std::size_t hs, std::size_t rs) {
-    return heads == 0 || P == 0 ? 1 : (heads - 1) * hs + (P - 1) * rs + d + 1;
+    return heads == 0 || P == 0 || d == 0 ? 1 : (heads - 1) * hs + (P - 1) * rs + d;  // exactly what is addressed
   };
   std::vector<float> q(extent(nq, q_head, q_row)), k(extent(nkv, P * k_row, k_row)), v(extent(nkv, P * v_row, v_row));
   for (auto* buf : {&q, &k, &v})

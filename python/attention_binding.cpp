@@ -32,8 +32,10 @@ Strided3 strided3(py::handle obj, const std::string& name, const std::string& wh
   if (!has_elem(a, Elem::float32) || a.ndim() != 3)
     throw py::value_error(name + " must be " + expected + ", got a " + dtype_text(a) + " array of shape " +
                           array_shape(a));
-  const py::ssize_t s0 = a.strides(0), s1 = a.strides(1), s2 = a.strides(2);
-  if ((s2 != 4 && a.shape(2) > 1) || s0 < 0 || s1 < 0 || s0 % 4 != 0 || s1 % 4 != 0)
+  // An axis of length 1 is never stepped along: its stride (any value NumPy or torch gives it) is not used.
+  const py::ssize_t s0 = a.shape(0) > 1 ? a.strides(0) : 0, s1 = a.shape(1) > 1 ? a.strides(1) : a.shape(2) * 4;
+  const py::ssize_t s2 = a.shape(2) > 1 ? a.strides(2) : 4;
+  if (s2 != 4 || s0 < 0 || s1 < 0 || s0 % 4 != 0 || s1 % 4 != 0)
     throw py::value_error(name + " must be " + expected + ", got byte strides [" + std::to_string(s0) + ", " +
                           std::to_string(s1) + ", " + std::to_string(s2) + "]");
   return {a, static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),

@@ -293,23 +293,8 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
   void prefill_from_attention(const float* sums, std::size_t prompt_len) override {
     detail::prefill_cache_from_attention(*this, sums, prompt_len);
   }
-  /// The sums `prefill_from_attention` takes (`PromptSums`): `attention` for H2O; `gumbel` for Keyformer
-  /// (`GumbelLogitScore`, not its mean-attention variant) with the cache's seed, τ₀ = the temperature at step 0,
-  /// noise scale and noise switch; `none` otherwise. Throws `std::invalid_argument` when τ₀ is not finite and
-  /// >= FLT_MIN (as `prefill` would). O(1).
-  PromptSums prompt_sums() const override {
-    PromptSums spec;
-    if constexpr (std::is_same<Score, AccumulatedAttentionScore>::value) {
-      spec.kind = PromptSums::Kind::attention;
-    } else if constexpr (std::is_same<Score, GumbelLogitScore>::value) {
-      spec.kind = PromptSums::Kind::gumbel;
-      spec.seed = config_.seed;
-      spec.tau = this->checked_tau(0, "prompt_sums");
-      spec.noise_scale = this->score_policy().noise_scale;
-      spec.noise = this->score_policy().gumbel_noise;
-    }
-    return spec;
-  }
+  /// The sums `prefill_from_attention` takes (`PromptSums`; detail/attention_prefill.hpp: kinds, errors). O(1).
+  PromptSums prompt_sums() const override { return detail::prompt_sums_of(*this); }
 
   /// One decode step (Keyformer Algorithm 1, generation phase; H2O §4; TOVA).
   /// Preconditions: the engine appended the new token's K/V to every KV head
@@ -463,6 +448,8 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
   friend void detail::copy_cache_state(C& dst, const C& src);
   template <class C>
   friend void detail::prefill_cache_from_attention(C& cache, const float* sums, std::size_t P);
+  template <class C>
+  friend PromptSums detail::prompt_sums_of(const C& cache);
 };
 
 }  // namespace kvevict

@@ -385,17 +385,14 @@ class KVEvictLayer(CacheLayerMixin):
         return self.scores_in_attention() and o.policy == "h2o" and not o.options.get("mean_attention")
 
     def fused_sums(self):
-        """Which prompt score kvevict.causal_attention can hand this layer's cut now, beside the attention's output:
-        'h2o' (the probabilities summed over the queries) or 'keyformer' (its caches' Cache.prompt_sums: the noisy
-        tempered probabilities, with the layer's seed and tau0), both without mean_attention; else None."""
+        """'h2o' or 'keyformer' (no mean_attention) while kvevict.causal_attention can hand the cut its prompt
+        sums (Cache.prompt_sums), else None."""
         o = self._owner()
-        if not self.scores_in_attention() or o.options.get("mean_attention"):
-            return None
-        return o.policy if o.policy in ("h2o", "keyformer") else None
+        ok = self.scores_in_attention() and not o.options.get("mean_attention") and o.policy in ("h2o", "keyformer")
+        return o.policy if ok else None
 
     def open_for_sums(self):
-        """The sequences' caches (_open_caches) before the prompt's attention, so that it reads their prompt_sums;
-        the cut opens them again, alike. Raises as _open_caches (a sequence not left-padded, ...)."""
+        """The caches before the prompt's attention, which reads their prompt_sums (the cut opens them again)."""
         self._open_caches(self.seen)
 
     def real_queries(self):

@@ -1,23 +1,26 @@
-"""kvevict.transformers' prompt attention: the prompt's attention of a KVEvictCache layer computed a chunk of queries
-at a time, each chunk's logits used twice: by the attention itself (softmax, times V) and for the prompt's scores.
-Keyformer (softmax((x + zeta) / tau) with the cache's own noise), TOVA (the last row) and H2O with mean_attention:
-the sequences' kvevict caches score the chunk's rows (Cache.prefill_chunk, bit for bit what Cache.prefill gives on
-the same logits) and the cut only finishes their prefills. H2O: the chunk's probabilities are summed over its
-queries (the attention each token received, Zhang et al. 2023 §4) and the cut prefills from those sums
-(Cache.prefill_from_attention). Either way, no second Q K^T over the prompt.
+"""kvevict.transformers' prompt attention: the prompt's attention of a KVEvictCache layer, which also gives the
+prompt's scores, so that no second Q K^T runs over the prompt. Two ways:
+- fused (H2O and Keyformer without mean_attention, head_dim a multiple of 16, float32, a mask that is causal over
+  left padding: `_left_padding`): kvevict.causal_attention per sequence, from its first real token, computes the
+  output and the prompt's score summed over the queries in one pass (H2O's probabilities, Zhang et al. 2023 §4;
+  Keyformer's softmax((x + zeta) / tau0) with the noise of the sequence's own cache, `sums_for`), and the cut
+  prefills from those sums (Cache.prefill_from_attention). Cost: SDPA's (Keyformer: plus a noise draw and an exp
+  per logit); memory: K in panels and a [g * 32, P] scratch per running task. A padded query's output is 0.
+- chunked (TOVA, mean_attention, and H2O / Keyformer where the kernel does not apply): CHUNK queries of every query
+  head at a time, each chunk's logits used twice, by the attention itself (softmax, times V, torch matmuls into
+  buffers reused by every chunk) and for the scores: the sequences' kvevict caches score the chunk's rows
+  (Cache.prefill_chunk, bit for bit what Cache.prefill gives on the same logits, on the KVEvictCache's
+  kvevict.ThreadPool) and the cut only finishes their prefills; H2O sums each chunk's probabilities instead.
+  Memory: a [n_q_heads * CHUNK, P] block of logits and a [g * CHUNK, P] block of probabilities, not O(P^2).
 
 While the prompt's forward runs through a layer whose policy is scored this way (KVEvictLayer.scores_in_attention),
 the layer's forward pre-hook gives the attention module a view of its config whose _attn_implementation is
 "kvevict_prompt" (`swap_in`), and the forward hook puts the model's config back (`swap_out`); transformers then
 calls `prompt_attention` instead of SDPA or eager attention.
-
-Cost per layer: the logits scale * Q K^T over the causal lower triangle, CHUNK queries of every query head at a
-time (torch matmuls on the model's threads, into buffers reused by every chunk), the softmax and the product with
-V, and the caches' scoring of the chunk (on the KVEvictCache's kvevict.ThreadPool) or, for H2O, the column sums.
-Memory: a [n_q_heads * CHUNK, P] block of logits and a [g * CHUNK, P] block of probabilities, not O(P^2).
 """
 import sys
 import threading
+import weakref
 
 import torch
 from transformers import AttentionInterface
@@ -170,22 +173,25 @@ def _fused(layer, policy, query, key, value, firsts, scale):
     return (outs[0].unsqueeze(0) if B == 1 else torch.stack(outs)), None
 
 
-_MASK_SEEN = [None, None]  # (the last mask checked by _left_padding: its identity, and what it gave)
+_MASK_SEEN = (None, None)  # the last mask _left_padding checked (a weakref) and what it gave, swapped as one tuple
 
 
 def _left_padding(mask, B, P):
     """Each sequence's left padding when `mask` is None (causal, no padding: all 0) or exactly the causal mask
     over left-padded prompts that transformers builds (bool, True attends, or additive float; [B, 1, P, P]):
     every real query i >= p0 attends the keys [p0, i] and no other (a padded query's row is not read). None for
-    any other mask (the chunked path then runs it as given). The answer for the forward's mask object is kept,
-    so the layers after the first do not check it again."""
+    any other mask (the chunked path then runs it as given). The answer for the forward's mask object is kept
+    (a weak reference to the tensor itself, not its address: a later mask at the same address is checked again),
+    so the layers after the first do not check it again. A mask changed in place between two layers of one
+    forward is not seen (transformers builds a new mask per forward)."""
     if mask is None:
         return [0] * B
     if mask.dim() != 4 or tuple(mask.shape) != (B, 1, P, P):
         return None
-    key = (mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), mask.dtype, mask._version)
-    if _MASK_SEEN[0] == key:
-        return _MASK_SEEN[1]
+    global _MASK_SEEN
+    ref, seen = _MASK_SEEN
+    if ref is not None and ref() is mask:  # the same tensor object, alive: the forward's own mask
+        return seen
     visible = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
     cols = torch.arange(P)
     firsts = []
@@ -203,7 +209,7 @@ def _left_padding(mask, B, P):
         if firsts is None:
             break
         firsts.append(p0)
-    _MASK_SEEN[0], _MASK_SEEN[1] = key, firsts
+    _MASK_SEEN = (weakref.ref(mask), firsts)
     return firsts
 
 

@@ -141,11 +141,12 @@ class KVEvictCache(Cache):
               or 'adaptive:ALPHA': AdaKV, the layer's k * n_kv_heads shared among its KV heads by score; the
               heads then hold different lengths and attention masks each head past its own). A wrong one raises
               kvevict's ValueError here.
-    threads   workers (the calling thread included) on which Keyformer's, TOVA's and H2O-with-mean_attention's
-              caches score the prompt's chunks (a kvevict.ThreadPool made at the first such prompt, shared by the
-              layers; decode steps and the other policies score serially); default 1: inside torch's forward the
-              pool's threads compete with torch's own, and on 2 cores 2 workers were 1-6% slower than 1
-              (bench/transformers/one_layer.py); None: torch.get_num_threads(). The results do not depend on it.
+    threads   workers (the calling thread included) on which the caches score the prompt's chunks where the
+              prompt takes the chunked attention (TOVA, mean_attention, or where the fused kernel does not apply; a
+              kvevict.ThreadPool made at the first such prompt, shared by the layers; decode steps score
+              serially); default 1: inside torch's forward the pool's threads compete with torch's own, and on 2
+              cores 2 workers were 1-6% slower than 1; None: torch.get_num_threads(). The results do not depend
+              on it. (H2O's and Keyformer's fused prompt attention runs on torch.get_num_threads() workers.)
               TypeError for a non-int, ValueError outside [1, 1024].
     record    keep, per layer, the logits each prefill / decode step was given and the kept positions
               (layers[i].records; for tests: memory n_q_heads * P^2 floats per layer).
@@ -250,7 +251,7 @@ class KVEvictCache(Cache):
         return self._pool
 
     def attention_pool(self):
-        """The kvevict.ThreadPool the prompt's fused attention (kvevict.causal_attention, H2O) runs on: the work
+        """The kvevict.ThreadPool the prompt's fused attention (kvevict.causal_attention: H2O, Keyformer) runs on: the work
         torch's own threads would do in SDPA, so torch.get_num_threads() workers whatever `threads` says (made
         again if that changes); None for one thread."""
         n = min(torch.get_num_threads(), 1024)

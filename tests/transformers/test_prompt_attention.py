@@ -276,6 +276,17 @@ def test_prompt_runs_the_fused_kernel_where_it_applies(monkeypatch, hidden, poli
         model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
               past_key_values=KVEvictCache(model, policy=policy, budget=0.5, **options))
     assert calls == ([7, 0, 7, 0] if fused else [])
+    calls.clear()  # the same shape, other padding, under inference_mode: each forward's own mask is read
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    with torch.inference_mode():
+        model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+              past_key_values=KVEvictCache(model, policy=policy, budget=0.5, **options))
+    assert calls == ([0, 3, 0, 3] if fused else [])
+
+
+def pads_t(*pads):
+    return torch.tensor(pads).view(len(pads), 1, 1)
 
 
 def test_left_padding_reads_only_causal_left_padded_masks():
@@ -298,4 +309,10 @@ def test_left_padding_reads_only_causal_left_padded_masks():
         edit(m)
         assert pa._left_padding(m, 2, P) is None
     assert pa._left_padding(mask[:, :, :, :P - 1], 2, P) is None
+    for pads in ([1, 3], [3, 0], [0, 0]):  # new masks of the same shape (maybe at a freed one's address)
+        fresh = (causal & (cols >= torch.tensor(pads).view(2, 1, 1))).unsqueeze(1)
+        assert pa._left_padding(fresh, 2, P) == pads
+        del fresh
+    with torch.inference_mode():  # inference tensors have no version counter: not read
+        assert pa._left_padding((causal & (cols >= pads_t(2, 1))).unsqueeze(1), 2, P) == [2, 1]
     assert pa._left_padding(torch.zeros(2, 1, P, P, dtype=torch.bool), 2, P) is None  # no real token

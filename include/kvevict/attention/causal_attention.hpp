@@ -5,10 +5,14 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +20,7 @@
 #include "kvevict/core/dispatch.hpp"
 #include "kvevict/core/executor.hpp"
 #include "kvevict/detail/attention_tiles.hpp"
+#include "kvevict/detail/check.hpp"
 
 namespace kvevict {
 
@@ -56,6 +61,9 @@ struct CausalAttentionArgs {
 
 /// Queries per block of `causal_attention` (a task's unit of work, with its KV head's group).
 inline constexpr std::size_t kCausalQueryBlock = 32;
+/// Stripes of query blocks per KV head in `causal_attention` (its tasks: KV head × stripe, stripe s taking every
+/// 16th block from the s-th): fixed, so that the result does not depend on the executor's worker count.
+inline constexpr std::size_t kCausalStripes = 16;
 
 #if defined(KVEVICT_VEC16)
 namespace detail {
@@ -69,19 +77,21 @@ inline void causal_block_dispatch(const tiles::BlockArgs& a);
 /// until the block's row sums are known, then the column sums.
 ///
 /// Work: `n_q_heads · P² · head_dim` multiply-adds (twice half the square: Q Kᵀ and P V over the causal
-/// triangle); memory: `n_kv_heads · P · head_dim` floats for K in panels plus, per task,
-/// `g · 32 · (P + 2·head_dim)` floats (twice P with `noisy_sums`), and `n_kv_heads · workers · g · P` floats of
-/// partial sums per sums asked for. `noisy_sums` adds a noise draw and an exp per logit (Keyformer's own cost).
-/// Parallel over `executor` (tasks: KV head × a stripe of query blocks, every `workers()`-th block, so that
-/// the causal triangle's cost is shared evenly); the sums of the stripes are added afterwards in stripe
-/// order, so the result depends on `workers()` (to float rounding) but not on scheduling. Paths
-/// (core/dispatch.hpp) agree to float rounding (FMA on AVX2 / AVX-512), not bit for bit.
+/// triangle); memory: `n_kv_heads · P · head_dim` floats for K in panels, `16 · n_q_heads · P` floats of partial
+/// sums per sums asked for, and, per running task, `g · 32 · (P + 3·head_dim)` floats of scratch (twice P with
+/// `noisy_sums`), allocated by the task. `noisy_sums` adds a noise draw and an exp per logit (Keyformer's cost).
+/// Parallel over `executor`: tasks are KV head × 16 stripes of query blocks (stripe s takes every 16th block
+/// from the s-th, so that the causal triangle's cost is shared evenly); the stripes' sums are added afterwards
+/// in stripe order, so the result does not depend on the executor or its worker count. Paths
+/// (core/dispatch.hpp) agree to float rounding (FMA on AVX2 / AVX-512), not bit for bit. Keys before `first`
+/// are never read from V (a NaN there changes nothing) and get probability 0.
 ///
 /// Throws `std::invalid_argument` naming the argument and its value — a null pointer, `n_kv_heads == 0`,
 /// `n_q_heads` not a multiple of it, `head_dim` not a positive multiple of 16, `prompt_len == 0`,
-/// `first >= prompt_len`, a row stride below `head_dim`, a non-finite or non-positive `scale` — before
-/// anything is written; with `noisy_sums`, also a `tau` not finite and >= FLT_MIN or a `noise_scale` outside (0, 1];
-/// `std::bad_alloc` for the scratch.
+/// `first >= prompt_len`, a row stride below `head_dim`, a non-finite or non-positive `scale`, a size whose
+/// scratch overflows `std::size_t` — before anything is written; with `noisy_sums`, also a `tau` not finite and
+/// >= FLT_MIN or a `noise_scale` outside (0, 1]. `std::bad_alloc` when the scratch cannot be allocated (from a
+/// task: `out` and the sums are then partly written).
 template <class Executor = SerialExecutor>
 void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Executor{}) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("causal_attention: " + what); };
@@ -111,27 +121,28 @@ void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Execut
   }
 
   using detail::tiles::kPanel;
+  const char* who = "causal_attention";
   const std::size_t P = a.prompt_len, d = a.head_dim, h = a.n_kv_heads, g = a.n_q_heads / h;
   const std::size_t C = kCausalQueryBlock, R = g * C;
-  const std::size_t P_pad = (P + kPanel - 1) / kPanel * kPanel;
+  const std::size_t P_pad = detail::checked_mul(who, "prompt_len rounded up to 32", (P + kPanel - 1) / kPanel, kPanel);
   const std::size_t s_row = P_pad + kPanel;
   const std::size_t n_tiles = (P_pad + detail::tiles::kKeyTile - 1) / detail::tiles::kKeyTile + 1;
-  const std::size_t stripes = std::max<std::size_t>(1, executor.workers());
   const std::size_t n_blocks = (P - a.first + C - 1) / C;
-  const std::size_t tasks = h * std::min(stripes, n_blocks);
+  // A fixed number of stripes per KV head, whatever the executor: the sums are added in the same order on any
+  // number of workers (the same bits), and the scratch is a task's own, allocated while it runs.
+  const std::size_t n_stripes = std::min(kCausalStripes, n_blocks), tasks = h * n_stripes;
   const bool noisy = a.noisy_sums != nullptr;
-  const std::size_t per_task =
-      R * d + R * s_row + R * d + 2 * R + R * n_tiles + (noisy ? R * s_row + 2 * R + R * n_tiles : 0);
-  std::vector<float> kp(h * P_pad * d, 0.0f);
-  std::vector<float> scratch(tasks * per_task);
-  std::vector<float> partial(a.sums != nullptr ? tasks * g * P : 0, 0.0f);
-  std::vector<float> partial2(noisy ? tasks * g * P : 0, 0.0f);
-  const std::size_t n_stripes = tasks / h;
+  const std::size_t track = detail::checked_mul(who, "the scratch", R, s_row + 2 + n_tiles);
+  const std::size_t per_task = 3 * R * d + track + (noisy ? track : 0);
+  std::unique_ptr<float[]> kp(new float[detail::checked_mul(who, "K in panels", h, P_pad, d)]);  // filled below
+  std::vector<float> partial(a.sums != nullptr ? detail::checked_mul(who, "the partial sums", tasks, g, P) : 0, 0.0f);
+  std::vector<float> partial2(noisy ? detail::checked_mul(who, "the partial sums", tasks, g, P) : 0, 0.0f);
 
-  // K in panels, [head][P_pad / kPanel][d][kPanel] (the padding stays 0).
+  // K in panels, [head][P_pad / kPanel][d][kPanel] (the padding is 0).
   executor.parallel_for(h, [&](std::size_t j) {
     const float* kh = a.k + j * a.k_head_stride;
-    float* dst = kp.data() + j * P_pad * d;
+    float* dst = kp.get() + j * P_pad * d;
+    std::memset(dst + P / kPanel * d * kPanel, 0, (P_pad - P / kPanel * kPanel) * d * sizeof(float));
     for (std::size_t c = 0; c < P; ++c) {
       const float* row = kh + c * a.k_row_stride;
       float* panel = dst + (c / kPanel) * d * kPanel + c % kPanel;
@@ -143,13 +154,19 @@ void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Execut
     for (std::size_t i = 0; i < a.first; ++i)
       std::memset(a.out + hq * a.out_head_stride + i * a.out_row_stride, 0, d * sizeof(float));
 
+  std::atomic<bool> out_of_memory{false};
   executor.parallel_for(tasks, [&](std::size_t task) {
     const std::size_t j = task / n_stripes, w = task % n_stripes;
-    float* base = scratch.data() + task * per_task;
+    std::unique_ptr<float[]> scratch(new (std::nothrow) float[per_task]);  // not zeroed: written before read
+    if (!scratch) {
+      out_of_memory = true;
+      return;
+    }
+    float* base = scratch.get();
     detail::tiles::BlockArgs b{};
     float* qs = base;
     b.qs = qs;
-    b.kp = kp.data() + j * P_pad * d;
+    b.kp = kp.get() + j * P_pad * d;
     b.v = a.v + j * a.v_head_stride;
     b.v_row = a.v_row_stride;
     b.d = d;
@@ -196,6 +213,7 @@ void causal_attention(const CausalAttentionArgs& a, Executor&& executor = Execut
       }
     }
   });
+  if (out_of_memory) throw std::bad_alloc();
   // The stripes' partial sums, added in stripe order.
   auto reduce = [&](const std::vector<float>& parts, float* out) {
     for (std::size_t j = 0; j < h; ++j)

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "kvevict/cache_interface.hpp"
 #include "kvevict/detail/check.hpp"
 #include "kvevict/detail/erased_kv.hpp"
 #include "kvevict/detail/score_hooks.hpp"
@@ -58,6 +59,26 @@ void prefill_cache_from_attention(C& cache, const float* sums, std::size_t P) {
   cache.scorer_.load_sums(sums, P);
   cache.take_chunk(P, tau);
   cache.finish(kw.first, kw.second);
+}
+
+/// The body of `Cache::prompt_sums()`: `attention` for H2O (`AccumulatedAttentionScore`); `gumbel` for Keyformer
+/// (`GumbelLogitScore`, not its mean-attention variant) with the cache's seed, τ₀ = the temperature at step 0, its
+/// noise scale and noise switch; `none` otherwise. Throws `std::invalid_argument` when τ₀ is not finite and
+/// >= FLT_MIN (as `prefill` would).
+template <class C>
+PromptSums prompt_sums_of(const C& cache) {
+  using Score = typename C::score_type;
+  PromptSums spec;
+  if constexpr (std::is_same<Score, AccumulatedAttentionScore>::value) {
+    spec.kind = PromptSums::Kind::attention;
+  } else if constexpr (std::is_same<Score, GumbelLogitScore>::value) {
+    spec.kind = PromptSums::Kind::gumbel;
+    spec.seed = cache.config().seed;
+    spec.tau = cache.checked_tau(0, "prompt_sums");
+    spec.noise_scale = cache.score_policy().noise_scale;
+    spec.noise = cache.score_policy().gumbel_noise;
+  }
+  return spec;
 }
 
 }  // namespace detail

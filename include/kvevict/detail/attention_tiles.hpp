@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
 #include "kvevict/core/dispatch.hpp"
+#include "kvevict/detail/vec16.hpp"
 #include "kvevict/detail/vec16_math.hpp"
 #include "kvevict/score/gumbel.hpp"
 
@@ -55,7 +57,7 @@ struct BlockArgs {
   float* sums;          ///< [g][sums_row] or null: += each key's probability summed over the block's queries
   std::size_t sums_row;
   /// Keyformer's track (null `noisy`: none): [g][sums_row] += softmax((x + s·ζ) / τ) summed over the block's
-  /// queries, ζ of query head `head0 + t`, row `i − first`, slot `c − first` (gumbel_row_key, gumbel_zeta).
+  /// queries, ζ of query head `head0 + t`, row `i − first`, slot `c − first` (gumbel_row_key, vk::gumbel_row).
   float* noisy;
   float* s2;            ///< scratch [R][s_row]: its exps
   float* m2;            ///< scratch [R]
@@ -257,34 +259,29 @@ KVEVICT_VEC_INLINE void column_sums(const BlockArgs& a, const float* e, const fl
   }
 }
 
-/// The tile's rows as Keyformer's values y = x + s·ζ into `a.s2` (ζ drawn per row key and slot), visible part.
+/// Row r's visible part [lo, hi) of the tile as Keyformer's values y = x + s·ζ into `s2t`: ζ of query head
+/// `head0 + t`, row `c0 + q − first`, slot `c − first`, drawn by the library's own noise kernel (vk::gumbel_row,
+/// compiled without contraction: the bits of the cache's ζ + x); with s < 1, y = x + s·ζ as a separate multiply
+/// and add, as the cache does it.
 template <int W>
 KVEVICT_VEC_INLINE void noisy_values(const BlockArgs& a, const float* st, float* s2t, std::size_t c_lo,
                                      std::size_t lo, std::size_t hi, std::size_t r) {
-  using F = typename v16::V<W>::F;
-  const std::size_t t = r / a.C, q = r % a.C;
-  const std::uint64_t key = gumbel_row_key(a.seed, a.head0 + t, a.c0 + q - a.first);
-  const auto klo = static_cast<std::uint32_t>(key), khi = static_cast<std::uint32_t>(key >> 32);
-  const F sv = F{} + a.noise_scale;
+  if (hi <= lo) return;
   if (!a.noise) {
     std::memcpy(s2t + lo, st + lo, (hi - lo) * sizeof(float));
     return;
   }
-  const bool scaled = a.noise_scale != 1.0f;
-  std::size_t c = lo;
-  for (; c + W <= hi; c += W) {
-    F x, z;
-    v16::load(x, st + c);
-    v16::gumbel_zeta<W>(z, klo, khi, static_cast<std::uint32_t>(c_lo + c - a.first));
-    x = scaled ? x + sv * z : x + z;
-    v16::store(s2t + c, x);
+  const std::size_t t = r / a.C, q = r % a.C;
+  const std::uint64_t key = gumbel_row_key(a.seed, a.head0 + t, a.c0 + q - a.first);
+  const auto s0 = static_cast<std::uint32_t>(c_lo + lo - a.first);
+  if (a.noise_scale == 1.0f) {
+    vk::gumbel_row(key, s0, st + lo, s2t + lo, hi - lo);
+    return;
   }
-  if (c < hi) {
-    F x, z;
-    v16::load_part(x, st + c, hi - c, 0.0f);
-    v16::gumbel_zeta<W>(z, klo, khi, static_cast<std::uint32_t>(c_lo + c - a.first));
-    x = scaled ? x + sv * z : x + z;
-    v16::store_part(s2t + c, x, hi - c);
+  vk::gumbel_row(key, s0, nullptr, s2t + lo, hi - lo);
+  for (std::size_t c = lo; c < hi; ++c) {
+    volatile float scaled = a.noise_scale * s2t[c];  // rounded on its own: no FMA with the add
+    s2t[c] = st[c] + scaled;
   }
 }
 
@@ -333,7 +330,8 @@ KVEVICT_VEC_INLINE void attention_block_body(const BlockArgs& a) {
       if (alpha != 1.0f)  // a larger max: what was summed so far shrinks by exp(m − m_new)
         for (std::size_t x = 0; x < d; ++x) a.o[r * d + x] *= alpha;
     }
-    pv_rows<W>(a, R, st, a.v + c_lo * a.v_row, c_hi - c_lo);
+    const std::size_t skip = std::max(a.first, c_lo) - c_lo;  // padding keys: weight 0, their V never read
+    pv_rows<W>(a, R, st + skip, a.v + (c_lo + skip) * a.v_row, c_hi - c_lo - skip);
   }
   if (a.sums != nullptr) column_sums<W>(a, a.s, a.m, a.l, a.mt, 1.0f, a.sums, k0, end, n_tiles);
   if (a.noisy != nullptr) column_sums<W>(a, a.s2, a.m2, a.l2, a.mt2, a.inv_tau, a.noisy, k0, end, n_tiles);
