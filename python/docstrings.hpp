@@ -209,7 +209,9 @@ constexpr const char* kCausalAttention =
     "prompt sums: Cache.prompt_sums) gives instead the sums that cache's prefill_from_attention takes: h2o's as "
     "sums=True, keyformer's softmax((x + s * zeta) / tau0) with its seed, tau0 and noise (a noise draw and an exp "
     "more per logit); ValueError for another policy or with sums=True as well. Work: n_q_heads * P^2 * head_dim multiply-adds; memory "
-    "n_kv_heads * P * head_dim floats plus 32 * g * P per worker. Runs without the GIL. TypeError / ValueError "
+    "n_kv_heads * P * head_dim floats, 16 * n_q_heads * P per sums asked for, and 32 * g * (P + 3 * head_dim) per "
+    "running task (twice P for keyformer's sums); the result does not depend on the pool's workers. Runs without "
+    "the GIL. TypeError / ValueError "
     "naming the argument: arrays of another dtype, rank, shape or stride, head_dim not a multiple of 16, "
     "n_q_heads not a multiple of n_kv_heads, first >= P, a scale not positive and finite.";
 constexpr const char* kThreadPool =
