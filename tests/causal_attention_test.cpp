@@ -178,13 +178,14 @@ TEST(CausalAttention, MatchesReferenceOnEveryPathAndExecutor) {
   for (auto isa : paths()) {
     kvevict::set_isa(isa);
     for (const Shape& s : shapes) {
+      // The long shapes on the best path only (the ASan build's time); every path runs P up to 97.
+      if (s.P > 100 && isa != kvevict::best_isa()) continue;
       const Problem p(s.nq, s.nkv, s.d, s.P, s.first, s.spread, seed++);
       const std::string what = std::string(kvevict::isa_name(isa)) + " nq=" + std::to_string(s.nq) +
                                " nkv=" + std::to_string(s.nkv) + " d=" + std::to_string(s.d) +
                                " P=" + std::to_string(s.P) + " first=" + std::to_string(s.first);
       expect_matches(p, kvevict::SerialExecutor{}, what + " serial");
-      expect_matches(p, two, what + " 2 workers");
-      expect_matches(p, three, what + " 3 workers");
+      expect_matches(p, seed % 2 == 0 ? two : three, what + " on a pool");  // any count: TheSameBits... below
     }
   }
 }
