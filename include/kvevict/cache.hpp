@@ -31,22 +31,19 @@ namespace kvevict {
 
 /// An evicting KV cache for one transformer layer (policy-based design):
 ///
-///  - `Score`       — what a token's score is (`GumbelLogitScore` for
-///                    Keyformer, `AccumulatedAttentionScore` for H2O,
-///                    `CurrentAttentionScore` for TOVA, `SnapKVScore`, `NoScore`,
-///                    or a score from the keys alone, `key_score`: concepts.hpp);
-///  - `Temperature` — τ per step (`LinearTemperature`, `ConstantTemperature`,
-///                    `IncrementTemperature`); never changes the budget;
-///  - `Selection`   — which tokens stay (`RecentTopKSelection`,
-///                    `SinkRecentSelection`);
+///  - `Score` — what a token's score is (`GumbelLogitScore` for Keyformer, `AccumulatedAttentionScore` for H2O,
+///    `CurrentAttentionScore` for TOVA, `SnapKVScore`, `NoScore`, or a score from the keys alone, `key_score`:
+///    concepts.hpp);
+///  - `Temperature` — τ per step (`LinearTemperature`, `ConstantTemperature`, `IncrementTemperature`); never
+///    changes the budget;
+///  - `Selection` — which tokens stay (`RecentTopKSelection`, `SinkRecentSelection`);
 /// and, in the configuration, how a layer's budget is shared among its KV heads
 /// (`CacheConfig::head_budgets`: `k` each, or AdaKV's adaptive split, head_budgets.hpp).
 ///
-/// The cache does not own K and V: it works on the engine's `KVView<T>` and
-/// owns only the scores `[kv_head][capacity]` (float), scratch space and the
-/// noise seed, all allocated in the constructor. It keeps, per KV head,
-/// slots `[0, length)` live with K row, V row, position ID and score aligned;
-/// eviction removes tokens for good and never renumbers position IDs.
+/// The cache does not own K and V: it works on the engine's `KVView<T>` and owns only the scores
+/// `[kv_head][capacity]` (float), scratch space and the noise seed, all allocated in the constructor. It keeps,
+/// per KV head, slots `[0, length)` live with K row, V row, position ID and score aligned; eviction removes
+/// tokens for good and never renumbers position IDs.
 ///
 /// Engine protocol for one sequence (see docs/api.md):
 ///  1. append the prompt's `P` tokens to the view (`KVView::append`, positions
@@ -285,11 +282,9 @@ class Cache final : public detail::PerHeadStep<Score, Temperature, Selection> {
     finish(k, w);
   }
 
-  /// H2O's prefill (§4) from attention an engine computed anyway: `sums[h][c]` = Σ_r softmax(x[h][r][0..r])[c],
-  /// query head h's attention probabilities summed over the prompt's rows (`[q_head][P]`), not the `[q_head][P][P]`
-  /// logits; then as `prefill`. Keyformer's likewise, from its noisy tempered probabilities (`prompt_sums`).
-  /// Equals `prefill(x, P)` up to float addition order. detail/attention_prefill.hpp says its cost and errors (a
-  /// score other than H2O's or Keyformer's, sums not finite and >= 0, and as `prefill`).
+  /// H2O's (§4) or Keyformer's prefill from the prompt's score summed over its rows, `sums` `[q_head][P]`
+  /// (`prompt_sums` says which), not the `[q_head][P][P]` logits; equals `prefill(x, P)` up to float addition
+  /// order. detail/attention_prefill.hpp gives the sums' definition, its cost and its errors.
   void prefill_from_attention(const float* sums, std::size_t prompt_len) override {
     detail::prefill_cache_from_attention(*this, sums, prompt_len);
   }

@@ -1,9 +1,8 @@
 // kvevict inside llama.cpp — kvevict_llama.hpp: one kvevict selection for a whole llama.cpp model.
 // SPDX-License-Identifier: Apache-2.0
 //
-// Header only, on llama.cpp's public headers (llama.h, ggml.h) and kvevict. An `Evictor` keeps one
-// sequence of a llama_context inside a budget of k positions:
-//
+// Header only, on llama.cpp's public headers (llama.h, ggml.h) and kvevict. An `Evictor` keeps one sequence of a
+// llama_context inside a budget of k positions:
 //   * layers: global (full attention: scored, their cells tracked) or sliding-window (neither: their own cache holds
 //     the window; a drop reaches it too), `LayerKinds` (llama_layers.hpp);
 //   * scores: an eval callback (cb_eval = kvevict_llama::eval_callback) reads every global layer's attention probabilities
@@ -15,7 +14,6 @@
 //     llama_cells.hpp); after a cut the held cells are packed to the front (`compact`);
 //   * selection: a cell is shared by every layer and head, so through the public API eviction is ONE selection per
 //     sequence (one KV head, k counted in positions); dropped with llama_memory_seq_rm, positions never renumbered.
-//
 // Protocol (one sequence; batches of consecutive positions from 0):
 //   Evictor ev(policy, config, params, capacity);        // capacity >= prompt + decode steps
 //   cparams.cb_eval = kvevict_llama::eval_callback; cparams.cb_eval_user_data = &ev;
