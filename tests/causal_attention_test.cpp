@@ -252,8 +252,11 @@ TEST(CausalAttention, RefusesBadArgumentsAndWritesNothing) {
   const Bad cases[] = {
       {"q is null", [](kvevict::CausalAttentionArgs& a) { a.q = nullptr; }},
       {"k is null", [](kvevict::CausalAttentionArgs& a) { a.k = nullptr; }},
-      {"v is null", [](kvevict::CausalAttentionArgs& a) { a.v = nullptr; }},
-      {"out is null", [](kvevict::CausalAttentionArgs& a) { a.out = nullptr; }},
+      {"v is null (out needs it)", [](kvevict::CausalAttentionArgs& a) { a.v = nullptr; }},
+      {"out is null and no score (sums, noisy_sums, maxes) is asked for", [](kvevict::CausalAttentionArgs& a) {
+         a.out = nullptr;
+         a.sums = nullptr;
+       }},
       {"n_q_heads (4) must be a positive multiple of n_kv_heads (3)",
        [](kvevict::CausalAttentionArgs& a) { a.n_kv_heads = 3; }},
       {"n_q_heads (4) must be a positive multiple of n_kv_heads (0)",

@@ -1,5 +1,5 @@
 // detail/attention_tiles.hpp — the register tiles of causal_attention (attention/causal_attention.hpp):
-// one query block of one KV head's group, Q Kᵀ, online softmax, P V and the probabilities' column sums.
+// one query block of one KV head's group, Q Kᵀ, online softmax, P V and the probabilities' column sums / maxes.
 // SPDX-License-Identifier: Apache-2.0
 //
 // Written once on the vector types of detail/vec16_math.hpp (`V<W>`) and compiled per dispatched path
@@ -51,10 +51,12 @@ struct BlockArgs {
   float* s;             ///< scratch [R][s_row]: the block's exp'd logits
   std::size_t s_row;    ///< >= the tiles' span, a multiple of kPanel
   float* o;             ///< scratch [R][d]: the unnormalised output
+  bool with_out;        ///< false: no output asked for (no P V, o unused)
   float* m;             ///< scratch [R]: running row max
   float* l;             ///< scratch [R]: running row sum
   float* mt;            ///< scratch [R][n_tiles]: each tile's max when its exps were taken
   float* sums;          ///< [g][sums_row] or null: += each key's probability summed over the block's queries
+  float* maxes;         ///< [g][sums_row] or null: each key's probability, max over the block's queries (and before)
   std::size_t sums_row;
   /// Keyformer's track (null `noisy`: none): [g][sums_row] += softmax((x + s·ζ) / τ) summed over the block's
   /// queries, ζ of query head `head0 + t`, row `i − first`, slot `c − first` (gumbel_row_key, vk::gumbel_row).
@@ -259,6 +261,38 @@ KVEVICT_VEC_INLINE void column_sums(const BlockArgs& a, const float* e, const fl
   }
 }
 
+/// maxes[t][c] = max(maxes[t][c], max_q exp(mt − m) / l · e[(t, q)][c]) over the block's tiles: KVzip's score,
+/// each key's largest probability.
+template <int W>
+KVEVICT_VEC_INLINE void column_maxes(const BlockArgs& a, std::size_t k0, std::size_t end, std::size_t n_tiles) {
+  using F = typename v16::V<W>::F;
+  for (std::size_t t = 0; t < n_tiles; ++t) {
+    const std::size_t c_lo = k0 + t * kKeyTile, c_hi = std::min(end, c_lo + kKeyTile);
+    const std::size_t n = c_hi - c_lo;
+    for (std::size_t h = 0; h < a.g; ++h) {
+      float* out = a.maxes + h * a.sums_row + c_lo;
+      for (std::size_t q = 0; q < a.C; ++q) {
+        const std::size_t r = h * a.C + q;
+        if (a.l[r] == 0.0f) continue;
+        const float w = std::exp(a.mt[r * n_tiles + t] - a.m[r]) / a.l[r];
+        if (w == 0.0f) continue;
+        const F wv = F{} + w;
+        const float* row = a.s + r * a.s_row + (c_lo - k0);
+        std::size_t c = 0;
+        for (; c + W <= n; c += W) {
+          F x, y;
+          v16::load(x, row + c);
+          v16::load(y, out + c);
+          x = x * wv;
+          y = x > y ? x : y;
+          v16::store(out + c, y);
+        }
+        for (; c < n; ++c) out[c] = std::max(out[c], w * row[c]);
+      }
+    }
+  }
+}
+
 /// Row r's visible part [lo, hi) of the tile as Keyformer's values y = x + s·ζ into `s2t`: ζ of query head
 /// `head0 + t`, row `c0 + q − first`, slot `c − first`, drawn by the library's own noise kernel (vk::gumbel_row,
 /// compiled without contraction: the bits of the cache's ζ + x); with s < 1, y = x + s·ζ as a separate multiply
@@ -287,7 +321,8 @@ KVEVICT_VEC_INLINE void noisy_values(const BlockArgs& a, const float* st, float*
 
 /// One query block: o[r] = Σ_c exp(s_rc − m_r) V_c (unnormalised), l[r] = Σ_c exp(s_rc − m_r), m[r] the row max,
 /// over the visible keys [first, c0 + q] of row (t, q); with sums, sums[t][c] += Σ_q p_(t,q),c; with noisy, the
-/// same for Keyformer's softmax((x + s·ζ) / τ). The keys go in tiles of kKeyTile (online softmax: a new max
+/// same for Keyformer's softmax((x + s·ζ) / τ); with maxes, the max instead of the sum (KVzip). Without
+/// with_out, no P V. The keys go in tiles of kKeyTile (online softmax: a new max
 /// rescales o and l; each tile's exps are kept with the max they used, mt, and the column sums weight them
 /// exp(mt − m) / l at the end). O(R · n · d) time, n = c0 + C − first.
 template <int W>
@@ -305,7 +340,7 @@ KVEVICT_VEC_INLINE void attention_block_body(const BlockArgs& a) {
       a.l2[r] = 0.0f;
     }
   }
-  std::memset(a.o, 0, R * d * sizeof(float));
+  if (a.with_out) std::memset(a.o, 0, R * d * sizeof(float));
   for (std::size_t t = 0; t < n_tiles; ++t) {
     const std::size_t c_lo = k0 + t * kKeyTile, c_hi = std::min(end, c_lo + kKeyTile);
     const std::size_t p_lo = c_lo / kPanel, p_hi = (c_hi + kPanel - 1) / kPanel;
@@ -327,14 +362,15 @@ KVEVICT_VEC_INLINE void attention_block_body(const BlockArgs& a) {
       }
       const float alpha = tile_row_exp<W>(row, lo, hi, span, 1.0f, a.m[r], a.l[r]);
       a.mt[r * n_tiles + t] = a.m[r];
-      if (alpha != 1.0f)  // a larger max: what was summed so far shrinks by exp(m − m_new)
+      if (alpha != 1.0f && a.with_out)  // a larger max: what was summed so far shrinks by exp(m − m_new)
         for (std::size_t x = 0; x < d; ++x) a.o[r * d + x] *= alpha;
     }
     const std::size_t skip = std::max(a.first, c_lo) - c_lo;  // padding keys: weight 0, their V never read
-    pv_rows<W>(a, R, st + skip, a.v + (c_lo + skip) * a.v_row, c_hi - c_lo - skip);
+    if (a.with_out) pv_rows<W>(a, R, st + skip, a.v + (c_lo + skip) * a.v_row, c_hi - c_lo - skip);
   }
   if (a.sums != nullptr) column_sums<W>(a, a.s, a.m, a.l, a.mt, 1.0f, a.sums, k0, end, n_tiles);
   if (a.noisy != nullptr) column_sums<W>(a, a.s2, a.m2, a.l2, a.mt2, a.inv_tau, a.noisy, k0, end, n_tiles);
+  if (a.maxes != nullptr) column_maxes<W>(a, k0, end, n_tiles);
 }
 
 }  // namespace tiles
