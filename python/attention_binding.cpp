@@ -1,5 +1,6 @@
-// python/attention_binding.cpp — kvevict.causal_attention: the prompt's causal attention with H2O's column sums
-// (attention/causal_attention.hpp) on strided float32 arrays, e.g. transformers' query / key / value tensors.
+// python/attention_binding.cpp — kvevict.causal_attention: the prompt's causal attention with H2O's column sums,
+// and kvevict.attention_maxes: each key's largest probability over a causal sequence's last queries (KVzip's
+// score), both attention/causal_attention.hpp on strided float32 arrays, e.g. transformers' query / key tensors.
 // SPDX-License-Identifier: Apache-2.0
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -42,6 +43,34 @@ Strided3 strided3(py::handle obj, const std::string& name, const std::string& wh
           static_cast<std::size_t>(a.shape(2)), static_cast<std::size_t>(s0 / 4), static_cast<std::size_t>(s1 / 4)};
 }
 
+/// The pool argument: a kvevict.ThreadPool, or None (nullptr); TypeError naming `who` otherwise.
+PyThreadPool* pool_arg(py::handle pool_obj, const char* who) {
+  if (pool_obj.is_none()) return nullptr;
+  if (!py::isinstance<PyThreadPool>(pool_obj))
+    throw py::type_error(std::string(who) + ": pool must be a kvevict.ThreadPool or None (got " + type_name(pool_obj) +
+                         ")");
+  return &pool_obj.cast<PyThreadPool&>();
+}
+
+/// scale (None: 1 / sqrt(head_dim)) as a positive finite float32; ValueError naming `who` otherwise.
+float scale_arg(py::handle scale_obj, std::size_t head_dim, const char* who) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(head_dim == 0 ? 1 : head_dim));
+  if (!scale_obj.is_none()) scale = to_double(scale_obj, "scale");
+  const auto f = static_cast<float>(scale);
+  if (!(std::isfinite(scale) && scale > 0.0 && static_cast<double>(f) > 0.0 && std::isfinite(f)))
+    throw py::value_error(std::string(who) + ": scale must be a positive finite float32 (got " + text(scale_obj) + ")");
+  return f;
+}
+
+template <class Args>
+void run_attention(const Args& a, PyThreadPool* pool) {
+  py::gil_scoped_release release;
+  if (pool != nullptr)
+    kvevict::causal_attention(a, *pool);
+  else
+    kvevict::causal_attention(a);
+}
+
 py::tuple causal_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle scale_obj,
                            py::handle first_obj, py::handle sums_obj, py::handle sums_for_obj, py::handle pool_obj) {
   const Strided3 q = strided3(q_obj, "q", "[n_q_heads, P, head_dim]");
@@ -69,15 +98,8 @@ py::tuple causal_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj,
     want_sums = true;
   }
   const bool noisy = spec.kind == kvevict::PromptSums::Kind::gumbel;
-  double scale = 1.0 / std::sqrt(static_cast<double>(q.dim == 0 ? 1 : q.dim));
-  if (!scale_obj.is_none()) scale = to_double(scale_obj, "scale");
-  PyThreadPool* pool = nullptr;
-  if (!pool_obj.is_none()) {
-    if (!py::isinstance<PyThreadPool>(pool_obj))
-      throw py::type_error("causal_attention: pool must be a kvevict.ThreadPool or None (got " + type_name(pool_obj) +
-                           ")");
-    pool = &pool_obj.cast<PyThreadPool&>();
-  }
+  const float scale = scale_arg(scale_obj, q.dim, "causal_attention");
+  PyThreadPool* pool = pool_arg(pool_obj, "causal_attention");
   py::array_t<float> out({static_cast<py::ssize_t>(q.rows), static_cast<py::ssize_t>(q.heads),
                           static_cast<py::ssize_t>(q.dim)});
   py::array_t<float> sums;
@@ -108,17 +130,42 @@ py::tuple causal_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj,
   a.head_dim = q.dim;
   a.prompt_len = q.rows;
   a.first = first;
-  a.scale = static_cast<float>(scale);
-  if (!(std::isfinite(scale) && scale > 0.0 && static_cast<double>(a.scale) > 0.0 && std::isfinite(a.scale)))
-    throw py::value_error("causal_attention: scale must be a positive finite float32 (got " + text(scale_obj) + ")");
-  {
-    py::gil_scoped_release release;
-    if (pool != nullptr)
-      kvevict::causal_attention(a, *pool);
-    else
-      kvevict::causal_attention(a);
-  }
+  a.scale = scale;
+  run_attention(a, pool);
   return py::make_tuple(out, want_sums ? py::object(sums) : py::object(py::none()));
+}
+
+py::array_t<float> attention_maxes(py::handle q_obj, py::handle k_obj, py::handle query_offset_obj,
+                                   py::handle scale_obj, py::handle first_obj, py::handle pool_obj) {
+  const Strided3 q = strided3(q_obj, "q", "[n_q_heads, P - query_offset, head_dim]");
+  const Strided3 k = strided3(k_obj, "k", "[n_kv_heads, P, head_dim]");
+  const std::size_t offset = to_size(query_offset_obj, "query_offset");
+  if (k.rows == 0 || offset >= k.rows || q.rows != k.rows - offset || k.dim != q.dim)
+    throw py::value_error("attention_maxes: q must be [n_q_heads, P - query_offset, head_dim] for k [n_kv_heads, P, "
+                          "head_dim] (q [" + std::to_string(q.heads) + ", " + std::to_string(q.rows) + ", " +
+                          std::to_string(q.dim) + "], k [" + std::to_string(k.heads) + ", " + std::to_string(k.rows) +
+                          ", " + std::to_string(k.dim) + "], query_offset " + std::to_string(offset) + ")");
+  const std::size_t first = to_size(first_obj, "first");
+  const float scale = scale_arg(scale_obj, q.dim, "attention_maxes");
+  PyThreadPool* pool = pool_arg(pool_obj, "attention_maxes");
+  py::array_t<float> maxes({static_cast<py::ssize_t>(q.heads), static_cast<py::ssize_t>(k.rows)});
+  kvevict::CausalAttentionArgs a;
+  a.q = static_cast<const float*>(q.a.data());
+  a.q_head_stride = q.head_stride;
+  a.q_row_stride = q.row_stride;
+  a.k = static_cast<const float*>(k.a.data());
+  a.k_head_stride = k.head_stride;
+  a.k_row_stride = k.row_stride;
+  a.maxes = maxes.mutable_data();
+  a.n_q_heads = q.heads;
+  a.n_kv_heads = k.heads;
+  a.head_dim = q.dim;
+  a.prompt_len = k.rows;
+  a.query_offset = offset;
+  a.first = first;
+  a.scale = scale;
+  run_attention(a, pool);
+  return maxes;
 }
 
 }  // namespace
@@ -127,6 +174,8 @@ void bind_attention(py::module_& m) {
   m.def("causal_attention", &causal_attention, doc::kCausalAttention, py::arg("q"), py::arg("k"), py::arg("v"),
         py::kw_only(), py::arg("scale") = py::none(), py::arg("first") = 0, py::arg("sums") = false,
         py::arg("sums_for") = py::none(), py::arg("pool") = py::none());
+  m.def("attention_maxes", &attention_maxes, doc::kAttentionMaxes, py::arg("q"), py::arg("k"), py::kw_only(),
+        py::arg("query_offset"), py::arg("scale") = py::none(), py::arg("first") = 0, py::arg("pool") = py::none());
 }
 
 }  // namespace kvpy

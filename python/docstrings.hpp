@@ -214,6 +214,20 @@ constexpr const char* kCausalAttention =
     "the GIL. TypeError / ValueError "
     "naming the argument: arrays of another dtype, rank, shape or stride, head_dim not a multiple of 16, "
     "n_q_heads not a multiple of n_kv_heads, first >= P, a scale not positive and finite.";
+constexpr const char* kAttentionMaxes =
+    "attention_maxes(q, k, *, query_offset, scale=None, first=0, pool=None) -> maxes: each key's largest attention "
+    "probability over the last queries of a causal sequence - KVzip's reconstruction score (Kim et al. 2025, section "
+    "3.2: the queries are the context's repeat, query_offset the keys before it). Query row i sits at position "
+    "query_offset + i and attends keys [first, query_offset + i] with softmax(scale * q k^T) (GQA: query head h reads "
+    "KV head h // (n_q_heads // n_kv_heads)); maxes[h, c] = max over the queries of head h of the probability of key "
+    "c (0 for a key no query sees); take the max over a KV head's group for KVzip's per-KV-head score. One fused "
+    "pass (causal_attention's tiles, no P x P matrix, no output: only Q K^T and the exps). q [n_q_heads, P - "
+    "query_offset, head_dim], k [n_kv_heads, P, head_dim]: float32 arrays or CPU tensors, last axis contiguous. "
+    "Returns maxes [n_q_heads, P] float32. Work: n_q_heads * (P - query_offset) * (P + query_offset) / 2 * head_dim "
+    "multiply-adds (Q K^T once: each 32-query block keeps its exps until its row sums are known); memory 32 * g * "
+    "(P + 3 * head_dim) floats per running task; the result does not depend on the pool's workers. Runs without the GIL. TypeError / ValueError naming the argument: another dtype, rank or "
+    "stride, q's rows not P - query_offset, query_offset >= P, head_dim not a multiple of 16, n_q_heads not a "
+    "multiple of n_kv_heads, first >= P, a scale not positive and finite.";
 constexpr const char* kThreadPool =
     "ThreadPool(workers): workers - 1 threads plus the calling one, for Cache.set_executor. The threads start now "
     "and stop when the pool is deleted (after the last cache using it). After a call its threads spin for 20000 "

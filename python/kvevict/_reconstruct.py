@@ -14,10 +14,13 @@ each head's k best; head_budgets='adaptive' shares the layer's budget by those n
 layers='shared' (KVzip's default, kvpress's layerwise=False) first shares the model's budget among the layers by
 raw score (share_layers); the default 'uniform' gives every layer k per KV head, as kvevict's other policies.
 
-Cost: the repeat passes are one more prefill of about P + 12 tokens per chunk header, plus the score's
-[n_q, L, n_sink + C + L] attention per layer and chunk (L = the repeat's length): O(P * (C + L)) per layer.
+Cost: the repeat passes are one more prefill of about P + 12 tokens per chunk header, plus the score's attention
+per layer and chunk (L = the repeat's length): O(P * (C + L)) per layer, through kvevict.attention_maxes (fused, no
+[n_q, L, n_sink + C + L] matrix) where the queries are float32 with head_dim a multiple of 16.
 """
 import torch
+
+import kvevict
 
 FIRST = "\n\nRepeat the previous context exactly."
 LATER = "\n\nRepeat the part of the previous context exactly, starting with"
@@ -64,13 +67,33 @@ def check_options(config, options, hybrid):
 
 def score_chunk(layer, queries, scaling, start, end, prompt_len):
     """One layer's scores of context keys [start, end) from the repeat pass's queries [n_q, L, d] (after RoPE), the
-    repeat's keys sitting at slots prompt_len .. prompt_len + L - 1. Writes layer.recon[:, start:end] ([n_kv, P])."""
+    repeat's keys sitting at slots prompt_len .. prompt_len + L - 1. Writes layer.recon[:, start:end] ([n_kv, P]).
+    float32 with head_dim a multiple of 16: kvevict.attention_maxes (one fused pass, no [n_q, L, m] matrix; on
+    KVEvictCache.attention_pool()); otherwise the same in torch, materialised (score_chunk_torch)."""
     o = layer._owner()
     g = o.n_q_heads // o.n_kv_heads
     L = queries.shape[1]
     sink = min(o.reconstruct["n_sink"], start)
     kb = layer.k_buf[0]
     keys = torch.cat([kb[:, :sink], kb[:, start:end], kb[:, prompt_len:prompt_len + L]], dim=1)  # [n_kv, m, d]
+    if fused_applies(queries, keys):
+        m = sink + end - start  # the keys every repeat query sees; the repeat's own follow, causally
+        maxes = kvevict.attention_maxes(queries, keys, query_offset=m, scale=scaling, pool=o.attention_pool())
+        layer.recon[:, start:end] = torch.from_numpy(maxes)[:, sink:m].view(o.n_kv_heads, g, end - start).amax(dim=1)
+        return
+    score_chunk_torch(layer, queries, keys, scaling, start, end, sink)
+
+
+def fused_applies(queries, keys):
+    """Whether kvevict.attention_maxes takes these operands: float32, head_dim a multiple of 16."""
+    return queries.dtype == keys.dtype == torch.float32 and queries.shape[-1] % 16 == 0
+
+
+def score_chunk_torch(layer, queries, keys, scaling, start, end, sink):
+    """score_chunk in torch: the [n_q, L, sink + C + L] attention materialised (any dtype, any head_dim)."""
+    o = layer._owner()
+    g = o.n_q_heads // o.n_kv_heads
+    L = queries.shape[1]
     keys = keys.repeat_interleave(g, dim=0)
     w = torch.matmul(queries, keys.transpose(1, 2)) * scaling  # [n_q, L, m]
     causal = torch.ones(L, L, dtype=torch.bool).triu(1)

@@ -64,6 +64,30 @@ def test_scores_equal_kvpress_and_kept_are_the_top_k(arch_model, chunk, P):
     assert cache.get_seq_length() == P and cache.kept_length() == k
 
 
+def test_fused_scores_equal_the_torch_path(arch_model, monkeypatch):
+    # head_dim 16, float32: every layer's score goes through kvevict.attention_maxes; forced off, the materialised
+    # torch computation gives the same scores to float rounding.
+    import kvevict
+    from kvevict import _reconstruct
+    calls = []
+    fused = kvevict.attention_maxes
+    monkeypatch.setattr(kvevict, "attention_maxes", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    ids = prompt(7, 45)
+
+    def scores():
+        cache = KVEvictCache(arch_model, policy="kvzip", budget=0.5, tokenizer=Tok(), chunk=16)
+        with torch.no_grad():
+            arch_model(ids, past_key_values=cache)
+        return [cache.layers[i].recon.clone() for i in range(arch_model.config.num_hidden_layers)]
+    got = scores()
+    assert len(calls) == arch_model.config.num_hidden_layers * 3  # 3 chunks of at most 16 context tokens
+    monkeypatch.setattr(_reconstruct, "fused_applies", lambda q, k: False)
+    want = scores()
+    assert len(calls) == arch_model.config.num_hidden_layers * 3
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
+
+
 def test_repeat_passes_leave_the_cache_as_the_prompt(llama):
     ids, nxt = prompt(1, 30), prompt(2, 1)
     cache = KVEvictCache(llama, policy="kvzip", budget=1.0, tokenizer=Tok(), chunk=16)
