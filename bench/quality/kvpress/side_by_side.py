@@ -231,6 +231,7 @@ def kvpress_prefill(model, ids, name, compression_ratio, hf_tokenizer=None):
     with `append_at`."""
     cache = DynamicCache(config=model.config)
     impl = "eager" if name == "observed_attention" else model.config._attn_implementation
+    clear_masks(model)
     with torch.no_grad(), with_attention(model, impl):
         if name is None:
             logits = model(ids, past_key_values=cache).logits[0, -1]
@@ -240,6 +241,15 @@ def kvpress_prefill(model, ids, name, compression_ratio, hf_tokenizer=None):
     lengths = layer_lengths(cache)
     one = len(lengths) == 1 and len(global_layers(model)) == model.config.num_hidden_layers
     return cache, logits, (lengths.pop() if one else None)
+
+
+def clear_masks(model):
+    """Forgets the keys an earlier AdaKV / KVzip press masked (kvpress's `masked_key_indices` on each attention
+    module). kvpress's attention patch forgets them at a prefill only through the attention functions it patches
+    (sdpa, ...), not eager's: an ObservedAttention prefill after such a press kept them, and its answers then masked
+    the earlier press's indices (an IndexError past the cache's end, or wrong keys)."""
+    for layer in model.model.layers:
+        layer.self_attn.masked_key_indices = None
 
 
 def append_at(model, cache, ids, pos, slot):
@@ -263,6 +273,7 @@ def run_kvpress(model, ids, P, name, protocol, ratio, k):
             # layers of different lengths (PyramidKV, sliding layers): one token at a time
             return torch.stack([append_at(model, cache, ids[:, t:t + 1], t, t)[-1] for t in range(P, P + n)])
     cache = DynamicCache(config=model.config)
+    clear_masks(model)
     with torch.no_grad(), with_attention(model, impl):
         import kvpress
         press = kvpress.PrefillDecodingPress(
