@@ -14,6 +14,9 @@ Rows: `full` (DynamicCache, the reference), `kvevict:ROW` (KVEvictCache(evict="p
 syntax: keyformer, h2o, snapkv@kernel=15, ...), `kvpress:PRESS` (kvpress 0.5.5 through transformers: snapkv,
 tova, streaming_llm, observed_attention, expected_attention, adakv_expected_attention, keydiff, knorm, kvzip).
 A compression ratio c (kvpress's: the fraction removed) is kvevict's budget 1 - c of the compressed tokens.
+kvpress's rows compress every pending ratio of a row from one prefill (bench/quality/kvpress/ratios.py: the same
+caches and masks as a prefill per ratio, tests/transformers/test_kvpress_ratios.py); their `seconds` are an equal
+share of that prefill plus their own answers.
 
 Answers: greedy, at most RULER's tokens_to_generate for the task (or --max-new-tokens), stopping at the end
 token or at the end of the answer's first line. Score: RULER's string_match_all (bench/ruler/ruler.py), 0..1.
@@ -90,6 +93,36 @@ class Engine:
                 return self._dynamic(name, ratio, compressed, appended, max_new)
             return self._kvevict(name, ratio, compressed, appended, max_new)
 
+    def run_kvpress_ratios(self, name, ratios, compressed, appended, max_new):
+        """run() of kvpress's press `name` at each of `ratios` from one prefill (bench/quality/kvpress/ratios.py:
+        the same caches and masks as one prefill per ratio, tested). Returns {ratio: (answers, kept)}."""
+        import ratios as kr
+        import side_by_side as sbs
+        torch, model = self.torch, self.model
+        P = len(compressed)
+        out = {}
+        with torch.no_grad():
+            many = kr.kvpress_prefill_ratios(model, torch.tensor([compressed]), name, ratios, hf_tokenizer=self.hf_tok)
+            for r in ratios:
+                got = many.pop(r)
+                got.use(model)
+                cache, L = got.cache(model), got.L
+                kept = L - masked_per_head(model)
+                answers = []
+                for app in appended:
+                    logits = sbs.append_at(model, cache, torch.tensor([app]), P, L)[-1] if app else got.logits
+                    state = dict(pos=P + len(app), slot=L + len(app))
+
+                    def step(t):
+                        o = sbs.append_at(model, cache, torch.tensor([[t]]), state["pos"], state["slot"])[-1]
+                        state["pos"] += 1
+                        state["slot"] += 1
+                        return o
+                    answers.append(self.greedy(logits, step, max_new))
+                    cache.crop(L)
+                out[r] = (answers, kept)
+        return out
+
     def _kvevict(self, name, ratio, compressed, appended, max_new):
         import side_by_side as sbs
         from kvevict.transformers import KVEvictCache
@@ -143,6 +176,19 @@ class Engine:
             answers.append(self.greedy(logits, step, max_new))
             cache.crop(L)
         return answers, kept
+
+
+def run_group(engine, source, name, group, protocol, ctx, q_ids, max_new):
+    """{ratio: (answers, kept)} for the ratios of `group` under `protocol` (aware: each question compressed with the
+    context; agnostic: the context compressed once, the questions appended one after another)."""
+    def at(ratios, compressed, appended):
+        if len(ratios) > 1:
+            return engine.run_kvpress_ratios(name, ratios, compressed, appended, max_new)
+        return {ratios[0]: engine.run(source, name, ratios[0], compressed, appended, max_new)}
+    if protocol == "agnostic":
+        return at(group, ctx, q_ids)
+    per_q = [at(group, ctx + q, [[]]) for q in q_ids]
+    return {r: ([p[r][0][0] for p in per_q], per_q[0][r][1]) for r in group}
 
 
 def masked_per_head(model):
@@ -266,48 +312,49 @@ def main():
                 max_new = args.max_new_tokens or sample["max_new_tokens"]
                 for protocol in protocols:
                     qs = sample["questions"] if protocol == "aware" else sample["followups"]
+                    q_ids = [engine.encode(q + p) for q, p, _ in qs]
                     for source, name in rows:
-                        for ratio in ([0.0] if source == "full" else ratios):
-                            key = (task, str(seed), protocol, f"{ratio:g}", source, name)
-                            if key in done:
-                                continue
-                            t0 = time.time()
-                            q_ids = [engine.encode(q + p) for q, p, _ in qs]
-                            full = full_scores.get((task, str(seed), protocol))
-                            skip = (source != "full" and not args.all_samples and full is not None
-                                    and sum(full) == 0)
-                            if skip:
+                        pending = [r for r in ([0.0] if source == "full" else ratios)
+                                   if (task, str(seed), protocol, f"{r:g}", source, name) not in done]
+                        if not pending:
+                            continue
+                        full = full_scores.get((task, str(seed), protocol))
+                        if source != "full" and not args.all_samples and full is not None and sum(full) == 0:
+                            for ratio in pending:
                                 for i, (q, p, expected) in enumerate(qs):
                                     w.writerow(dict(task=task, seed=seed, protocol=protocol, ratio=f"{ratio:g}",
                                                     source=source, row=name, question=i, context_tokens=len(ctx),
                                                     kept="", answer="", expected="|".join(expected), score="",
                                                     seconds="0", error=SKIPPED))
-                                continue
+                            continue
+                        # kvpress's rows: every pending ratio from one prefill (its seconds: an equal share of it)
+                        groups = [pending] if source == "kvpress" and len(pending) > 1 else [[r] for r in pending]
+                        for group in groups:
+                            t0 = time.time()
                             try:
-                                if protocol == "aware":
-                                    got = [engine.run(source, name, ratio, ctx + q, [[]], max_new) for q in q_ids]
-                                    answers, kept = [a[0][0] for a in got], got[0][1]
-                                else:
-                                    answers, kept = engine.run(source, name, ratio, ctx, q_ids, max_new)
+                                results = run_group(engine, source, name, group, protocol, ctx, q_ids, max_new)
                                 err = ""
                             except Exception as e:  # noqa: BLE001 - a row that fails is reported as such
-                                answers, kept, err = [""] * len(qs), "", f"{type(e).__name__}: {e}".replace("\n", " ")
-                            secs = (time.time() - t0) / len(qs)
-                            for i, ((q, p, expected), ans) in enumerate(zip(qs, answers)):
-                                w.writerow(dict(task=task, seed=seed, protocol=protocol, ratio=f"{ratio:g}",
-                                                source=source, row=name, question=i, context_tokens=len(ctx), kept=kept,
-                                                answer=ans, expected="|".join(expected),
-                                                score="" if err else f"{ruler.score(ans, expected):.4f}",
-                                                seconds=f"{secs:.1f}", error=err))
-                            f.flush()
-                            if source == "full" and not err:
-                                full_scores[(task, str(seed), protocol)] = [ruler.score(a, e) for a, (_, _, e)
-                                                                            in zip(answers, qs)]
-                            mean = (sum(ruler.score(a, e) for a, (_, _, e) in zip(answers, qs)) / len(qs)
-                                    if not err else float("nan"))
-                            print(f"  {task} seed {seed} {protocol} c={ratio:g} {source}:{name}: score {mean:.2f} "
-                                  f"({time.time() - t0:.0f} s) {err[:160] or repr(answers[0][:60])}", file=sys.stderr,
-                                  flush=True)
+                                results = {r: ([""] * len(qs), "") for r in group}
+                                err = f"{type(e).__name__}: {e}".replace("\n", " ")
+                            secs = (time.time() - t0) / len(qs) / len(group)
+                            for ratio in group:
+                                answers, kept = results[ratio]
+                                for i, ((q, p, expected), ans) in enumerate(zip(qs, answers)):
+                                    w.writerow(dict(task=task, seed=seed, protocol=protocol, ratio=f"{ratio:g}",
+                                                    source=source, row=name, question=i, context_tokens=len(ctx),
+                                                    kept=kept, answer=ans, expected="|".join(expected),
+                                                    score="" if err else f"{ruler.score(ans, expected):.4f}",
+                                                    seconds=f"{secs:.1f}", error=err))
+                                f.flush()
+                                if source == "full" and not err:
+                                    full_scores[(task, str(seed), protocol)] = [ruler.score(a, e) for a, (_, _, e)
+                                                                                in zip(answers, qs)]
+                                mean = (sum(ruler.score(a, e) for a, (_, _, e) in zip(answers, qs)) / len(qs)
+                                        if not err else float("nan"))
+                                print(f"  {task} seed {seed} {protocol} c={ratio:g} {source}:{name}: score {mean:.2f} "
+                                      f"({secs * len(qs):.0f} s) {err[:160] or repr(answers[0][:60])}",
+                                      file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
