@@ -3,7 +3,8 @@
 // without the output, on drawn shapes, strides, padding, options and values.
 // SPDX-License-Identifier: Apache-2.0
 //
-// Input bytes draw n_q_heads 0–6, n_kv_heads 0–3, head_dim 0–48, P 0–70 (one input in 16: 0–600), first 0–P + 1,
+// Input bytes draw n_q_heads 0–6, n_kv_heads 0–3, head_dim 0–48, P 0–70 (one input in 16: 0–600),
+// first 0–P + 1,
 // query_offset (0, or 0–P + 1 one input in 2), row and head strides
 // (padded, exact or below head_dim; [head][P][d] or [P][head][d]), scale and the noisy options from normal and
 // hostile values (0, negative, 1e-300 as float, ±inf, NaN), which scores are asked for, out (and v) null or not,

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -164,7 +165,15 @@ py::array_t<float> attention_maxes(py::handle q_obj, py::handle k_obj, py::handl
   a.query_offset = offset;
   a.first = first;
   a.scale = scale;
-  run_attention(a, pool);
+  try {
+    run_attention(a, pool);
+  } catch (const std::invalid_argument& e) {  // the kernel's message, in this function's and its arguments' names
+    std::string what = e.what();
+    const std::string from = "causal_attention: ";
+    if (what.compare(0, from.size(), from) == 0) what = "attention_maxes: " + what.substr(from.size());
+    for (std::size_t at; (at = what.find("prompt_len")) != std::string::npos;) what.replace(at, 10, "P (k's rows)");
+    throw py::value_error(what);
+  }
   return maxes;
 }
 

@@ -224,9 +224,10 @@ constexpr const char* kAttentionMaxes =
     "pass (causal_attention's tiles, no P x P matrix, no output: only Q K^T and the exps). q [n_q_heads, P - "
     "query_offset, head_dim], k [n_kv_heads, P, head_dim]: float32 arrays or CPU tensors, last axis contiguous. "
     "Returns maxes [n_q_heads, P] float32. Work: n_q_heads * (P - query_offset) * (P + query_offset) / 2 * head_dim "
-    "multiply-adds (Q K^T once: each 32-query block keeps its exps until its row sums are known); memory 32 * g * "
-    "(P + 3 * head_dim) floats per running task; the result does not depend on the pool's workers. Runs without the GIL. TypeError / ValueError naming the argument: another dtype, rank or "
-    "stride, q's rows not P - query_offset, query_offset >= P, head_dim not a multiple of 16, n_q_heads not a "
+    "multiply-adds (Q K^T once: each 32-query block keeps its exps until its row sums are known); memory "
+    "n_kv_heads * P * head_dim floats for K in panels, 16 * n_q_heads * P of partial maxes and 32 * g * (P + 3 * "
+    "head_dim) per running task; the result does not depend on the pool's workers. Runs without the GIL. "
+    "TypeError / ValueError naming the argument: another dtype, rank or stride, q's rows not P - query_offset, query_offset >= P, head_dim not a multiple of 16, n_q_heads not a "
     "multiple of n_kv_heads, first >= P, a scale not positive and finite.";
 constexpr const char* kThreadPool =
     "ThreadPool(workers): workers - 1 threads plus the calling one, for Cache.set_executor. The threads start now "

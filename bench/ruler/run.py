@@ -16,7 +16,7 @@ tova, streaming_llm, observed_attention, expected_attention, adakv_expected_atte
 A compression ratio c (kvpress's: the fraction removed) is kvevict's budget 1 - c of the compressed tokens.
 kvpress's rows compress every pending ratio of a row from one prefill (bench/quality/kvpress/ratios.py: the same
 caches and masks as a prefill per ratio, tests/transformers/test_kvpress_ratios.py); their `seconds` are an equal
-share of that prefill plus their own answers.
+share of the group's time (the prefill and every ratio's answers).
 
 Answers: greedy, at most RULER's tokens_to_generate for the task (or --max-new-tokens), stopping at the end
 token or at the end of the answer's first line. Score: RULER's string_match_all (bench/ruler/ruler.py), 0..1.
@@ -95,7 +95,8 @@ class Engine:
 
     def run_kvpress_ratios(self, name, ratios, compressed, appended, max_new):
         """run() of kvpress's press `name` at each of `ratios` from one prefill (bench/quality/kvpress/ratios.py:
-        the same caches and masks as one prefill per ratio, tested). Returns {ratio: (answers, kept)}."""
+        the same caches and masks as one prefill per ratio, tested). Returns {ratio: (answers, kept) or the exception
+        its answers raised} (a failed prefill raises)."""
         import ratios as kr
         import side_by_side as sbs
         torch, model = self.torch, self.model
@@ -105,28 +106,33 @@ class Engine:
             many = kr.kvpress_prefill_ratios(model, torch.tensor([compressed]), name, ratios, hf_tokenizer=self.hf_tok)
             for r in ratios:
                 got = many.pop(r)
-                got.use(model)
-                cache, L = got.cache(model), got.L
-                kept = L - masked_per_head(model)
-                answers = []
-                for app in appended:
-                    logits = sbs.append_at(model, cache, torch.tensor([app]), P, L)[-1] if app else got.logits
-                    state = dict(pos=P + len(app), slot=L + len(app))
+                try:
+                    got.use(model)
+                    cache, L = got.cache(model), got.L
+                    kept = L - masked_per_head(model)
+                    answers = []
+                    for app in appended:
+                        logits = sbs.append_at(model, cache, torch.tensor([app]), P, L)[-1] if app else got.logits
+                        state = dict(pos=P + len(app), slot=L + len(app))
 
-                    def step(t):
-                        o = sbs.append_at(model, cache, torch.tensor([[t]]), state["pos"], state["slot"])[-1]
-                        state["pos"] += 1
-                        state["slot"] += 1
-                        return o
-                    answers.append(self.greedy(logits, step, max_new))
-                    cache.crop(L)
-                out[r] = (answers, kept)
+                        def step(t):
+                            o = sbs.append_at(model, cache, torch.tensor([[t]]), state["pos"], state["slot"])[-1]
+                            state["pos"] += 1
+                            state["slot"] += 1
+                            return o
+                        answers.append(self.greedy(logits, step, max_new))
+                        cache.crop(L)
+                    out[r] = (answers, kept)
+                except Exception as e:  # noqa: BLE001 - this ratio fails alone, as with a prefill per ratio
+                    out[r] = e
+            sbs.clear_masks(model)
         return out
 
     def _kvevict(self, name, ratio, compressed, appended, max_new):
         import side_by_side as sbs
         from kvevict.transformers import KVEvictCache
         torch = self.torch
+        sbs.clear_masks(self.model)  # kvpress's patched attention would apply an earlier press's masked keys
         policy, opts = sbs.kvevict_row(name)
         if policy == "kvzip":
             opts.update(tokenizer=self.hf_tok)
@@ -188,7 +194,8 @@ def run_group(engine, source, name, group, protocol, ctx, q_ids, max_new):
     if protocol == "agnostic":
         return at(group, ctx, q_ids)
     per_q = [at(group, ctx + q, [[]]) for q in q_ids]
-    return {r: ([p[r][0][0] for p in per_q], per_q[0][r][1]) for r in group}
+    failed = {r: next((p[r] for p in per_q if isinstance(p[r], Exception)), None) for r in group}
+    return {r: failed[r] or ([p[r][0][0] for p in per_q], per_q[0][r][1]) for r in group}
 
 
 def masked_per_head(model):
@@ -243,6 +250,8 @@ def main():
         ratios = [float(r) for r in args.ratios.split(",")]
     except ValueError:
         ap.error(f"--ratios: {args.ratios!r} is not a comma-separated list of numbers")
+    if len(set(ratios)) != len(ratios):
+        ap.error(f"--ratios: {args.ratios!r} names a ratio twice")
     if not all(0 < r < 1 for r in ratios):
         ap.error(f"--ratios: each must be in (0, 1) (the fraction of the KV removed); got {args.ratios}")
     rows = []
@@ -333,13 +342,13 @@ def main():
                             t0 = time.time()
                             try:
                                 results = run_group(engine, source, name, group, protocol, ctx, q_ids, max_new)
-                                err = ""
                             except Exception as e:  # noqa: BLE001 - a row that fails is reported as such
-                                results = {r: ([""] * len(qs), "") for r in group}
-                                err = f"{type(e).__name__}: {e}".replace("\n", " ")
+                                results = {r: e for r in group}
                             secs = (time.time() - t0) / len(qs) / len(group)
                             for ratio in group:
-                                answers, kept = results[ratio]
+                                err = results[ratio] if isinstance(results[ratio], Exception) else None
+                                answers, kept = ([""] * len(qs), "") if err else results[ratio]
+                                err = f"{type(err).__name__}: {err}".replace("\n", " ") if err else ""
                                 for i, ((q, p, expected), ans) in enumerate(zip(qs, answers)):
                                     w.writerow(dict(task=task, seed=seed, protocol=protocol, ratio=f"{ratio:g}",
                                                     source=source, row=name, question=i, context_tokens=len(ctx),

@@ -251,7 +251,8 @@ class KVEvictCache(Cache):
         return self._pool
 
     def attention_pool(self):
-        """The kvevict.ThreadPool the prompt's fused attention (kvevict.causal_attention: H2O, Keyformer) runs on: the work
+        """The kvevict.ThreadPool the prompt's fused attention (kvevict.causal_attention: H2O, Keyformer; KVzip's score,
+        kvevict.attention_maxes) runs on: the work
         torch's own threads would do in SDPA, so torch.get_num_threads() workers whatever `threads` says (made
         again if that changes); None for one thread."""
         n = min(torch.get_num_threads(), 1024)

@@ -73,9 +73,9 @@ GOOD = dict(q=np.zeros((4, 10, 16), np.float32), k=np.zeros((2, 30, 16), np.floa
     (dict(query_offset=-1), (ValueError, TypeError, OverflowError), "query_offset"),
     (dict(k=np.zeros((2, 30, 16), np.float64)), ValueError, "k must be a float32 array"),
     (dict(q=np.zeros((4, 10, 8), np.float32), k=np.zeros((2, 30, 8), np.float32)), ValueError,
-     "head_dim must be a positive multiple of 16"),
-    (dict(k=np.zeros((3, 30, 16), np.float32)), ValueError, r"n_q_heads \(4\) must be a positive multiple"),
-    (dict(first=30), ValueError, r"first \(30\) must be below prompt_len \(30\)"),
+     "^attention_maxes: head_dim must be a positive multiple of 16"),
+    (dict(k=np.zeros((3, 30, 16), np.float32)), ValueError, r"^attention_maxes: n_q_heads \(4\) must be a positive multiple"),
+    (dict(first=30), ValueError, r"^attention_maxes: first \(30\) must be below P \(k's rows\) \(30\)"),
     (dict(scale=0.0), ValueError, "attention_maxes: scale must be a positive finite float32"),
     (dict(pool=3), TypeError, "attention_maxes: pool must be a kvevict.ThreadPool or None"),
 ])

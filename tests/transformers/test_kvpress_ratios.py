@@ -18,6 +18,13 @@ import side_by_side as sbs  # noqa: E402
 RATIOS = (0.25, 0.5, 0.75, 0.875)
 
 
+@pytest.fixture(autouse=True)
+def no_masks_left(llama):
+    """The session's tiny model without the masked keys a test's last press left on it."""
+    yield
+    sbs.clear_masks(llama)
+
+
 class Tok:
     """A stand-in tokenizer for the tiny model (vocabulary 96), as KVzipPress calls it."""
     chat_template = None

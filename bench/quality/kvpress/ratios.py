@@ -53,8 +53,10 @@ def kvpress_prefill_ratios(model, ids, name, ratios, hf_tokenizer=None):
         post = press.compress_post
 
         def compress_post(model):  # the score is computed once; only the cut is per ratio
+            scores = press.score_val.clone()  # compress_post raises the sinks' scores in place: each cut from these
             for r in ratios:
                 press.compression_ratio = r
+                press.score_val.copy_(scores)
                 post(model)
                 for i, layer in enumerate(model.model.layers):
                     masks[r][i] = layer.self_attn.masked_key_indices
@@ -79,6 +81,6 @@ def kvpress_prefill_ratios(model, ids, name, ratios, hf_tokenizer=None):
     impl = "eager" if name == "observed_attention" else model.config._attn_implementation
     sbs.clear_masks(model)
     with torch.no_grad(), sbs.with_attention(model, impl), press(model):
-        logits = model(ids, past_key_values=cache).logits[0, -1]
+        logits = model(ids, past_key_values=cache).logits[0, -1].clone()  # not the [1, P, V] it views
     full = [(layer.keys, layer.values) for layer in cache.layers]
     return {r: Compressed([got[r][i] or full[i] for i in range(n_layers)], logits, masks[r]) for r in ratios}

@@ -234,10 +234,10 @@ def kvpress_prefill(model, ids, name, compression_ratio, hf_tokenizer=None):
     clear_masks(model)
     with torch.no_grad(), with_attention(model, impl):
         if name is None:
-            logits = model(ids, past_key_values=cache).logits[0, -1]
+            logits = model(ids, past_key_values=cache).logits[0, -1].clone()  # not the [1, P, V] it views
         else:
             with kvpress_press(name, compression_ratio, hf_tokenizer=hf_tokenizer)(model):
-                logits = model(ids, past_key_values=cache).logits[0, -1]
+                logits = model(ids, past_key_values=cache).logits[0, -1].clone()
     lengths = layer_lengths(cache)
     one = len(lengths) == 1 and len(global_layers(model)) == model.config.num_hidden_layers
     return cache, logits, (lengths.pop() if one else None)
@@ -246,8 +246,9 @@ def kvpress_prefill(model, ids, name, compression_ratio, hf_tokenizer=None):
 def clear_masks(model):
     """Forgets the keys an earlier AdaKV / KVzip press masked (kvpress's `masked_key_indices` on each attention
     module). kvpress's attention patch forgets them at a prefill only through the attention functions it patches
-    (sdpa, ...), not eager's: an ObservedAttention prefill after such a press kept them, and its answers then masked
-    the earlier press's indices (an IndexError past the cache's end, or wrong keys)."""
+    (sdpa, ...), not eager's nor kvevict's own: an ObservedAttention prefill (or a kvevict row) after such a press
+    kept them, and its answers then masked the earlier press's indices (an IndexError past the cache's end, or wrong
+    keys). Called before every kvpress prefill and kvevict row of the runners."""
     for layer in model.model.layers:
         layer.self_attn.masked_key_indices = None
 

@@ -41,17 +41,18 @@ struct CausalAttentionArgs {
   /// score (`sums`, `noisy_sums` or `maxes`) is asked for: then no P V is computed.
   float* out = nullptr;
   std::size_t out_head_stride = 0, out_row_stride = 0;
-  /// Optional `[n_q_heads][P]` (row stride P): written with `sums[h][c] = Σ_{i ≥ c} p_h(i, c)`, the
-  /// probability query i of head h gives key c, summed over the queries — H2O's prompt score
+  /// Optional `[n_q_heads][P]` (row stride P): written with `sums[h][c] = Σ_{i ≥ max(c, query_offset)} p_h(i, c)`,
+  /// the probability the query at position i of head h gives key c, summed over the queries — H2O's prompt score
   /// (Zhang et al. 2023, §4; `Cache::prefill_from_attention` takes it). Null: not computed.
   float* sums = nullptr;
   /// Optional `[n_q_heads][P]`: written with Keyformer's prompt score (Adnan et al. 2024, Eq. 7 at the prompt),
-  /// `noisy_sums[h][c] = Σ_{i ≥ c} softmax((x_h(i) + s·ζ_h(i)) / τ)[c]` over the real queries i, ζ_h(i)[c] the
+  /// `noisy_sums[h][c] = Σ_i softmax((x_h(i) + s·ζ_h(i)) / τ)[c]` over the real queries i ≥ c, ζ_h(i)[c] the
   /// Gumbel noise of query head h, prompt row `i − first`, slot `c − first` drawn as a kvevict cache with seed
   /// `noise_seed` draws it (`gumbel_row_key`, `fill_gumbel_row`), so that `Cache::prefill_from_attention` of a
   /// Keyformer cache with that seed and τ₀ = `tau` cuts as its `prefill` would. Null: not computed.
   float* noisy_sums = nullptr;
-  /// Optional `[n_q_heads][P]`: written with `maxes[h][c] = max_{i ≥ c} p_h(i, c)`, the largest probability any
+  /// Optional `[n_q_heads][P]`: written with `maxes[h][c] = max_{i ≥ max(c, query_offset)} p_h(i, c)`, the largest
+  /// probability any
   /// query gives key c (0 for a key no query sees) — KVzip's score (Kim et al. 2025, §3.2: the queries are the
   /// context's repeat, `query_offset` the context's length; the caller takes the max over a KV head's group).
   float* maxes = nullptr;
@@ -82,21 +83,22 @@ inline void causal_block_dispatch(const tiles::BlockArgs& a);
 }  // namespace detail
 
 /// `out = softmax(scale · Q Kᵀ + causal mask) V` per query head (GQA: query head h reads KV head
-/// h / (n_q_heads / n_kv_heads)), and optionally `sums` (see `CausalAttentionArgs`), without materialising
-/// the P × P logits: a block of 32 queries of a KV head's group at a time, its keys in tiles of 256 with an
-/// online softmax (FlashAttention's, Dao et al. 2022, Alg. 1) whose exps stay in a `[g·32][P]` scratch
-/// until the block's row sums are known, then the column sums.
+/// h / (n_q_heads / n_kv_heads)) for the queries at positions query_offset .. P − 1 (all of them by default),
+/// and optionally the scores `sums`, `noisy_sums`, `maxes` (see `CausalAttentionArgs`; with a score, `out` may
+/// be null: no P V), without materialising the P × P logits: a block of 32 queries of a KV head's group at a
+/// time, its keys in tiles of 256 with an online softmax (FlashAttention's, Dao et al. 2022, Alg. 1) whose exps
+/// stay in a `[g·32][P]` scratch until the block's row sums are known, then the column sums / maxes.
 ///
 /// Work: `n_q_heads · P² · head_dim` multiply-adds (twice half the square: Q Kᵀ and P V over the causal
-/// triangle; with `query_offset` o, `(P − o) · (P + o)` instead of `P²`, halved again without `out`); memory: `n_kv_heads · P · head_dim` floats for K in panels, `16 · n_q_heads · P` floats of partial
+/// triangle; with `query_offset` o, `(P − o) · (P + o)` instead of `P²`; half without `out`); memory:
+/// `n_kv_heads · P · head_dim` floats for K in panels, `16 · n_q_heads · P` floats of partial
 /// sums per score asked for, and, per running task, `g · 32 · (P + 3·head_dim)` floats of scratch (twice P with
 /// `noisy_sums`), allocated by the task. `noisy_sums` adds a noise draw and an exp per logit (Keyformer's cost).
 /// Parallel over `executor`: tasks are KV head × 16 stripes of query blocks (stripe s takes every 16th block
 /// from the s-th, so that the causal triangle's cost is shared evenly); the stripes' sums are added afterwards
 /// in stripe order (the maxes in any: a max is exact), so the result does not depend on the executor or its
-/// worker count. Paths
-/// (core/dispatch.hpp) agree to float rounding (FMA on AVX2 / AVX-512), not bit for bit. Keys before `first`
-/// are never read from V (a NaN there changes nothing) and get probability 0.
+/// worker count. Paths (core/dispatch.hpp) agree to float rounding (FMA on AVX2 / AVX-512), not bit for bit.
+/// Keys before `first` are never read from V (a NaN there changes nothing) and get probability 0.
 ///
 /// Throws `std::invalid_argument` naming the argument and its value — a null `q` or `k`, a null `out` with no
 /// score asked for, a null `v` with `out`, `n_kv_heads == 0`, `n_q_heads` not a multiple of it, `head_dim` not a
