@@ -90,6 +90,28 @@ def test_observed_attention_after_a_masking_press(llama):
     assert answer(llama, got.cache(llama), got.L, 80, question) == want
 
 
+@pytest.mark.parametrize("policy", ["h2o", "keyformer"])
+def test_a_kvevict_row_after_a_masking_press(llama, policy):
+    # kvpress's patched attention applies whatever masked keys the modules hold to KVEvictCache's decode steps too:
+    # the runners clear them before a kvevict row (sbs.run_kvevict, retrieval.answer_kvevict, run.py's _kvevict).
+    from kvevict.transformers import KVEvictCache
+    ids = torch.randint(0, 96, (1, 60), generator=torch.Generator().manual_seed(1))
+    opts = dict(horizon=8) if policy == "keyformer" else {}
+
+    def step():
+        cache = KVEvictCache(llama, policy=policy, budget=0.5, evict="prefill", **opts)
+        with torch.no_grad():
+            llama(ids, past_key_values=cache)
+            return llama(torch.tensor([[5]]), past_key_values=cache).logits[0, -1]
+    clean = step()
+    sbs.kvpress_prefill(llama, ids, "adakv_expected_attention", 0.5)
+    with pytest.raises(IndexError):  # what a row got without the clearing: AdaKV's indices past kvevict's cut cache
+        step()
+    sbs.kvpress_prefill(llama, ids, "adakv_expected_attention", 0.5)
+    sbs.clear_masks(llama)
+    assert torch.equal(step(), clean)
+
+
 def test_refusals(llama):
     ids = torch.zeros((1, 8), dtype=torch.long)
     with pytest.raises(ValueError, match=r"ratios must be in \(0, 1\)"):

@@ -93,6 +93,7 @@ def answer_kvevict(model, tokenizer, ids, name, ratio, answer_tokens, end_id, sp
     appended after it, the cache then growing by the answer."""
     import torch
     from kvevict.transformers import KVEvictCache
+    sbs.clear_masks(model)  # an earlier AdaKV / KVzip row's masked keys would reach this row's decode steps
     policy, opts = sbs.kvevict_row(name)
     if policy == "keyformer" or opts.get("snap_decode") == "keyformer":
         opts.update(horizon=answer_tokens, seed=1)

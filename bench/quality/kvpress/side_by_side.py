@@ -374,6 +374,7 @@ def kvevict_row(name):
 
 def run_kvevict(model, ids, P, name, protocol, ratio):
     n = ids.shape[1] - 1 - P
+    clear_masks(model)  # an earlier AdaKV / KVzip row's masked keys would reach this row's decode steps
     policy, opts = kvevict_row(name)
     if policy == "keyformer" or opts.get("snap_decode") == "keyformer":
         opts.update(horizon=n, seed=1)
