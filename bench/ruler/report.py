@@ -84,7 +84,9 @@ def tables(rows):
             out.append(f"| {label} | " + " | ".join(cells) + " |")
         out.append("")
         # The best kvevict row at each ratio against each other row, paired per sample.
-        out.append("Best kvevict row (the highest mean among those run on the most samples, picked on these same samples: an optimistic pick) minus each press, paired over the samples both answered (points, ± SE):\n")
+        out.append("Best kvevict row (the highest mean over the samples every press answered at that ratio, among the "
+                   "kvevict rows that answered them all; picked on these same samples: an optimistic pick) minus each "
+                   "press, paired over the samples both answered (points, ± SE):\n")
         out.append("| ratio | best kvevict row | " + " | ".join(l for l in labels if not l.startswith("kvevict:")) + " |")
         out.append("|---|---|" + "---|" * sum(1 for l in labels if not l.startswith("kvevict:")))
         for r in ratios:
@@ -92,9 +94,15 @@ def tables(rows):
                     if l.startswith("kvevict:") and scores.get((protocol, l, r))]
             if not ours:
                 continue
-            most = max(len(scores[(protocol, l, r)]) for _, l in ours)  # among the rows run on the most samples
-            ours = [(m, l) for m, l in ours if len(scores[(protocol, l, r)]) == most]
-            best = max(ours)[1]
+            presses = [set(scores[(protocol, l, r)]) for l in labels
+                        if not l.startswith("kvevict:") and scores.get((protocol, l, r))]
+            complete = set.intersection(*presses) if presses else set()
+            covering = [l for _, l in ours if complete and complete <= set(scores[(protocol, l, r)])]
+            if covering:  # ranked on the samples every press answered (rows of an earlier, smaller grid aside)
+                best = max((sum(scores[(protocol, l, r)][s] for s in complete), l) for l in covering)[1]
+            else:  # none: among the rows run on the most samples
+                most = max(len(scores[(protocol, l, r)]) for _, l in ours)
+                best = max((m, l) for m, l in ours if len(scores[(protocol, l, r)]) == most)[1]
             cells = []
             for other in labels:
                 if other.startswith("kvevict:"):

@@ -185,3 +185,10 @@ def test_report_means_pairs_and_skips():
     assert "| kvpress:z | — (n=0), 1 failed |" in text
     assert "| 0.5 | kvevict:x | +62.5 ± 37.5 (n=2) |  |" in text  # z: no sample answered
     assert "| a | 100 | 100 | 0 |  |" in text and "| c | 0 |  |  |  |" in text
+    # The best kvevict row is ranked on the samples every press answered: v has more samples (an earlier grid's)
+    # and the better mean over all of them, x the better one on a and b, which both presses answered.
+    rows = [row(t, 0, "aware", 0.5, "kvevict", "x", 1.0) for t in "ab"] + \
+        [row(t, 0, "aware", 0.5, "kvevict", "v", s) for t, s in zip("abcd", (0.0, 1.0, 1.0, 1.0))] + \
+        [row(t, 0, "aware", 0.5, "kvpress", "y", 0.0) for t in "ab"] + \
+        [row(t, 0, "aware", 0.5, "kvpress", "u", 0.0) for t in "abcd"]
+    assert "| 0.5 | kvevict:x | +100.0 ± 0.0 (n=2) | +100.0 ± 0.0 (n=2) |" in report.tables(rows)
