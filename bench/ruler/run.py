@@ -108,21 +108,7 @@ class Engine:
                 got = many.pop(r)
                 try:
                     got.use(model)
-                    cache, L = got.cache(model), got.L
-                    kept = L - masked_per_head(model)
-                    answers = []
-                    for app in appended:
-                        logits = sbs.append_at(model, cache, torch.tensor([app]), P, L)[-1] if app else got.logits
-                        state = dict(pos=P + len(app), slot=L + len(app))
-
-                        def step(t):
-                            o = sbs.append_at(model, cache, torch.tensor([[t]]), state["pos"], state["slot"])[-1]
-                            state["pos"] += 1
-                            state["slot"] += 1
-                            return o
-                        answers.append(self.greedy(logits, step, max_new))
-                        cache.crop(L)
-                    out[r] = (answers, kept)
+                    out[r] = self._answer(got.cache(model), got.logits, P, got.L, appended, max_new)
                 except Exception as e:  # noqa: BLE001 - this ratio fails alone, as with a prefill per ratio
                     out[r] = e
             sbs.clear_masks(model)
@@ -168,6 +154,14 @@ class Engine:
         if L is None:
             raise ValueError(f"{press_name}: per-layer cache lengths differ (or the model has sliding-window layers); "
                              "the RULER runner needs one length")
+        return self._answer(cache, first, P, L, appended, max_new)
+
+    def _answer(self, cache, first, P, L, appended, max_new):
+        """(answers, kept per KV head) from a kvpress-style DynamicCache holding L slots of a P-token prompt whose
+        last logits are `first`: each ids list of `appended` fed at positions P.. (slots L..), answered greedily,
+        then cropped back to L slots."""
+        import side_by_side as sbs
+        torch, model = self.torch, self.model
         kept = L - masked_per_head(model)
         answers = []
         for app in appended:
