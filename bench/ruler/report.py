@@ -113,19 +113,21 @@ def tables(rows):
                 cells.append(f"{100 * m:+.1f} ± {100 * se:.1f} (n={len(common)})" if common else "")
             out.append(f"| {r:g} | {best} | " + " | ".join(cells) + " |")
         out.append("")
-        # Per task, at each ratio: the full cache, then each row.
+        # Per task: one table per ratio, a row per method (the full cache first), a column per task.
         tasks = sorted({s[0] for k in keys for s in scores[k]})
-        out.append(f"Per task ({protocol}), mean score over samples, ratio by ratio:\n")
-        cols = ["full"] + [f"{l} c={r:g}" for r in ratios for l in labels]
-        out.append("| task | " + " | ".join(cols) + " |")
-        out.append("|---|" + "---|" * len(cols))
-        for t in tasks:
-            cells = []
-            for key in [(protocol, "full", 0.0)] + [(protocol, l, r) for r in ratios for l in labels]:
-                vals = [v for (task, _), v in scores.get(key, {}).items() if task == t]
-                cells.append(f"{100 * sum(vals) / len(vals):.0f}" if vals else "")
-            out.append(f"| {t} | " + " | ".join(cells) + " |")
-        out.append("")
+        out.append(f"Per task ({protocol}), mean score over samples (blank: not run or skipped):\n")
+        for r in ratios:
+            out.append(f"c = {r:g}:\n")
+            out.append("| row | " + " | ".join(tasks) + " |")
+            out.append("|---|" + "---|" * len(tasks))
+            for label, key in [("full", (protocol, "full", 0.0))] + [(l, (protocol, l, r)) for l in labels]:
+                cells = []
+                for t in tasks:
+                    vals = [v for (task, _), v in scores.get(key, {}).items() if task == t]
+                    cells.append(f"{100 * sum(vals) / len(vals):.0f}" if vals else "")
+                if label == "full" or any(cells):
+                    out.append(f"| {label} | " + " | ".join(cells) + " |")
+            out.append("")
     return "\n".join(out)
 
 
