@@ -184,7 +184,9 @@ def test_report_means_pairs_and_skips():
     assert "| kvpress:y | 12.5 ± 12.5 (n=2) |" in text
     assert "| kvpress:z | — (n=0), 1 failed |" in text
     assert "| 0.5 | kvevict:x | +62.5 ± 37.5 (n=2) |  |" in text  # z: no sample answered
-    assert "| a | 100 | 100 | 0 |  |" in text and "| c | 0 |  |  |  |" in text
+    # Per task, one table per ratio: the full cache, then each row that answered some task (z answered none).
+    assert "c = 0.5:\n\n| row | a | b | c |\n|---|---|---|---|\n| full | 100 | 50 | 0 |\n| kvevict:x | 100 | 50 |  |\n" \
+        "| kvpress:y | 0 | 25 |  |\n" in text
     # The best kvevict row is ranked on the samples every press answered: v has more samples (an earlier grid's)
     # and the better mean over all of them, x the better one on a and b, which both presses answered.
     rows = [row(t, 0, "aware", 0.5, "kvevict", "x", 1.0) for t in "ab"] + \
