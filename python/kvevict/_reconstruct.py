@@ -13,6 +13,11 @@ TOVA selection (its logits row: log score, so its softmax is the score normalise
 each head's k best; head_budgets='adaptive' shares the layer's budget by those normalised scores (AdaKV).
 layers='shared' (KVzip's default, kvpress's layerwise=False) first shares the model's budget among the layers by
 raw score (share_layers); the default 'uniform' gives every layer k per KV head, as kvevict's other policies.
+heads='shared' (KVzip's own rule, kvpress's KVzipPress) shares each layer's budget among its KV heads by raw score
+too: with layers='shared', every layer and KV head keeps the context tokens above one model-wide threshold. AdaKV
+(head_budgets='adaptive') ranks TOVA's probabilities, softmax(log score) = score / (its head's total), which are
+not comparable across heads: on RULER's niah_single_3 (c = 0.75) that lost a UUID's tail which kvpress's KVzip kept
+(docs/quality-ruler.md); heads='shared' keeps kvpress's sets (comparable_rows).
 
 Cost: the repeat passes are one more prefill of about P + 12 tokens per chunk header, plus the score's attention
 per layer and chunk (L = the repeat's length): O(P * (C + L)) per layer, through kvevict.attention_maxes (fused, no
@@ -25,7 +30,7 @@ import kvevict
 FIRST = "\n\nRepeat the previous context exactly."
 LATER = "\n\nRepeat the part of the previous context exactly, starting with"
 SUFFIX = "\n"
-OPTIONS = dict(tokenizer=None, chunk=2048, n_sink=4, layers="uniform")
+OPTIONS = dict(tokenizer=None, chunk=2048, n_sink=4, layers="uniform", heads=None)
 
 
 def _encode(tokenizer, text):
@@ -39,12 +44,13 @@ def _encode(tokenizer, text):
 
 def check_options(config, options, hybrid):
     """policy='kvzip': its options checked, the repeat prompts tokenized. Returns dict(first, later, suffix, chunk,
-    n_sink, layers). TypeError for an unknown option, ValueError for a missing tokenizer, a bad value, or a hybrid
-    (sliding-window) model."""
+    n_sink, layers, heads). TypeError for an unknown option, ValueError for a missing tokenizer, a bad value,
+    heads='shared' with head_budgets (it sets them) or with n_sink = 0 (the sinks carry its normalisation), or a
+    hybrid (sliding-window) model."""
     unknown = sorted(set(options) - set(OPTIONS) - {"head_budgets"})
     if unknown:
-        raise TypeError(f"KVEvictCache: policy 'kvzip' takes tokenizer, chunk, n_sink, layers and head_budgets (got "
-                        f"{', '.join(unknown)})")
+        raise TypeError(f"KVEvictCache: policy 'kvzip' takes tokenizer, chunk, n_sink, layers, heads and head_budgets "
+                        f"(got {', '.join(unknown)})")
     if hybrid:
         raise ValueError(f"KVEvictCache: policy 'kvzip' is not supported on {config.model_type}: the repeat passes "
                          "would fill its sliding-window layers, which cannot drop them again")
@@ -60,9 +66,19 @@ def check_options(config, options, hybrid):
         raise ValueError(f"KVEvictCache: policy 'kvzip' takes layers='uniform' (k per KV head in every layer) or "
                          f"'shared' (the model's budget shared among layers by score, KVzip's default; got "
                          f"{opts['layers']!r})")
+    if opts["heads"] not in (None, "shared"):
+        raise ValueError(f"KVEvictCache: policy 'kvzip' takes heads=None (head_budgets decides: k per KV head, or "
+                         f"AdaKV's share) or 'shared' (the layer's budget shared among its KV heads by raw score, "
+                         f"KVzip's rule; got {opts['heads']!r})")
+    if opts["heads"] == "shared" and "head_budgets" in options:
+        raise ValueError(f"KVEvictCache: policy 'kvzip' with heads='shared' sets the head budgets itself (AdaKV's "
+                         f"allocation with no floor, on raw scores); drop head_budgets={options['head_budgets']!r}")
+    if opts["heads"] == "shared" and opts["n_sink"] < 1:
+        raise ValueError("KVEvictCache: policy 'kvzip' with heads='shared' needs n_sink >= 1 (each head's sinks carry "
+                         "the normalisation that makes the heads' scores comparable; got n_sink=0)")
     tok = opts["tokenizer"]
     return dict(first=_encode(tok, FIRST), later=_encode(tok, LATER), suffix=_encode(tok, SUFFIX),
-                chunk=opts["chunk"], n_sink=opts["n_sink"], layers=opts["layers"])
+                chunk=opts["chunk"], n_sink=opts["n_sink"], layers=opts["layers"], heads=opts["heads"])
 
 
 def score_chunk(layer, queries, scaling, start, end, prompt_len):
@@ -104,11 +120,28 @@ def score_chunk_torch(layer, queries, keys, scaling, start, end, sink):
 
 def logits_rows(layer):
     """The TOVA row [n_q_heads, P] that ranks a KV head's tokens by their score: log(score), the same for every
-    query head of the group (a zero score, an underflow, ranks last)."""
+    query head of the group (a zero score, an underflow, ranks last); heads='shared': of comparable_rows's scores."""
     o = layer._owner()
     g = o.n_q_heads // o.n_kv_heads
-    rows = torch.log(layer.recon.clamp_min(torch.finfo(torch.float32).tiny))
+    scores = layer.recon
+    if o.reconstruct["heads"] == "shared":
+        scores = comparable_rows(scores, o.reconstruct["n_sink"])
+    rows = torch.log(scores.clamp_min(torch.finfo(torch.float32).tiny))
     return rows.repeat_interleave(g, dim=0).contiguous().numpy()
+
+
+def comparable_rows(scores, n_sink):
+    """scores [n_kv, P] (the sinks, the first n_sink >= 1 columns, already the largest: run) with each head's sinks
+    raised so that every head's row sums to one C = max_h (head h's non-sink total) + n_sink * (the sinks' score).
+    TOVA's selection ranks softmax(log s) = s / (the row's total); with every total C, AdaKV's allocation across a
+    layer's heads (no floor) ranks the raw scores, as KVzip's threshold does, and the sinks stay every head's top
+    (each is at least the sinks' old score). Computed in float64. O(n_kv P)."""
+    s = scores.to(torch.float64)
+    body = s[:, n_sink:].sum(dim=1)
+    top = s[:, :n_sink].max()
+    C = body.max() + n_sink * top
+    s[:, :n_sink] = ((C - body) / n_sink)[:, None]
+    return s.to(torch.float32)
 
 
 def run(cache, model, input_ids):

@@ -127,8 +127,11 @@ class KVEvictCache(Cache):
               RoPE only), 'kvzip' (KVzip, Kim et al. 2025: query-agnostic, the context's tokens ranked by how
               much the model attends to them while repeating the context; options tokenizer (required: the
               model's, for the repeat prompt), chunk (2048), n_sink (4), layers ('uniform': k per KV head in
-              every layer; 'shared': the model's budget shared among layers by score, KVzip's default),
-              head_budgets; batch 1; one more prefill of the context's length: _reconstruct.py) or 'full'.
+              every layer; 'shared': the model's budget shared among layers by score, KVzip's default), heads
+              (None: head_budgets decides; 'shared': each layer's budget shared among its KV heads by raw score,
+              KVzip's rule: with layers='shared' the tokens above one model-wide threshold, as kvpress's
+              KVzipPress), head_budgets; batch 1; one more prefill of the context's length: _reconstruct.py) or
+              'full'.
     budget    k per KV head: an int (tokens, at most the prompt's length), a float in (0, 1] (k = floor(r P)) or
               a string ('64', '0.5', '50%'), as kvevict.Cache and the command-line tools take it.
     recent    the recent window w, as kvevict.Cache (default 30% of k for keyformer, h2o, snapkv).
@@ -185,7 +188,8 @@ class KVEvictCache(Cache):
                 raise ValueError(f"KVEvictCache: policy 'kvzip' has no recent window (got recent={recent!r}): it keeps "
                                  "the top-k by reconstruction score, its n_sink first tokens among them")
             self.reconstruct = _reconstruct.check_options(config, options, config.model_type in HYBRID_MODEL_TYPES)
-            options = {k: v for k, v in options.items() if k == "head_budgets"}
+            options = ({"head_budgets": "adaptive:0"} if self.reconstruct["heads"] == "shared" else
+                       {k: v for k, v in options.items() if k == "head_budgets"})
             policy = "tova"  # ranked by the reconstruction scores as its row
         unknown = sorted(set(options) - set(_OPTION_NAMES))
         if unknown:

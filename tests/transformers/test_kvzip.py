@@ -137,7 +137,7 @@ def test_refusals(llama):
         KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), chunk=8)
     with pytest.raises(ValueError, match="no recent window"):
         KVEvictCache(llama, policy="kvzip", budget=0.5, recent=4, tokenizer=Tok())
-    with pytest.raises(TypeError, match="takes tokenizer, chunk, n_sink, layers and head_budgets"):
+    with pytest.raises(TypeError, match="takes tokenizer, chunk, n_sink, layers, heads and head_budgets"):
         KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), sinks=4)
     cache = KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok())
     with pytest.raises(ValueError, match="scores one sequence"), torch.no_grad():
@@ -197,3 +197,88 @@ def test_shared_layer_budgets_follow_kvpress_layer_counts(arch_model):
 def test_layers_option_is_checked(llama):
     with pytest.raises(ValueError, match=r"layers='uniform' .* or 'shared' .*got 'global'"):
         KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), layers="global")
+
+
+def kvpress_kept(model, ids, ratio, chunk):
+    """{(layer, kv_head): kept positions} of KVzipPress(layerwise=False) at `ratio` (its unmasked keys)."""
+    from kvpress.presses import kvzip_press
+
+    class Tokenizers:
+        @staticmethod
+        def from_pretrained(*a, **k):
+            return Tok()
+    P, n_kv = ids.shape[1], model.config.num_key_value_heads
+    saved = kvzip_press.AutoTokenizer
+    kvzip_press.AutoTokenizer = Tokenizers
+    try:
+        with torch.no_grad(), kvpress.KVzipPress(compression_ratio=ratio, layerwise=False, chunk_size=chunk)(model):
+            model(ids, past_key_values=DynamicCache(config=model.config))
+    finally:
+        kvzip_press.AutoTokenizer = saved
+    kept = {}
+    for i, layer in enumerate(model.model.layers):
+        _, heads, pos = (x.tolist() for x in layer.self_attn.masked_key_indices)
+        masked = set(zip(heads, pos))
+        layer.self_attn.masked_key_indices = None
+        for h in range(n_kv):
+            kept[(i, h)] = {t for t in range(P) if (h, t) not in masked}
+    return kept
+
+
+def test_shared_heads_keep_what_kvpress_keeps(arch_model):
+    """layers='shared', heads='shared' against KVzipPress(layerwise=False): every layer and KV head keeps a subset
+    of kvpress's tokens (the model-wide threshold's), the layer short of kvpress's count by its floor only
+    (k_l = floor(c_l / n_kv) per head on average, c_l kvpress's count)."""
+    P, n_kv = 40, arch_model.config.num_key_value_heads
+    ids = prompt(13, P)
+    want = kvpress_kept(arch_model, ids, 0.75, 16)
+    cache = KVEvictCache(arch_model, policy="kvzip", budget=0.25, tokenizer=Tok(), chunk=16, layers="shared",
+                         heads="shared")
+    with torch.no_grad():
+        arch_model(ids, past_key_values=cache)
+    for layer in range(arch_model.config.num_hidden_layers):
+        got = {h: set(cache.retained_positions(layer, h)) for h in range(n_kv)}
+        c = sum(len(want[(layer, h)]) for h in range(n_kv))
+        assert sum(len(g) for g in got.values()) == n_kv * (c // n_kv)
+        for h in range(n_kv):
+            assert got[h] <= want[(layer, h)], (layer, h)
+            assert set(range(4)) <= got[h]  # the sinks
+
+
+def test_shared_heads_rank_raw_scores_within_a_layer(arch_model):
+    """layers='uniform', heads='shared': each layer keeps its n_kv * k highest raw scores over all its KV heads
+    (kvpress's scores, the sinks on top), however they fall among the heads."""
+    P, n_kv = 40, arch_model.config.num_key_value_heads
+    ids = prompt(14, P)
+    want = kvpress_scores(arch_model, ids, 16)
+    cache = KVEvictCache(arch_model, policy="kvzip", budget=0.5, tokenizer=Tok(), chunk=16, heads="shared")
+    with torch.no_grad():
+        arch_model(ids, past_key_values=cache)
+    top = float(want.max()) + 1.0
+    k = P // 2
+    for layer in range(arch_model.config.num_hidden_layers):
+        ref = want[layer].clone()
+        ref[:, :4] = top
+        best = torch.topk(ref.flatten(), n_kv * k).indices.tolist()
+        expect = {h: sorted(i % P for i in best if i // P == h) for h in range(n_kv)}
+        for h in range(n_kv):
+            assert list(cache.retained_positions(layer, h)) == expect[h], (layer, h)
+
+
+def test_comparable_rows_make_every_head_total_one_constant():
+    from kvevict import _reconstruct
+    scores = torch.tensor([[9.0, 9.0, 0.5, 0.25, 0.125], [9.0, 9.0, 0.0, 0.75, 3.0]])
+    got = _reconstruct.comparable_rows(scores, 2)
+    # C = max(0.875, 3.75) + 2 * 9 = 21.75; head 0's sinks (21.75 - 0.875) / 2, head 1's (21.75 - 3.75) / 2
+    assert got.tolist() == [[10.4375, 10.4375, 0.5, 0.25, 0.125], [9.0, 9.0, 0.0, 0.75, 3.0]]
+    assert torch.equal(got.sum(dim=1), torch.tensor([21.75, 21.75]))
+    assert scores[0, 0] == 9.0  # the input is left as it was
+
+
+def test_heads_option_is_checked(llama):
+    with pytest.raises(ValueError, match=r"heads=None .* or 'shared' .*got 'uniform'"):
+        KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), heads="uniform")
+    with pytest.raises(ValueError, match=r"sets the head budgets itself .* drop head_budgets='adaptive'"):
+        KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), heads="shared", head_budgets="adaptive")
+    with pytest.raises(ValueError, match=r"needs n_sink >= 1 .*got n_sink=0"):
+        KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), heads="shared", n_sink=0)

@@ -39,3 +39,16 @@ def test_windows_are_kvevict_qualitys(sbs, tokenizer):
         want = list(csv.DictReader(f))
     assert [(str(i), doc, "0", str(len(ids))) for i, (doc, ids) in enumerate(wins)] == \
         [(r["window"], r["document"], r["offset"], r["tokens"]) for r in want]
+
+
+def test_kvevict_row_syntax(sbs):
+    """The row names the RULER, retrieval and side-by-side runners take, to KVEvictCache's policy and options."""
+    assert sbs.kvevict_row("keyformer") == ("keyformer", {})
+    assert sbs.kvevict_row("h2o+mean@recent=0") == ("h2o", {"mean_attention": True, "recent": "0%"})
+    assert sbs.kvevict_row("snapkv@kernel=15@recent=64t") == ("snapkv", {"snap_kernel": 15, "recent": 64})
+    assert sbs.kvevict_row("kvzip+adakv@layers=shared") == ("kvzip", {"head_budgets": "adaptive", "layers": "shared"})
+    assert sbs.kvevict_row("kvzip@layers=shared@heads=shared") == ("kvzip", {"layers": "shared", "heads": "shared"})
+    for bad in ("kvzip+adakv@heads=shared", "kvzip@heads=uniform", "keyformer@heads=shared", "tova+mean",
+                "snapkv@kernel=x"):
+        with pytest.raises(SystemExit, match="unknown"):
+            sbs.kvevict_row(bad)

@@ -339,7 +339,8 @@ def kvevict_row(name):
     `h2o+mean@recent=0`, `snapkv@kernel=15@decode=keyformer`; SnapKV's observation window `@window=L` -> snap_window
     and pooling `@pooling=avg|max` -> snap_pooling (kvpress's SnapKVPress, whose observation window is also the kept
     recent window: `snapkv@window=64@kernel=5@pooling=avg@recent=64t`; TOVAPress is `tova@recent=1t`);
-    kvzip `@layers=shared` (KVzip's model-wide budget).
+    kvzip `@layers=shared` (KVzip's model-wide budget) and `@heads=shared` (each layer's shared among its heads by
+    raw score: `kvzip@layers=shared@heads=shared` keeps what kvpress's KVzipPress keeps).
     """
     head, *keys = name.split("@")
     policy, *mods = head.split("+")
@@ -361,6 +362,8 @@ def kvevict_row(name):
             opts["recent"] = f"{float(value) * 100:g}%"  # a fraction of k, as kvevict-quality's @recent=Q
         elif policy == "kvzip" and key == "layers" and value in ("uniform", "shared"):
             opts["layers"] = value
+        elif policy == "kvzip" and key == "heads" and value == "shared" and "head_budgets" not in opts:
+            opts["heads"] = value
         elif policy == "snapkv" and key in ("kernel", "window") and value.isdigit():
             opts["snap_" + key] = int(value)
         elif policy == "snapkv" and key in ("decode", "pooling") and value:
@@ -368,7 +371,8 @@ def kvevict_row(name):
         else:
             sys.exit(f"side_by_side.py: --rows kvevict:{name}: unknown key '@{kv}' (keyformer, h2o, snapkv, knorm, keydiff "
                      "and tova take @recent=Q, a fraction of k in [0, 1], or @recent=Nt, N tokens; snapkv @kernel=K, "
-                     "@window=L, @pooling=avg|max, @decode=D)")
+                     "@window=L, @pooling=avg|max, @decode=D; kvzip @layers=uniform|shared and, without +adakv, "
+                     "@heads=shared)")
     return policy, opts
 
 
