@@ -17,7 +17,9 @@ heads='shared' (KVzip's own rule, kvpress's KVzipPress) shares each layer's budg
 too: with layers='shared', every layer and KV head keeps the context tokens above one model-wide threshold. AdaKV
 (head_budgets='adaptive') ranks TOVA's probabilities, softmax(log score) = score / (its head's total), which are
 not comparable across heads: on RULER's niah_single_3 (c = 0.75) that lost a UUID's tail which kvpress's KVzip kept
-(docs/quality-ruler.md); heads='shared' keeps kvpress's sets (comparable_rows).
+(bench/ruler/results/smollm2/results.csv; docs/quality-ruler.md); heads='shared' keeps kvpress's sets, up to each
+layer's floor (comparable_rows). It needs k >= n_sink (a head's sinks are its top scores; below that, a layer's
+budget could go to one head's sinks and leave another head nothing): a smaller budget is refused.
 
 Cost: the repeat passes are one more prefill of about P + 12 tokens per chunk header, plus the score's attention
 per layer and chunk (L = the repeat's length): O(P * (C + L)) per layer, through kvevict.attention_maxes (fused, no
@@ -135,8 +137,10 @@ def comparable_rows(scores, n_sink):
     raised so that every head's row sums to one C = max_h (head h's non-sink total) + n_sink * (the sinks' score).
     TOVA's selection ranks softmax(log s) = s / (the row's total); with every total C, AdaKV's allocation across a
     layer's heads (no floor) ranks the raw scores, as KVzip's threshold does, and the sinks stay every head's top
-    (each is at least the sinks' old score). Computed in float64. O(n_kv P)."""
-    s = scores.to(torch.float64)
+    (each is at least the sinks' old score). Computed in float64 (a copy); the ranking is then exact up to the
+    float32 rounding of the selection (raw scores within about 1e-6 of each other on different heads can swap).
+    O(n_kv P)."""
+    s = scores.to(torch.float64, copy=True)
     body = s[:, n_sink:].sum(dim=1)
     top = s[:, :n_sink].max()
     C = body.max() + n_sink * top
@@ -161,8 +165,12 @@ def run(cache, model, input_ids):
                              "repeat passes would copy the padding)")
         ctx = input_ids[0].tolist()
         P = len(ctx)
-        cache.resolve_budget(P)  # a budget the prompt cannot hold is refused before the passes' cost
+        k = cache.resolve_budget(P)  # a budget the prompt cannot hold is refused before the passes' cost
         r = cache.reconstruct
+        if r["heads"] == "shared" and k < min(r["n_sink"], P):
+            raise ValueError(f"KVEvictCache(policy='kvzip', heads='shared') needs a budget of at least n_sink = "
+                             f"{r['n_sink']} tokens per KV head (every head keeps its sinks; got k = {k} of a {P}-token "
+                             "prompt): raise the budget or lower n_sink")
         inner = getattr(model, model.base_model_prefix)
         for start in range(0, P, r["chunk"]):
             end = min(start + r["chunk"], P)

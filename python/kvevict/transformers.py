@@ -129,9 +129,9 @@ class KVEvictCache(Cache):
               model's, for the repeat prompt), chunk (2048), n_sink (4), layers ('uniform': k per KV head in
               every layer; 'shared': the model's budget shared among layers by score, KVzip's default), heads
               (None: head_budgets decides; 'shared': each layer's budget shared among its KV heads by raw score,
-              KVzip's rule: with layers='shared' the tokens above one model-wide threshold, as kvpress's
-              KVzipPress), head_budgets; batch 1; one more prefill of the context's length: _reconstruct.py) or
-              'full'.
+              KVzip's rule: with layers='shared' the tokens above one model-wide threshold, kvpress's
+              KVzipPress's, short by each layer's floor; needs k >= n_sink), head_budgets; batch 1; one more
+              prefill of the context's length: _reconstruct.py) or 'full'.
     budget    k per KV head: an int (tokens, at most the prompt's length), a float in (0, 1] (k = floor(r P)) or
               a string ('64', '0.5', '50%'), as kvevict.Cache and the command-line tools take it.
     recent    the recent window w, as kvevict.Cache (default 30% of k for keyformer, h2o, snapkv).

@@ -282,3 +282,36 @@ def test_heads_option_is_checked(llama):
         KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), heads="shared", head_budgets="adaptive")
     with pytest.raises(ValueError, match=r"needs n_sink >= 1 .*got n_sink=0"):
         KVEvictCache(llama, policy="kvzip", budget=0.5, tokenizer=Tok(), heads="shared", n_sink=0)
+
+
+def test_shared_heads_rank_raw_scores_not_each_heads_share():
+    """comparable_rows through kvevict's TOVA selection with AdaKV's allocation (no floor), as KVEvictCache runs it,
+    on scores where the two rankings disagree: head 0's 0.5s (raw) beat head 1's 0.4, whose share of its head's
+    total (0.4 / 1.96) beats theirs (0.5 / 5). A layer budget of 2 x 3: raw keeps head 0's sink and four 0.5s and
+    head 1's sink; each head's share would keep head 1's 0.4 instead of a fourth 0.5."""
+    import kvevict
+    import numpy as np
+    from kvevict import _reconstruct
+    scores = torch.tensor([[1.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
+                           [1.5, 0.4, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01]])
+
+    def kept(rows):
+        cache = kvevict.Cache("tova", n_q_heads=2, n_kv_heads=2, capacity=9, head_dim=4, budget=3,
+                              head_budgets="adaptive:0")
+        cache.extend(np.arange(8), np.ones((8, 2, 4), np.float32), np.ones((8, 2, 4), np.float32))
+        cache.prefill(torch.log(rows).numpy())
+        return [sorted(int(p) for p in cache.retained_positions(h)) for h in range(2)]
+    assert kept(_reconstruct.comparable_rows(scores, 1)) == [[0, 1, 2, 3, 4], [0]]
+    assert kept(scores) == [[0, 1, 2, 3], [0, 1]]  # AdaKV on each head's share, what +adakv does
+
+
+def test_shared_heads_refuse_a_budget_below_the_sinks(llama):
+    cache = KVEvictCache(llama, policy="kvzip", budget=3, tokenizer=Tok(), heads="shared")
+    with pytest.raises(ValueError, match=r"needs a budget of at least n_sink = 4 .*got k = 3 of a 20-token"), \
+            torch.no_grad():
+        llama(prompt(15, 20), past_key_values=cache)
+    assert cache.get_seq_length() == 0
+    cache = KVEvictCache(llama, policy="kvzip", budget=3, tokenizer=Tok(), heads="shared", n_sink=3)
+    with torch.no_grad():
+        llama(prompt(15, 20), past_key_values=cache)
+    assert [list(cache.retained_positions(0, h))[:3] for h in range(2)] == [[0, 1, 2], [0, 1, 2]]
