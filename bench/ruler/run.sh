@@ -24,7 +24,7 @@ part=${PART:-kvevict}
 common=(bench/ruler/run.py --samples "${SAMPLES:-1}" --ratios "${RATIOS:-0.5,0.75}" --length "${LENGTH:-4096}"
         --threads "${THREADS:-2}" --out "$out")
 case "$part" in
-  kvevict) "$py" "${common[@]}" --rows "full,${KVEVICT_ROWS:-kvevict:kvzip+adakv@layers=shared,kvevict:snapkv@kernel=15}" ;;
+  kvevict) "$py" "${common[@]}" --rows "full,${KVEVICT_ROWS:-kvevict:kvzip@layers=shared@heads=shared,kvevict:snapkv@kernel=15}" ;;
   kvpress) "$py" "${common[@]}" --rows "full,${KVPRESS_ROWS:-kvpress:snapkv,kvpress:kvzip}" ;;
   *) echo "run.sh: PART must be kvevict or kvpress (got '$part')" >&2; exit 2 ;;
 esac
