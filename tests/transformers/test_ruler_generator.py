@@ -194,3 +194,18 @@ def test_report_means_pairs_and_skips():
         [row(t, 0, "aware", 0.5, "kvpress", "y", 0.0) for t in "ab"] + \
         [row(t, 0, "aware", 0.5, "kvpress", "u", 0.0) for t in "abcd"]
     assert "| 0.5 | kvevict:x | +100.0 ± 0.0 (n=2) | +100.0 ± 0.0 (n=2) |" in report.tables(rows)
+
+
+def test_kept_sets_spans_and_coverage():
+    import kept_sets
+
+    def encode(text):  # one token per word
+        return text.split()
+    context = "a b needle-1 c d needle-2 e"
+    # "needle-1" is word 2: the prefix "a b " has 2 tokens, with one token of slack each side -> [1, 4)
+    assert kept_sets.value_spans(encode, context, ["needle-1", "needle-2"]) == [(1, 4), (4, 7)]
+    with pytest.raises(SystemExit, match="'zzz' is not in the context verbatim"):
+        kept_sets.value_spans(encode, context, ["zzz"])
+    kept = {(0, 0): {1, 2, 3}, (0, 1): {2}, (1, 0): set(), (1, 1): {1, 2, 3, 9}}
+    whole, share = kept_sets.coverage(kept, [(1, 4)], 2, 2)
+    assert whole == 2 and share == pytest.approx((1 + 1 / 3 + 0 + 1) / 4)
