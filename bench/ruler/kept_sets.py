@@ -16,7 +16,6 @@ Cost: one KVzip prefill per row (about 50 s at 4K on 2 cores) and kvpress's (abo
 """
 import argparse
 import os
-import subprocess
 import sys
 import time
 
@@ -77,19 +76,11 @@ def main():
 
     os.environ.setdefault("TQDM_DISABLE", "1")
     import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from kvevict.transformers import KVEvictCache
     import run
-    transformers.utils.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
-    path = args.model or subprocess.run(["bash", os.path.join(ROOT, "scripts/get-models.sh")], check=True,
-                                        capture_output=True, text=True).stdout.strip()
-    folder, gguf = os.path.split(path)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32,
-                                                 attn_implementation="sdpa").eval()
-    hf = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    engine = run.Engine(model, sbs.smollm2_tokenizer(folder, gguf), hf, args.threads)
+    engine = run.load_engine(args.model, args.threads)
+    model, hf = engine.model, engine.hf_tok
     with open(args.essay, encoding="utf-8") as f:
         sentences = ruler.essay_sentences(f.read())
     s = ruler.make_sample(args.task, args.seed, args.length, engine.encode, ruler.word_lists(), sentences)

@@ -192,6 +192,24 @@ def run_group(engine, source, name, group, protocol, ctx, q_ids, max_new):
     return {r: failed[r] or ([p[r][0][0] for p in per_q], per_q[0][r][1]) for r in group}
 
 
+def load_engine(model_path, threads):
+    """An Engine over SmolLM2-135M's .gguf at `model_path` (None: bash scripts/get-models.sh fetches it), float32,
+    sdpa attention, transformers' logging quiet. Raises subprocess.CalledProcessError if the fetch fails."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import side_by_side as sbs
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    model_path = model_path or subprocess.run(["bash", os.path.join(ROOT, "scripts/get-models.sh")], check=True,
+                                              capture_output=True, text=True).stdout.strip()
+    folder, gguf = os.path.split(model_path)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32,
+                                                 attn_implementation="sdpa").eval()
+    hf_tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    return Engine(model, sbs.smollm2_tokenizer(folder, gguf), hf_tok, threads)
+
+
 def masked_per_head(model):
     """kvpress's masked (fake-compressed) keys per KV head, on average over layers and heads (AdaKV, KVzip)."""
     n, count = 0, 0
@@ -274,18 +292,9 @@ def main():
     os.environ.setdefault("TQDM_DISABLE", "1")
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     import kvevict
     import side_by_side as sbs
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    model_path = args.model or subprocess.run(["bash", os.path.join(ROOT, "scripts/get-models.sh")], check=True,
-                                              capture_output=True, text=True).stdout.strip()
-    folder, gguf = os.path.split(model_path)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32,
-                                                 attn_implementation="sdpa").eval()
-    hf_tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    engine = Engine(model, sbs.smollm2_tokenizer(folder, gguf), hf_tok, args.threads)
+    engine = load_engine(args.model, args.threads)
     words = ruler.word_lists()
     with open(args.essay, encoding="utf-8") as f:
         sentences = ruler.essay_sentences(f.read())
