@@ -42,7 +42,8 @@ out="${out:-$build_dir/bench-results/$grid}"
 
 if ((build)); then
   bash scripts/deps.sh
-  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_BENCH_NATIVE="${KVEVICT_BENCH_NATIVE:-ON}" >/dev/null
+  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_BENCH_NATIVE="${KVEVICT_BENCH_NATIVE:-ON}" \
+        -DKVEVICT_BENCH_O2="$( ((opt_levels)) && echo ON || echo OFF)" >/dev/null
   targets=(kvevict_bench)
   ((opt_levels)) && targets+=(kvevict_bench_o2)
   cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]}"

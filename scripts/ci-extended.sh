@@ -64,7 +64,7 @@ e4() {
 }
 e5() {
   cmake -S . -B build-v4 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-march=x86-64-v4 -DKVEVICT_BUILD_EXAMPLES=ON \
-        -DKVEVICT_BUILD_TOOLS=ON >/dev/null
+        -DKVEVICT_BUILD_TOOLS=ON -DKVEVICT_BENCH_O2=ON >/dev/null
   cmake --build build-v4 -j"$jobs"
   if grep -qw avx512f /proc/cpuinfo; then
     ctest --test-dir build-v4 --output-on-failure -j"$jobs" -LE "realmodel|slow"
