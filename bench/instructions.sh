@@ -3,7 +3,7 @@
 # noise-free figure (the same binary and input give the same count to the instruction, while wall
 # and CPU times on a shared 2-core machine move by up to 2x between runs).
 #
-#   bash bench/instructions.sh [--n N] [--steps S] [--include DIR] [--out DIR] [--builds LIST]
+#   bash bench/instructions.sh [--n N] [--steps S] [--include DIR] [--out DIR] [--builds LIST] [--prompt P]
 #
 # Builds bench/step_probe.cpp (8 KV heads, g = 1, d = 128, float; see there) the way a consumer
 # compiles the headers, for each build of LIST (default "gcc_O2 gcc_O3_native"; also clang_O2,
@@ -13,11 +13,15 @@
 # table of instructions per (query head × token) = Ir / (STEPS · 8 · N), with the CPU's model
 # name. --include DIR measures the headers under DIR instead of include/ (e.g. an older commit:
 # `git archive COMMIT include | tar -x -C /tmp/old`, then --include /tmp/old/include; headers
-# without the dispatch run once, path "none"). Needs valgrind (Debian: valgrind).
+# without the dispatch run once, path "none"). --prompt P adds a second table: the prompt's fused attention
+# (bench/prompt_probe.cpp: attention/causal_attention.hpp at SmolLM2-135M's shape, 9 query heads over 3 KV heads,
+# d = 64) alone, with H2O's sums, with Keyformer's noisy sums, and KVzip's score (each key's largest probability over
+# the context's repeat, no output), in instructions per (query head × causal (query, key) pair) of one call over a
+# P-token prompt (KVzip: a P-token context and its P-token repeat). Needs valgrind (Debian: valgrind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-n=8192 steps=4 inc=include out=build-instructions builds="gcc_O2 gcc_O3_native"
+n=8192 steps=4 inc=include out=build-instructions builds="gcc_O2 gcc_O3_native" prompt=0
 while (($#)); do
   case "$1" in
     --n) n="$2"; shift ;;
@@ -25,6 +29,8 @@ while (($#)); do
     --include) inc="$2"; shift ;;
     --out) out="$2"; shift ;;
     --builds) builds="$2"; shift ;;
+    --prompt) prompt="$2"; shift
+      [[ $prompt =~ ^[1-9][0-9]*$ ]] || { echo "instructions.sh: --prompt must be a positive integer (got '$prompt')" >&2; exit 2; } ;;
     *) echo "instructions.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -45,6 +51,11 @@ flags_of() {
 for b in $builds; do
   $(flags_of "$b") -std=c++17 -DPROBE_EXPECTED_ATTENTION -I"$inc" -isystem /usr/include/eigen3 bench/step_probe.cpp \
     -o "$out/probe_$b"
+  if ((prompt)); then
+    # headers from before the fused attention (--include) have none to count: the column says "—"
+    $(flags_of "$b") -std=c++17 -I"$inc" -isystem /usr/include/eigen3 bench/prompt_probe.cpp \
+      -o "$out/prompt_probe_$b" 2>"$out/prompt_probe_$b.log" || rm -f "$out/prompt_probe_$b"
+  fi
 done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
@@ -101,4 +112,31 @@ done
 if ((${#skipped[@]})); then
   echo
   echo "Left out (valgrind cannot execute the path on this CPU): ${skipped[*]}."
+fi
+if ((prompt)); then
+  echo
+  echo "instructions per (query head × causal (query, key) pair) of one causal_attention call (callgrind Ir / pairs);"
+  echo "P = $prompt (kvzip: a $prompt-token context and its repeat), 9 query heads over 3 KV heads, d = 64, float"
+  echo
+  echo "${header/policy/kernel}"
+  echo "$sep"
+  for kernel in attention h2o keyformer kvzip; do
+    row="| $kernel |"
+    for c in "${cols[@]}"; do
+      b="${c%%|*}" isa="${c#*|}"
+      cg="$out/cg.prompt.$b.$isa.$kernel"
+      env_isa=()
+      [[ $isa != none ]] && env_isa=(env KVEVICT_ISA="$isa")
+      if [[ ! -x $out/prompt_probe_$b ]] || ! "${env_isa[@]}" "$out/prompt_probe_$b" "$kernel" 32 >/dev/null 2>&1; then
+        row+=" — |"
+        continue
+      fi
+      "${env_isa[@]}" valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no --callgrind-out-file="$cg" \
+        "$out/prompt_probe_$b" "$kernel" "$prompt" >"$cg.out" 2>"$cg.log"
+      ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\).*/\1/p' "$cg.log")
+      pairs=$(sed -n 's/.* pairs=\([0-9]*\) .*/\1/p' "$cg.out")
+      row+=" $(awk -v ir="$ir" -v p="$pairs" 'BEGIN{printf "%.3f", ir / p}') |"
+    done
+    echo "$row"
+  done
 fi
