@@ -40,6 +40,11 @@ while (($#)); do
 done
 out="${out:-$build_dir/bench-results/$grid}"
 
+if ((opt_levels && !build)) && [[ ! -x $build_dir/bench/kvevict_bench_o2 ]]; then
+  echo "run.sh: --opt-levels with --no-build needs $build_dir/bench/kvevict_bench_o2 (built only with" \
+       "-DKVEVICT_BENCH_O2=ON: run without --no-build once)" >&2
+  exit 2
+fi
 if ((build)); then
   bash scripts/deps.sh
   cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_BENCH_NATIVE="${KVEVICT_BENCH_NATIVE:-ON}" \
