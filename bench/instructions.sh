@@ -24,6 +24,8 @@ cd "$(dirname "$0")/.."
 n=8192 steps=4 inc=include out=build-instructions builds="gcc_O2 gcc_O3_native" prompt=0
 while (($#)); do
   case "$1" in
+    --n|--steps|--include|--out|--builds|--prompt)
+      (($# >= 2)) || { echo "instructions.sh: $1 needs a value" >&2; exit 2; } ;;&
     --n) n="$2"; shift ;;
     --steps) steps="$2"; shift ;;
     --include) inc="$2"; shift ;;
@@ -52,9 +54,13 @@ for b in $builds; do
   $(flags_of "$b") -std=c++17 -DPROBE_EXPECTED_ATTENTION -I"$inc" -isystem /usr/include/eigen3 bench/step_probe.cpp \
     -o "$out/probe_$b"
   if ((prompt)); then
-    # headers from before the fused attention (--include) have none to count: the column says "—"
-    $(flags_of "$b") -std=c++17 -I"$inc" -isystem /usr/include/eigen3 bench/prompt_probe.cpp \
-      -o "$out/prompt_probe_$b" 2>"$out/prompt_probe_$b.log" || rm -f "$out/prompt_probe_$b"
+    # headers from before the fused attention (--include DIR) have none to count: the column says "—"; this
+    # checkout's headers must compile it
+    if ! $(flags_of "$b") -std=c++17 -I"$inc" -isystem /usr/include/eigen3 bench/prompt_probe.cpp \
+         -o "$out/prompt_probe_$b" 2>"$out/prompt_probe_$b.log"; then
+      [[ $inc != include ]] || { cat "$out/prompt_probe_$b.log" >&2; exit 1; }
+      rm -f "$out/prompt_probe_$b"
+    fi
   fi
 done
 
@@ -131,10 +137,14 @@ if ((prompt)); then
         row+=" — |"
         continue
       fi
-      "${env_isa[@]}" valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no --callgrind-out-file="$cg" \
-        "$out/prompt_probe_$b" "$kernel" "$prompt" >"$cg.out" 2>"$cg.log"
+      if ! "${env_isa[@]}" valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no \
+           --callgrind-out-file="$cg" "$out/prompt_probe_$b" "$kernel" "$prompt" >"$cg.out" 2>"$cg.log"; then
+        echo "instructions.sh: the prompt probe failed under callgrind ($kernel, $b, $isa): $cg.log" >&2
+        exit 1
+      fi
       ir=$(sed -n 's/^==[0-9]*== Collected : \([0-9]*\).*/\1/p' "$cg.log")
       pairs=$(sed -n 's/.* pairs=\([0-9]*\) .*/\1/p' "$cg.out")
+      [[ -n $ir && -n $pairs ]] || { echo "instructions.sh: no count in $cg.log / $cg.out" >&2; exit 1; }
       row+=" $(awk -v ir="$ir" -v p="$pairs" 'BEGIN{printf "%.3f", ir / p}') |"
     done
     echo "$row"

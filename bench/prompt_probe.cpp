@@ -14,6 +14,7 @@
 // O the sum of the output and S of the score written (H2O's and Keyformer's: 9 · P, every query's probabilities
 // summing to 1; sanity figures, the dispatched paths agreeing to float rounding, not bit for bit). Exit 2 on a bad
 // argument.
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -47,11 +48,13 @@ double thread_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-std::size_t parse_size(const char* name, const char* text) {
+std::size_t parse_size(const char* name, const char* text, unsigned long long cap) {
   char* end = nullptr;
+  errno = 0;
   const unsigned long long v = std::strtoull(text, &end, 10);
-  if (end == text || *end != '\0' || v == 0 || text[0] == '-')
-    throw std::invalid_argument(std::string(name) + " must be a positive integer (got '" + text + "')");
+  if (end == text || *end != '\0' || v == 0 || text[0] == '-' || errno == ERANGE || v > cap)
+    throw std::invalid_argument(std::string(name) + " must be an integer in [1, " + std::to_string(cap) + "] (got '" +
+                                text + "')");
   return static_cast<std::size_t>(v);
 }
 
@@ -65,8 +68,10 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "prompt_probe: KERNEL must be attention, h2o, keyformer or kvzip (got '%s')\n", argv[1]);
     return 2;
   }
-  const std::size_t P = parse_size("P", argv[2]);
-  const std::size_t d = argc == 4 ? parse_size("D", argv[3]) : 64;
+  // Capped so that every buffer's size fits (9 · 2P · D floats at most 2^34 bytes); D a multiple of 16 is
+  // causal_attention's own check.
+  const std::size_t P = parse_size("P", argv[2], 1u << 17);
+  const std::size_t d = argc == 4 ? parse_size("D", argv[3], 1024) : 64;
   const bool kvzip = kernel == "kvzip";
   const std::size_t keys = kvzip ? 2 * P : P, queries = P, offset = kvzip ? P : 0;
 
