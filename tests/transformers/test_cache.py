@@ -357,6 +357,16 @@ def test_prefill_only_keydiff_equals_kvpress_keydiff():
                                         recent=0) <= 1e-5
 
 
+def test_prefill_only_tova_shared_equals_kvpress_tova():
+    """kvpress's TOVAPress averages the last query's attention over all the layer's query heads, keeps the same
+    tokens in every KV head and never evicts the newest: kvevict's TOVA with one selection per layer from the scores
+    summed over its KV heads (shared_heads=True) and a recent window of 1 keeps the same sets (the row
+    `tova+shared@recent=1t`). The same logits afterwards."""
+    import kvpress
+    assert prefill_only_against_kvpress(kvpress.TOVAPress(compression_ratio=0.5), "tova", 8, 12, shared_heads=True,
+                                        recent=1) <= 1e-5
+
+
 def test_layer_seeds_are_the_engines():
     # tools/llama2/eviction.cpp: seed + layer * 0x9E3779B97F4A7C15, wrapping at 2^64
     assert [layer_seed(42, layer) for layer in range(3)] == [42, 11400714819323198527, 4354685564936845396]

@@ -48,7 +48,9 @@ def test_kvevict_row_syntax(sbs):
     assert sbs.kvevict_row("snapkv@kernel=15@recent=64t") == ("snapkv", {"snap_kernel": 15, "recent": 64})
     assert sbs.kvevict_row("kvzip+adakv@layers=shared") == ("kvzip", {"head_budgets": "adaptive", "layers": "shared"})
     assert sbs.kvevict_row("kvzip@layers=shared@heads=shared") == ("kvzip", {"layers": "shared", "heads": "shared"})
+    assert sbs.kvevict_row("tova+shared@recent=1t") == ("tova", {"shared_heads": True, "recent": 1})
     for bad in ("kvzip+adakv@heads=shared", "kvzip@heads=uniform", "keyformer@heads=shared", "tova+mean",
-                "snapkv@kernel=x"):
+                "snapkv@kernel=x", "tova+shared+adakv", "h2o+adakv+shared", "kvzip+shared", "streaming+shared",
+                "tova+shared+shared"):
         with pytest.raises(SystemExit, match="unknown"):
             sbs.kvevict_row(bad)

@@ -333,8 +333,10 @@ def run_oracle(model, ids, P, k):
 
 
 def kvevict_row(name):
-    """A kvevict row's policy and options: `POLICY[+mean][+adakv][@KEY=VALUE]...`, kvevict-quality's row syntax:
-    `+mean` (keyformer, h2o: mean_attention=True), `+adakv` (head_budgets='adaptive'), `@recent=Q` (the recent window, a
+    """A kvevict row's policy and options: `POLICY[+mean][+adakv][+shared][@KEY=VALUE]...`, kvevict-quality's row
+    syntax: `+mean` (keyformer, h2o: mean_attention=True), `+adakv` (head_budgets='adaptive'), `+shared`
+    (shared_heads=True: one selection per layer from the scores summed over its KV heads; `tova+shared@recent=1t`
+    is kvpress's TOVAPress, which averages the last query's attention over all heads), `@recent=Q` (the recent window, a
     fraction Q in [0, 1] of k, or `@recent=Nt`, N tokens: keyformer, h2o, snapkv, knorm, keydiff, tova) and, for SnapKV, `@kernel=K` -> snap_kernel, `@decode=D` -> snap_decode; e.g. `h2o@recent=0`,
     `h2o+mean@recent=0`, `snapkv@kernel=15@decode=keyformer`; SnapKV's observation window `@window=L` -> snap_window
     and pooling `@pooling=avg|max` -> snap_pooling (kvpress's SnapKVPress, whose observation window is also the kept
@@ -348,11 +350,16 @@ def kvevict_row(name):
     for mod in mods:
         if mod == "mean" and policy in ("keyformer", "h2o") and "mean_attention" not in opts:
             opts["mean_attention"] = True
-        elif mod == "adakv" and policy not in ("full", "streaming", "window") and "head_budgets" not in opts:
+        elif (mod == "adakv" and policy not in ("full", "streaming", "window") and "head_budgets" not in opts
+              and "shared_heads" not in opts):
             opts["head_budgets"] = "adaptive"
+        elif (mod == "shared" and policy not in ("full", "streaming", "window", "kvzip") and "shared_heads" not in opts
+              and "head_budgets" not in opts):
+            opts["shared_heads"] = True
         else:
             sys.exit(f"side_by_side.py: --rows kvevict:{name}: unknown modifier '+{mod}' (keyformer, h2o take +mean; "
-                     "every scored policy +adakv)")
+                     "every scored policy +adakv; every scored policy but kvzip +shared; not +adakv and +shared "
+                     "together)")
     for kv in keys:
         key, _, value = kv.partition("=")
         recent = policy in ("keyformer", "h2o", "snapkv", "knorm", "keydiff", "tova")
