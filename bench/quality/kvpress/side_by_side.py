@@ -340,7 +340,7 @@ def kvevict_row(name):
     fraction Q in [0, 1] of k, or `@recent=Nt`, N tokens: keyformer, h2o, snapkv, knorm, keydiff, tova) and, for SnapKV, `@kernel=K` -> snap_kernel, `@decode=D` -> snap_decode; e.g. `h2o@recent=0`,
     `h2o+mean@recent=0`, `snapkv@kernel=15@decode=keyformer`; SnapKV's observation window `@window=L` -> snap_window
     and pooling `@pooling=avg|max` -> snap_pooling (kvpress's SnapKVPress, whose observation window is also the kept
-    recent window: `snapkv@window=64@kernel=5@pooling=avg@recent=64t`; TOVAPress is `tova@recent=1t`);
+    recent window: `snapkv@window=64@kernel=5@pooling=avg@recent=64t`; TOVAPress is `tova+shared@recent=1t`);
     kvzip `@layers=shared` (KVzip's model-wide budget) and `@heads=shared` (each layer's shared among its heads by
     raw score: `kvzip@layers=shared@heads=shared` keeps what kvpress's KVzipPress keeps).
     """
