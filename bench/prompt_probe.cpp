@@ -27,16 +27,8 @@
 
 #include <kvevict/kvevict.hpp>
 
-// Under callgrind (bench/instructions.sh --prompt, --collect-atstart=no) only the call is counted.
-#if defined(__has_include)
-#if __has_include(<valgrind/callgrind.h>)
-#include <valgrind/callgrind.h>
-#endif
-#endif
-#if !defined(CALLGRIND_TOGGLE_COLLECT)
-#define CALLGRIND_TOGGLE_COLLECT
-#define CALLGRIND_START_INSTRUMENTATION
-#endif
+// Under callgrind (bench/instructions.sh --prompt) only the call is counted.
+#include "probe_callgrind.hpp"
 
 namespace {
 

@@ -32,16 +32,8 @@
 
 #include <kvevict/kvevict.hpp>
 
-// Under callgrind (bench/instructions.sh, --collect-atstart=no) only the timed steps are counted.
-#if defined(__has_include)
-#if __has_include(<valgrind/callgrind.h>)
-#include <valgrind/callgrind.h>
-#endif
-#endif
-#if !defined(CALLGRIND_TOGGLE_COLLECT)
-#define CALLGRIND_TOGGLE_COLLECT
-#define CALLGRIND_START_INSTRUMENTATION
-#endif
+// Under callgrind (bench/instructions.sh) only the timed steps are counted.
+#include "probe_callgrind.hpp"
 
 // Also builds against headers from before the run-time dispatch (bench/instructions.sh --include),
 // to count what each change saved.
